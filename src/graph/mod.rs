@@ -1,0 +1,10 @@
+//! Graphs of ops: nodes with named outlets, a builder, validation, type
+//! inference, a topological plan and a CPU runner.
+
+mod builder;
+mod model;
+mod runner;
+
+pub use builder::GraphBuilder;
+pub use model::{Graph, Node, OutletId};
+pub use runner::Runner;

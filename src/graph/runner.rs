@@ -1,0 +1,166 @@
+//! The CPU runner: evaluates a graph in topological order, keeping every
+//! node's output buffers and op state between runs, so that repeated runs
+//! with the same shapes (pulsed chunk steps) allocate nothing.
+
+use std::sync::Arc;
+
+use super::{Graph, OutletId};
+use crate::ops::{Const, Dim, OpState, Scratch, Source, Tensor, TypedFact};
+use crate::{Error, Result};
+
+/// Most inputs a node may have in the runner.
+const MAX_INPUTS: usize = 32;
+
+/// Runs a [`Graph`] on the CPU.
+pub struct Runner {
+    graph: Arc<Graph>,
+    order: Vec<usize>,
+    values: Vec<Vec<Tensor>>,
+    states: Vec<Option<Box<dyn OpState>>>,
+    scratch: Vec<Scratch>,
+    placeholder: Tensor,
+    last_s: Option<i64>,
+}
+
+impl Runner {
+    /// Plans the graph (checks it and orders it) and makes fresh state.
+    pub fn new(graph: impl Into<Arc<Graph>>) -> Result<Runner> {
+        let graph: Arc<Graph> = graph.into();
+        graph.validate()?;
+        let order = graph.topo_order()?;
+        let n = graph.nodes.len();
+        let mut values: Vec<Vec<Tensor>> = (0..n).map(|_| Vec::new()).collect();
+        for (id, node) in graph.nodes.iter().enumerate() {
+            if node.inputs.len() > MAX_INPUTS {
+                return Err(Error::Graph(format!(
+                    "node `{}` has {} inputs; the runner takes at most {MAX_INPUTS}",
+                    node.name,
+                    node.inputs.len()
+                )));
+            }
+            if let Some(c) = node.op.as_any().downcast_ref::<Const>() {
+                values[id] = vec![c.value.clone()];
+            }
+            if node.op.as_any().is::<Source>() {
+                values[id] = vec![Tensor::empty()];
+            }
+        }
+        let states = graph.nodes.iter().map(|n| n.op.state()).collect();
+        let scratch = (0..n).map(|_| Scratch::default()).collect();
+        Ok(Runner { graph, order, values, states, scratch, placeholder: Tensor::empty(), last_s: None })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Zeroes every op state, as in a fresh runner.
+    pub fn reset(&mut self) {
+        for s in self.states.iter_mut().flatten() {
+            s.reset();
+        }
+    }
+
+    /// The stream length `S` of the last run, when the inputs were symbolic.
+    pub fn last_s(&self) -> Option<i64> {
+        self.last_s
+    }
+
+    /// Runs once and returns the graph outputs (sharing storage with the
+    /// runner's buffers until the next run).
+    pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        self.step(&refs)?;
+        Ok((0..self.graph.outputs.len()).map(|i| self.output(i).clone()).collect())
+    }
+
+    /// Runs once; read results with [`Runner::output`]. Allocation-free when
+    /// shapes are the same as in the previous step.
+    pub fn step(&mut self, inputs: &[&Tensor]) -> Result<()> {
+        let graph = &*self.graph;
+        if inputs.len() != graph.inputs.len() {
+            return Err(Error::Graph(format!(
+                "graph has {} inputs, {} were given",
+                graph.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let mut s_value = None;
+        for (&id, t) in graph.inputs.iter().zip(inputs) {
+            let node = &graph.nodes[id];
+            check_input(&node.name, &node.facts[0], t, &mut s_value)?;
+            self.values[id][0].copy_from(t);
+        }
+        self.last_s = s_value;
+        let Runner { order, values, states, scratch, placeholder, .. } = self;
+        for &id in order.iter() {
+            let node = &graph.nodes[id];
+            if node.inputs.is_empty() {
+                continue; // sources and constants already hold their values
+            }
+            let mut outs = std::mem::take(&mut values[id]);
+            let mut buf: [&Tensor; MAX_INPUTS] = [&*placeholder; MAX_INPUTS];
+            for (k, o) in node.inputs.iter().enumerate() {
+                buf[k] = &values[o.node][o.slot];
+            }
+            let ins = &buf[..node.inputs.len()];
+            let r = match &mut states[id] {
+                Some(st) => st.eval(ins, &mut outs, &mut scratch[id]),
+                None => node.op.eval(ins, &mut outs, &mut scratch[id]),
+            };
+            values[id] = outs;
+            r.map_err(|e| Error::node(&node.name, node.op.name(), e))?;
+        }
+        Ok(())
+    }
+
+    /// The `i`-th graph output of the last step.
+    pub fn output(&self, i: usize) -> &Tensor {
+        let o = self.graph.outputs[i].1;
+        &self.values[o.node][o.slot]
+    }
+
+    /// Any node output of the last step (for per-node comparisons).
+    pub fn value(&self, o: OutletId) -> Option<&Tensor> {
+        self.values.get(o.node)?.get(o.slot)
+    }
+}
+
+/// Checks a concrete input against its fact, solving `S` from symbolic sizes.
+fn check_input(name: &str, fact: &TypedFact, t: &Tensor, s: &mut Option<i64>) -> Result<()> {
+    let bad = |reason: String| Error::Input { name: name.to_string(), reason };
+    if t.dtype() != fact.dtype {
+        return Err(bad(format!("expected dtype {}, got {}", fact.dtype, t.dtype())));
+    }
+    if t.rank() != fact.rank() {
+        return Err(bad(format!("expected shape {fact}, got {:?}", t.shape())));
+    }
+    for (ax, (d, &n)) in fact.shape.iter().zip(t.shape()).enumerate() {
+        let n = n as i64;
+        let ok = match (d.as_const(), *s) {
+            (Some(v), _) => v == n,
+            (None, Some(sv)) => d.eval(sv) == n,
+            (None, None) => match solve(d, n) {
+                Some(sv) => {
+                    *s = Some(sv);
+                    true
+                }
+                None => false,
+            },
+        };
+        if !ok {
+            return Err(bad(format!("axis {ax}: size {n} does not fit {d} (shape {fact})")));
+        }
+    }
+    Ok(())
+}
+
+/// The smallest `S >= 0` with `d(S) == n`, if any.
+fn solve(d: &Dim, n: i64) -> Option<i64> {
+    let c = d.coef()?;
+    let b = d.eval(0);
+    if c <= 0 || (n - b) % c != 0 || n < b {
+        return None;
+    }
+    Some((n - b) / c)
+}

@@ -1,0 +1,16 @@
+//! `pulsed`: streaming ("pulsed") speech and audio inference.
+//!
+//! An encoder written over a whole utterance is a [`graph::Graph`] of
+//! [`ops::Op`]s over tensors whose streaming axis has the symbolic size `S`.
+//! The pulsifier (`pulse`) turns it into a graph over fixed-size chunks that
+//! gives, chunk by chunk, the same numbers.
+//!
+//! Layers, bottom up: [`ops`] (tensors, dims, facts, ops), [`graph`] (nodes,
+//! builder, type inference, CPU runner), [`weights`] (safetensors).
+
+pub mod error;
+pub mod graph;
+pub mod ops;
+pub mod weights;
+
+pub use error::{Error, Result};
