@@ -4,6 +4,24 @@
 pub mod broadcast;
 pub mod checks;
 mod elementwise;
+
+// Op families, one file each.
+pub mod attention;
+pub mod cast;
+pub mod concat;
+pub mod conv;
+pub mod gather;
+pub mod lstm;
+pub mod matmul;
+pub mod mel;
+pub mod norm;
+pub mod pad;
+pub mod range;
+pub mod reduce;
+pub mod select;
+pub mod shape;
+pub mod softmax;
+pub mod stft;
 mod dim;
 mod dtype;
 mod error;
