@@ -11,6 +11,7 @@
 pub mod error;
 pub mod graph;
 pub mod ops;
+pub mod pulse;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -71,6 +71,7 @@ class Espeak:
 
 def _resample(x16, sr):
     import torch
+    torch.set_num_threads(1)
     import torchaudio.functional as AF
     x = torch.from_numpy(x16.astype(np.float32) / 32768.0)
     y = AF.resample(x, sr, 16000)
@@ -79,8 +80,6 @@ def _resample(x16, sr):
 
 def _init_worker():
     global _engine
-    import torch
-    torch.set_num_threads(1)
     _engine = Espeak()
 
 
@@ -109,9 +108,23 @@ def synth_many(items, procs=None, chunksize=16, resample=True):
     training data builder resamples those in batches on the GPU)."""
     import multiprocessing as mp
     procs = procs or os.cpu_count()
-    ctx = mp.get_context("fork")
-    with ctx.Pool(procs, initializer=_init_worker) as pool:
-        return pool.map(_job_16k if resample else _job, items, chunksize=chunksize)
+    # ESPEAK_LD_PATH: library folders for a libespeak-ng unpacked outside / (the GPU
+    # machine). Only the synthesis workers, started fresh ("spawn"), get it on their
+    # LD_LIBRARY_PATH, so the parent (torch, CUDA) never loads those libraries.
+    extra = os.environ.get("ESPEAK_LD_PATH")
+    old = os.environ.get("LD_LIBRARY_PATH")
+    if extra:
+        os.environ["LD_LIBRARY_PATH"] = extra + ((":" + old) if old else "")
+    try:
+        ctx = mp.get_context("spawn" if extra else "fork")
+        with ctx.Pool(procs, initializer=_init_worker) as pool:
+            return pool.map(_job_16k if resample else _job, items, chunksize=chunksize)
+    finally:
+        if extra:
+            if old is None:
+                os.environ.pop("LD_LIBRARY_PATH", None)
+            else:
+                os.environ["LD_LIBRARY_PATH"] = old
 
 
 def write_wav(path, x16):

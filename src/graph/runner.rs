@@ -61,6 +61,13 @@ impl Runner {
         }
     }
 
+    /// Tells stateful ops the total input length, once the stream's end is known.
+    pub fn set_stream_len(&mut self, s: Option<i64>) {
+        for st in self.states.iter_mut().flatten() {
+            st.set_stream_len(s);
+        }
+    }
+
     /// The stream length `S` of the last run, when the inputs were symbolic.
     pub fn last_s(&self) -> Option<i64> {
         self.last_s

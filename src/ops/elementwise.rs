@@ -153,6 +153,10 @@ impl Op for Binary {
         format!("{self:?}")
     }
 
+    fn frame_local_axis(&self, inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
+        broadcast_stream_axis(inputs, axes)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
         input_count(inputs, 2)?;
         same_dtype(inputs[0], inputs[1], 1)?;
@@ -262,6 +266,10 @@ impl Op for Unary {
         format!("{self:?}")
     }
 
+    fn frame_local_axis(&self, _: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
+        axes.first().copied().flatten()
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
         input_count(inputs, 1)?;
         check_unary_dtype(*self, inputs[0].dtype)?;
@@ -294,3 +302,30 @@ fn check_unary_dtype(op: Unary, dt: DType) -> OpResult<()> {
     Ok(())
 }
 
+
+/// The output streaming axis of a broadcasting op: every streaming input must
+/// stream along the same output axis, and every other input must have size 1
+/// (or no axis) there.
+pub fn broadcast_stream_axis(inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
+    let rank = inputs.iter().map(|f| f.rank()).max()?;
+    let mut out = None;
+    for (f, a) in inputs.iter().zip(axes) {
+        if let Some(a) = a {
+            let o = a + rank - f.rank();
+            if out.is_some_and(|x| x != o) {
+                return None;
+            }
+            out = Some(o);
+        }
+    }
+    let o = out?;
+    for (f, a) in inputs.iter().zip(axes) {
+        if a.is_none() {
+            let lead = rank - f.rank();
+            if o >= lead && f.shape[o - lead] != crate::ops::Dim::n(1) {
+                return None;
+            }
+        }
+    }
+    Some(o)
+}

@@ -37,4 +37,4 @@ pub use fact::TypedFact;
 pub use op::{eval_op, outputs_len, Op, OpState, Scratch};
 pub use source::{Const, Source};
 pub use tensor::{Storage, StorageElement, Tensor};
-pub use elementwise::{contig, Binary, Unary};
+pub use elementwise::{broadcast_stream_axis, contig, Binary, Unary};

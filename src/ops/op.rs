@@ -71,6 +71,15 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
         None
     }
 
+    /// For the pulsifier: when each output frame along a streaming axis
+    /// depends only on the same frame of the inputs (element-wise ops, norms
+    /// and linears over other axes), the output's streaming axis. `axes`
+    /// gives each input's streaming axis (`None` for inputs that do not
+    /// stream). `None`, the default, means the op needs a dedicated pulse rule.
+    fn frame_local_axis(&self, _inputs: &[&TypedFact], _axes: &[Option<usize>]) -> Option<usize> {
+        None
+    }
+
     /// Parameters, for `inspect` dumps.
     fn info(&self) -> String {
         String::new()
@@ -84,6 +93,9 @@ pub trait OpState: fmt::Debug + Send {
     fn eval(&mut self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, scratch: &mut Scratch) -> OpResult<()>;
     /// Back to the state of a fresh session (zeros).
     fn reset(&mut self);
+    /// The total input length `S`, once the stream's end is known (ops that
+    /// pad or append at the stream's end need it).
+    fn set_stream_len(&mut self, _s: Option<i64>) {}
 }
 
 /// Evaluates an op once on fresh outputs (tests, one-off use).

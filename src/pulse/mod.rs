@@ -1,0 +1,26 @@
+//! Pulsification: pulsed facts, the pulsifier (whole-utterance graph over a
+//! streaming axis `S` -> graph over a fixed pulse), the pulse-only ops and
+//! the streaming session.
+
+mod concat;
+mod delay;
+mod fact;
+mod frames;
+mod model;
+mod pad;
+mod position;
+pub mod pulsifier;
+mod rules;
+mod session;
+mod trim;
+
+pub use concat::PulsedSameAxisConcat;
+pub use delay::Delay;
+pub use fact::{PulsedFact, StreamInfo};
+pub use frames::FrameLayout;
+pub use model::PulsedModel;
+pub use pad::PulsePad;
+pub use position::StreamPosition;
+pub use pulsifier::pulsify;
+pub use session::{Chunk, SessionError, StreamingSession};
+pub use trim::AffineChunkTrim;
