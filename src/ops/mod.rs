@@ -11,6 +11,7 @@ pub mod cast;
 pub mod concat;
 pub mod conv;
 pub mod gather;
+pub mod limited_attention;
 pub mod lstm;
 pub mod matmul;
 pub mod mel;

@@ -17,9 +17,17 @@ pub struct StreamInfo {
     /// Frames of warm-up before the first real frame: at step `n` the pulse
     /// holds logical frames `n*pulse - delay .. (n+1)*pulse - delay`.
     pub delay: usize,
+    /// Past frames carried in front of the pulse (after a Delay with
+    /// overlap): the axis then has `pulse + overlap` frames per step.
+    pub overlap: usize,
 }
 
 impl StreamInfo {
+    /// Frames on the streaming axis in one step's tensor.
+    pub fn frames(&self) -> usize {
+        self.pulse + self.overlap
+    }
+
     /// The logical index of the first frame of step `n`.
     pub fn first_frame(&self, step: u64) -> i64 {
         step as i64 * self.pulse as i64 - self.delay as i64
@@ -45,6 +53,9 @@ impl fmt::Display for PulsedFact {
         write!(f, "{}", self.fact)?;
         if let Some(s) = &self.stream {
             write!(f, " axis {} pulse {} len {} delay {}", s.axis, s.pulse, s.len, s.delay)?;
+            if s.overlap > 0 {
+                write!(f, " overlap {}", s.overlap)?;
+            }
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! streaming axis `S` -> graph over a fixed pulse), the pulse-only ops and
 //! the streaming session.
 
+mod attention;
 mod concat;
 mod delay;
 mod fact;
@@ -13,7 +14,9 @@ pub mod pulsifier;
 mod rules;
 mod session;
 mod trim;
+pub mod verify;
 
+pub use attention::PulsedLimitedAttention;
 pub use concat::PulsedSameAxisConcat;
 pub use delay::Delay;
 pub use fact::{PulsedFact, StreamInfo};

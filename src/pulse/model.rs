@@ -55,10 +55,10 @@ impl PulsedModel {
                     )));
                 }
                 if let Some(s) = pf.stream {
-                    if f.shape.get(s.axis).and_then(|d| d.as_const()) != Some(s.pulse as i64) {
+                    if f.shape.get(s.axis).and_then(|d| d.as_const()) != Some(s.frames() as i64) {
                         return Err(Error::Graph(format!(
-                            "node `{}`: fact {f} does not have pulse {} on axis {}",
-                            n.name, s.pulse, s.axis
+                            "node `{}`: fact {f} does not have {} frames on axis {}",
+                            n.name, s.frames(), s.axis
                         )));
                     }
                 }

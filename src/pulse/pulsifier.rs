@@ -91,7 +91,7 @@ impl Ctx {
                 let mut f = fact.clone();
                 f.shape[*axis] = Dim::n(self.pulse as i64);
                 let o = self.b.input(name, f.clone())?;
-                let stream = StreamInfo { axis: *axis, pulse: self.pulse, len: Dim::s(), delay: 0 };
+                let stream = StreamInfo { axis: *axis, pulse: self.pulse, len: Dim::s(), delay: 0, overlap: 0 };
                 let pf = PulsedFact { fact: f, stream: Some(stream) };
                 self.facts.insert(o, pf.clone());
                 Ok((o, pf))
@@ -142,8 +142,11 @@ impl Ctx {
         if extra == 0 && overlap == 0 {
             return Ok(input.clone());
         }
+        if s.overlap > 0 {
+            return Err(Error::Graph(format!("node `{name}`: cannot delay a stream that already carries overlap")));
+        }
         let op = Delay { axis: s.axis, delay: extra, overlap };
-        let stream = StreamInfo { delay: s.delay + extra, ..s };
+        let stream = StreamInfo { delay: s.delay + extra, overlap, ..s };
         let o = self.add(&self.unique(&format!("{name}.delay")), Arc::new(op), &[input.0], &[Some(stream)])?;
         Ok(o[0].clone())
     }
@@ -173,6 +176,9 @@ impl Ctx {
     /// on delay-aligned inputs.
     fn frame_local(&mut self, node: &Node, ins: &[Pulsed]) -> Result<Vec<Pulsed>> {
         let ins = self.align(&node.name, ins)?;
+        if ins.iter().any(|p| p.1.stream.is_some_and(|s| s.overlap > 0)) {
+            return Err(not_streamable(node, "an input carries overlap frames meant for a windowed op".into()));
+        }
         let pulses: Vec<usize> = ins.iter().filter_map(|p| p.1.stream.map(|s| s.pulse)).collect();
         if pulses.windows(2).any(|w| w[0] != w[1]) {
             return Err(not_streamable(node, format!("its streaming inputs have different pulses {pulses:?}")));
@@ -186,7 +192,7 @@ impl Ctx {
         let mut streams = Vec::new();
         for f in &node.facts {
             let len = *f.shape.get(axis).ok_or_else(|| not_streamable(node, "output lost the streaming axis".into()))?;
-            streams.push(Some(StreamInfo { axis, pulse: first.pulse, len, delay: first.delay }));
+            streams.push(Some(StreamInfo { axis, pulse: first.pulse, len, delay: first.delay, overlap: 0 }));
         }
         let inputs: Vec<OutletId> = ins.iter().map(|p| p.0).collect();
         self.add(&node.name, node.op.clone(), &inputs, &streams)
