@@ -44,6 +44,11 @@ impl GraphBuilder {
         r
     }
 
+    /// `name` with the current scope prefixes (`a.b.name`).
+    pub fn scoped_name(&self, name: &str) -> String {
+        self.full_name(name)
+    }
+
     fn full_name(&self, name: &str) -> String {
         let mut s = String::new();
         for p in &self.scopes {

@@ -20,22 +20,25 @@ pub fn broadcast_dims(a: &[Dim], b: &[Dim]) -> OpResult<Vec<Dim>> {
     Ok(out)
 }
 
-/// The broadcast of two concrete shapes.
-pub fn broadcast_shapes(a: &[usize], b: &[usize], out: &mut Vec<usize>) -> OpResult<()> {
+/// The broadcast of two concrete shapes, into a stack array (no allocation);
+/// returns the rank.
+pub fn broadcast_shapes(a: &[usize], b: &[usize], out: &mut [usize; MAX_RANK]) -> OpResult<usize> {
     let r = a.len().max(b.len());
-    out.clear();
+    if r > MAX_RANK {
+        return Err(OpError::Shape(format!("rank above {MAX_RANK}")));
+    }
     for i in 0..r {
         let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
         let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
-        out.push(if da == db || db == 1 {
+        out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
             return Err(OpError::Shape(format!("cannot broadcast {a:?} with {b:?}")));
-        });
+        };
     }
-    Ok(())
+    Ok(r)
 }
 
 /// Strides (in elements) of a contiguous `shape` seen through the broadcast

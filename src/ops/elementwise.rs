@@ -177,10 +177,7 @@ impl Op for Binary {
             return Err(OpError::Shape(format!("rank above {MAX_RANK}")));
         }
         let mut shape = [0usize; MAX_RANK];
-        let mut sv = Vec::new();
-        broadcast_shapes(a.shape(), b.shape(), &mut sv)?;
-        let r = sv.len();
-        shape[..r].copy_from_slice(&sv);
+        let r = broadcast_shapes(a.shape(), b.shape(), &mut shape)?;
         let shape = &shape[..r];
         outputs_len(outputs, 1);
         let out = &mut outputs[0];

@@ -1,0 +1,8 @@
+//! Model builders: graphs written with the builder from a config and weights.
+
+mod config;
+pub mod conformer;
+mod package;
+
+pub use config::ConformerConfig;
+pub use package::ModelDir;
