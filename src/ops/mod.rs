@@ -10,6 +10,7 @@ pub mod attention;
 pub mod cast;
 pub mod concat;
 pub mod conv;
+pub mod ctc_head;
 pub mod gather;
 pub mod limited_attention;
 pub mod lstm;
