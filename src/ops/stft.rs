@@ -277,7 +277,7 @@ impl Stft {
         let frames = self.frames(s)?;
         let bins = self.bins();
         let x = sig.as_slice::<T>()?;
-        let batch = if s == 0 { 0 } else { x.len() / s };
+        let batch = x.len().checked_div(s).unwrap_or(0);
         let scratch_len = self.fft.get_inplace_scratch_len();
         let (buf, fft_scratch, win_f32) = scratch.three(2 * n, 2 * scratch_len, n);
         read_window(win, win_f32)?;
@@ -383,15 +383,12 @@ mod tests {
             .collect()
     }
 
+    /// One frame's bins (re, im) and the sum of its |windowed samples|.
+    type RefFrame = (Vec<(f64, f64)>, f64);
+
     /// Direct DFT of every frame, in f64: `[B][T][bin] -> (re, im)`, plus the
     /// sum of |windowed samples| of each frame (a bound on every |X_k|).
-    fn reference(
-        x: &[f32],
-        b: usize,
-        w: &[f32],
-        hop: usize,
-        center: bool,
-    ) -> Vec<Vec<(Vec<(f64, f64)>, f64)>> {
+    fn reference(x: &[f32], b: usize, w: &[f32], hop: usize, center: bool) -> Vec<Vec<RefFrame>> {
         let n = w.len();
         let s = x.len() / b;
         let pad = if center { n / 2 } else { 0 };
