@@ -190,6 +190,9 @@ impl Tensor {
 
     /// True when elements are laid out row-major without gaps.
     pub fn is_contiguous(&self) -> bool {
+        if self.len() == 0 {
+            return true; // no element to misplace, whatever the strides say
+        }
         let mut acc = 1;
         for i in (0..self.shape.len()).rev() {
             if self.shape[i] != 1 && self.strides[i] != acc {
