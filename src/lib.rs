@@ -8,6 +8,7 @@
 //! Layers, bottom up: [`ops`] (tensors, dims, facts, ops), [`graph`] (nodes,
 //! builder, type inference, CPU runner), [`weights`] (safetensors).
 
+pub mod audio;
 pub mod error;
 pub mod graph;
 pub mod ops;
