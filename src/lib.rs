@@ -9,6 +9,7 @@
 //! builder, type inference, CPU runner), [`weights`] (safetensors).
 
 pub mod audio;
+pub mod decode;
 pub mod error;
 pub mod graph;
 pub mod ops;
