@@ -13,6 +13,7 @@ pub mod decode;
 pub mod error;
 pub mod graph;
 pub mod ops;
+pub mod output;
 pub mod pulse;
 pub mod weights;
 

@@ -22,7 +22,6 @@ enum Mode {
     Fft {
         fft: Box<Fft<f32>>,
         chunk_in: usize,
-        chunk_out: usize,
         /// Input that does not fill a block yet.
         pending: Vec<f32>,
         out_buf: Vec<f32>,
@@ -94,7 +93,6 @@ impl StreamResampler {
             Mode::Fft {
                 fft: Box::new(fft),
                 chunk_in,
-                chunk_out,
                 pending: Vec::with_capacity(chunk_in),
                 out_buf: vec![0.0; chunk_out],
                 skip,

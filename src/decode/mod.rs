@@ -6,8 +6,17 @@
 //!   results at any time.
 //! - [`prefix_beam_search`]: CTC prefix beam search over whole log-prob rows;
 //!   sums over alignments, so it can beat the single best path.
-//! - [`Transcript`] / [`Word`]: text, word start/end seconds and confidence;
-//!   the conventions are documented in [`transcript`](self::Transcript).
+//! - [`Transcript`] / [`Word`]: text, word start/end seconds and confidence.
+//!
+//! Conventions (greedy and beam alike):
+//! - a token's span is the run of frames in which the (best) alignment emits
+//!   it, first frame to last repeat; blank frames belong to no token;
+//! - words split at `<sp>` (no empty words); `text` is the words joined by one space;
+//! - a word runs from the first frame of its first token to the last frame of
+//!   its last token + 1; seconds = `offset_s + frame * frame_duration_s`
+//!   ([`FrameTiming`]; the shipped model has [`MODEL_FRAME_S`] = 0.04 s frames);
+//! - confidence = `exp(mean log-prob)` over the frames of its tokens' spans
+//!   (the geometric mean of their probabilities), in [0, 1].
 
 mod beam;
 mod error;

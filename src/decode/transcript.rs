@@ -42,9 +42,10 @@ impl FrameTiming {
     }
 
     pub(crate) fn check(&self) -> Result<(), DecodeError> {
-        if !(self.frame_duration_s.is_finite() && self.frame_duration_s > 0.0)
-            || !self.offset_s.is_finite()
-        {
+        let ok = self.frame_duration_s.is_finite()
+            && self.frame_duration_s > 0.0
+            && self.offset_s.is_finite();
+        if !ok {
             return Err(DecodeError::Param(format!(
                 "frame duration {} s / offset {} s: need a positive duration and a finite offset",
                 self.frame_duration_s, self.offset_s
