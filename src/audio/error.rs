@@ -1,0 +1,54 @@
+//! Why a WAV could not be turned into model input, naming the file.
+
+use thiserror::Error;
+
+/// A WAV that could not be read; every message is one line that starts with
+/// the file's path (or the name given to [`super::decode_wav`]).
+#[derive(Debug, Error)]
+pub enum AudioError {
+    /// The bytes are not a RIFF/WAVE file at all (text, another container, garbage).
+    #[error("{path}: not a WAV file: {reason}")]
+    NotWav { path: String, reason: String },
+    /// A WAV whose sample encoding we do not decode (A-law, ADPCM, 12-bit, 64-bit float...).
+    #[error("{path}: unsupported WAV format: {format}")]
+    Unsupported { path: String, format: String },
+    /// The file ends before the header or the data chunk says it should.
+    #[error("{path}: truncated: {detail}")]
+    Truncated { path: String, detail: String },
+    /// A WAV header or sample that contradicts itself (bad sizes, NaN samples...).
+    #[error("{path}: corrupt WAV: {reason}")]
+    Corrupt { path: String, reason: String },
+    /// A well-formed WAV with no samples.
+    #[error("{path}: no audio (0 samples)")]
+    Empty { path: String },
+    /// The operating system failed to open or read the file.
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The resampler refused the rates or failed mid-way.
+    #[error("{path}: cannot resample {from} Hz to {to} Hz: {reason}")]
+    Resample {
+        path: String,
+        from: u32,
+        to: u32,
+        reason: String,
+    },
+}
+
+impl AudioError {
+    /// The file path (or stream name) the error is about.
+    pub fn path(&self) -> &str {
+        match self {
+            AudioError::NotWav { path, .. }
+            | AudioError::Unsupported { path, .. }
+            | AudioError::Truncated { path, .. }
+            | AudioError::Corrupt { path, .. }
+            | AudioError::Empty { path }
+            | AudioError::Io { path, .. }
+            | AudioError::Resample { path, .. } => path,
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Incremental, time-aligned mono resampling with rubato's synchronous FFT
+//! resampler.
+//!
+//! The FFT resampler processes fixed blocks, so its output does not depend on
+//! how the caller slices the input: a whole file and the same file fed chunk
+//! by chunk give identical samples. Its startup delay (half an output block)
+//! is dropped from the front, and the tail is flushed with silence and cut so
+//! that `n` input samples give exactly `round(n * target / source)` outputs.
+
+use rubato::audioadapter_buffers::direct::InterleavedSlice;
+use rubato::{Fft, FixedSync, Resampler};
+
+/// The smaller FFT block (input or output side) is at least this long: long
+/// blocks give a sharper anti-aliasing filter (cutoff ~0.98 of Nyquist here).
+const MIN_BLOCK: usize = 512;
+
+/// Above this (larger side), block length is not raised for quality.
+const MAX_BLOCK: usize = 16_384;
+
+enum Mode {
+    PassThrough,
+    Fft {
+        fft: Box<Fft<f32>>,
+        chunk_in: usize,
+        /// Input that does not fill a block yet.
+        pending: Vec<f32>,
+        out_buf: Vec<f32>,
+        /// Startup-delay samples still to drop.
+        skip: usize,
+    },
+}
+
+/// Mono resampler fed any number of samples at a time.
+pub(crate) struct StreamResampler {
+    mode: Mode,
+    source_rate: u32,
+    target_rate: u32,
+    frames_in: u64,
+    frames_out: u64,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `round(n * target / source)`, halves rounded up, in exact integer arithmetic.
+pub(crate) fn resampled_len(n: u64, source: u32, target: u32) -> u64 {
+    if source == target {
+        return n;
+    }
+    let num = 2 * n as u128 * target as u128 + source as u128;
+    (num / (2 * source as u128)) as u64
+}
+
+impl StreamResampler {
+    /// A resampler from `source_rate` to `target_rate` (both > 0).
+    pub(crate) fn new(source_rate: u32, target_rate: u32) -> Result<Self, String> {
+        if source_rate == 0 || target_rate == 0 {
+            return Err("sample rates must be positive".into());
+        }
+        let mode = if source_rate == target_rate {
+            Mode::PassThrough
+        } else {
+            let g = gcd(source_rate as u64, target_rate as u64);
+            let (min_in, min_out) = ((source_rate as u64 / g), (target_rate as u64 / g));
+            // An even number of minimal blocks makes both FFT sizes even, so
+            // the filter's centre (half a block) is a whole number of samples
+            // on both sides and the delay we drop is exact.
+            // Co-prime rates force long blocks already; don't lengthen them further.
+            let k_quality = (MIN_BLOCK as u64).div_ceil(min_in.min(min_out));
+            let k_cap = (MAX_BLOCK as u64 / min_in.max(min_out)).max(1);
+            let mut k = k_quality.min(k_cap).max(2);
+            k += k % 2;
+            let chunk = usize::try_from(k * min_in).map_err(|e| e.to_string())?;
+            let fft = Fft::<f32>::new(
+                source_rate as usize,
+                target_rate as usize,
+                chunk,
+                1,
+                FixedSync::Both,
+            )
+            .map_err(|e| e.to_string())?;
+            let (chunk_in, chunk_out) = (fft.input_frames_next(), fft.output_frames_next());
+            if chunk_in as u64 * target_rate as u64 != chunk_out as u64 * source_rate as u64 {
+                return Err(format!(
+                    "block sizes {chunk_in}/{chunk_out} do not match the rate ratio"
+                ));
+            }
+            let skip = fft.output_delay();
+            Mode::Fft {
+                fft: Box::new(fft),
+                chunk_in,
+                pending: Vec::with_capacity(chunk_in),
+                out_buf: vec![0.0; chunk_out],
+                skip,
+            }
+        };
+        Ok(StreamResampler {
+            mode,
+            source_rate,
+            target_rate,
+            frames_in: 0,
+            frames_out: 0,
+        })
+    }
+
+    /// The output length once exactly `frames_in` inputs have been pushed.
+    pub(crate) fn final_len(&self) -> u64 {
+        resampled_len(self.frames_in, self.source_rate, self.target_rate)
+    }
+
+    /// Resamples `input`, appending every output sample that is ready to `out`.
+    pub(crate) fn push(&mut self, input: &[f32], out: &mut Vec<f32>) -> Result<(), String> {
+        self.frames_in += input.len() as u64;
+        let Mode::Fft {
+            fft,
+            chunk_in,
+            pending,
+            out_buf,
+            skip,
+            ..
+        } = &mut self.mode
+        else {
+            out.extend_from_slice(input);
+            self.frames_out += input.len() as u64;
+            return Ok(());
+        };
+        let chunk_in = *chunk_in;
+        let mut input = input;
+        if !pending.is_empty() {
+            let take = (chunk_in - pending.len()).min(input.len());
+            pending.extend_from_slice(&input[..take]);
+            input = &input[take..];
+            if pending.len() == chunk_in {
+                let n = run_block(fft, pending, out_buf, skip, out)?;
+                self.frames_out += n as u64;
+                pending.clear();
+            }
+        }
+        while input.len() >= chunk_in {
+            let n = run_block(fft, &input[..chunk_in], out_buf, skip, out)?;
+            self.frames_out += n as u64;
+            input = &input[chunk_in..];
+        }
+        pending.extend_from_slice(input);
+        Ok(())
+    }
+
+    /// Flushes the tail: after this, `out` has received exactly
+    /// [`final_len`](Self::final_len) samples in all.
+    pub(crate) fn finish(&mut self, out: &mut Vec<f32>) -> Result<(), String> {
+        let want = self.final_len();
+        let Mode::Fft {
+            fft,
+            chunk_in,
+            pending,
+            out_buf,
+            skip,
+            ..
+        } = &mut self.mode
+        else {
+            return Ok(());
+        };
+        let mut block = std::mem::take(pending);
+        block.resize(*chunk_in, 0.0);
+        let mut first = true;
+        while self.frames_out < want {
+            if !first {
+                block.iter_mut().for_each(|v| *v = 0.0);
+            }
+            first = false;
+            let before = out.len();
+            run_block(fft, &block, out_buf, skip, out)?;
+            let room = (want - self.frames_out) as usize;
+            out.truncate(before + room.min(out.len() - before));
+            self.frames_out += (out.len() - before) as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Resamples one full input block; appends its output after the startup
+/// delay is dropped and returns how many samples it appended.
+fn run_block(
+    fft: &mut Fft<f32>,
+    block: &[f32],
+    out_buf: &mut [f32],
+    skip: &mut usize,
+    out: &mut Vec<f32>,
+) -> Result<usize, String> {
+    let frames_out = out_buf.len();
+    let input = InterleavedSlice::new(block, 1, block.len()).map_err(|e| e.to_string())?;
+    let mut output =
+        InterleavedSlice::new_mut(out_buf, 1, frames_out).map_err(|e| e.to_string())?;
+    let (_, produced) = fft
+        .process_into_buffer(&input, &mut output, None)
+        .map_err(|e| e.to_string())?;
+    let produced = &out_buf[..produced.min(frames_out)];
+    let drop = (*skip).min(produced.len());
+    *skip -= drop;
+    out.extend_from_slice(&produced[drop..]);
+    Ok(produced.len() - drop)
+}

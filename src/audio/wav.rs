@@ -1,0 +1,398 @@
+//! Reading a WAV's samples as mono f32 at its own rate, with every failure
+//! mapped to an [`AudioError`] (hound does the parsing; we sniff the header
+//! first so that errors can say *which* unsupported format it was).
+
+use std::io::{Cursor, Read};
+
+use super::AudioError;
+
+/// How many leading bytes we keep to describe an unsupported format; the fmt
+/// chunk is almost always within the first hundred bytes.
+const HEAD_BYTES: u64 = 4096;
+
+/// Highest sample rate we resample from: real files stop at 384 kHz, and a
+/// bit-flipped header must not make the resampler allocate gigabytes.
+const MAX_RATE: u32 = 384_000;
+
+/// The largest f32 below 1.0: integer samples map to [-1, 1) even after rounding.
+const BELOW_ONE: f32 = 1.0 - f32::EPSILON / 2.0;
+
+/// What the fmt chunk says, read by hand from the head of the file.
+#[derive(Debug, Clone, Copy, Default)]
+struct FmtSniff {
+    tag: u16,
+    channels: u16,
+    block_align: u16,
+    bits: u16,
+    /// First two bytes of the WAVE_FORMAT_EXTENSIBLE sub-format GUID (its format tag).
+    sub_tag: Option<u16>,
+    valid_bits: Option<u16>,
+}
+
+fn le16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes([*b.get(at)?, *b.get(at + 1)?]))
+}
+
+fn le32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes([
+        *b.get(at)?,
+        *b.get(at + 1)?,
+        *b.get(at + 2)?,
+        *b.get(at + 3)?,
+    ]))
+}
+
+/// Walks the RIFF chunks within `head` looking for "fmt ".
+fn sniff_fmt(head: &[u8]) -> Option<FmtSniff> {
+    let mut at = 12usize;
+    loop {
+        let id = head.get(at..at + 4)?;
+        let len = le32(head, at + 4)? as usize;
+        let body = at + 8;
+        if id == b"fmt " {
+            let mut f = FmtSniff {
+                tag: le16(head, body)?,
+                channels: le16(head, body + 2)?,
+                block_align: le16(head, body + 12)?,
+                bits: le16(head, body + 14)?,
+                ..FmtSniff::default()
+            };
+            if f.tag == 0xFFFE && len >= 40 {
+                f.valid_bits = le16(head, body + 18);
+                f.sub_tag = le16(head, body + 24);
+            }
+            return Some(f);
+        }
+        // RIFF chunks are padded to an even length.
+        at = body.checked_add(len)?.checked_add(len & 1)?;
+    }
+}
+
+fn tag_name(tag: u16) -> String {
+    match tag {
+        0x0002 => "MS ADPCM".into(),
+        0x0006 => "A-law".into(),
+        0x0007 => "mu-law".into(),
+        0x0011 => "IMA ADPCM".into(),
+        0x0031 => "GSM 6.10".into(),
+        0x0050 | 0x0055 => "MPEG audio".into(),
+        _ => format!("format tag 0x{tag:04x}"),
+    }
+}
+
+/// A one-line description of an encoding hound (or we) cannot decode.
+fn describe_unsupported(f: Option<FmtSniff>) -> String {
+    let Some(f) = f else {
+        return "unknown encoding".into();
+    };
+    let tag = if f.tag == 0xFFFE {
+        f.sub_tag.unwrap_or(0xFFFE)
+    } else {
+        f.tag
+    };
+    let bits = f.valid_bits.filter(|&b| b > 0).unwrap_or(f.bits);
+    match tag {
+        1 => format!("{bits}-bit int PCM"),
+        3 => format!("{bits}-bit float"),
+        t => tag_name(t),
+    }
+}
+
+/// Sample encodings we decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Int { bits: u16 },
+    Float,
+}
+
+impl Encoding {
+    fn describe(self) -> String {
+        match self {
+            Encoding::Int { bits } => format!("{bits}-bit int"),
+            Encoding::Float => "32-bit float".into(),
+        }
+    }
+}
+
+/// A WAV being read frame by frame as mono f32 at its own sample rate.
+pub(crate) struct WavSource<R: Read> {
+    reader: hound::WavReader<std::io::Chain<Cursor<Vec<u8>>, R>>,
+    name: String,
+    encoding: Encoding,
+    channels: u16,
+    rate: u32,
+    frames_total: u64,
+    frames_read: u64,
+}
+
+impl<R: Read> WavSource<R> {
+    /// Reads and checks the header; the data is read on demand.
+    pub(crate) fn open(mut reader: R, name: &str) -> Result<Self, AudioError> {
+        let path = name.to_string();
+        let io = |source| AudioError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut head = Vec::new();
+        (&mut reader)
+            .take(HEAD_BYTES)
+            .read_to_end(&mut head)
+            .map_err(io)?;
+        check_magic(&head, &path)?;
+        let sniff = sniff_fmt(&head);
+        let wav = hound::WavReader::new(Cursor::new(head).chain(reader))
+            .map_err(|e| header_error(e, sniff, &path))?;
+        let spec = wav.spec();
+        let bytes = sniff
+            .filter(|f| f.channels > 0)
+            .map(|f| f.block_align / f.channels);
+        let encoding = match (spec.sample_format, spec.bits_per_sample, bytes) {
+            (hound::SampleFormat::Float, 32, None | Some(4)) => Encoding::Float,
+            (hound::SampleFormat::Int, b @ (8 | 16), None) => Encoding::Int { bits: b },
+            (hound::SampleFormat::Int, 8, Some(1)) | (hound::SampleFormat::Int, 16, Some(2)) => {
+                Encoding::Int {
+                    bits: spec.bits_per_sample,
+                }
+            }
+            (hound::SampleFormat::Int, 24, None | Some(3 | 4)) => Encoding::Int { bits: 24 },
+            (hound::SampleFormat::Int, 32, None | Some(4)) => Encoding::Int { bits: 32 },
+            (fmt, bits, bytes) => {
+                let kind = if fmt == hound::SampleFormat::Float {
+                    "float"
+                } else {
+                    "int"
+                };
+                let container = bytes
+                    .map(|b| format!(" in {b}-byte samples"))
+                    .unwrap_or_default();
+                return Err(AudioError::Unsupported {
+                    path,
+                    format: format!("{bits}-bit {kind}{container}"),
+                });
+            }
+        };
+        if spec.sample_rate == 0 {
+            return Err(AudioError::Corrupt {
+                path,
+                reason: "sample rate is 0".into(),
+            });
+        }
+        if spec.sample_rate > MAX_RATE {
+            return Err(AudioError::Unsupported {
+                path,
+                format: format!("sample rate {} Hz (at most {MAX_RATE})", spec.sample_rate),
+            });
+        }
+        let frames_total = wav.duration() as u64;
+        if frames_total == 0 {
+            return Err(AudioError::Empty { path });
+        }
+        Ok(WavSource {
+            reader: wav,
+            name: path,
+            encoding,
+            channels: spec.channels,
+            rate: spec.sample_rate,
+            frames_total,
+            frames_read: 0,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    pub(crate) fn channels(&self) -> u16 {
+        self.channels
+    }
+
+    pub(crate) fn frames_total(&self) -> u64 {
+        self.frames_total
+    }
+
+    pub(crate) fn frames_left(&self) -> u64 {
+        self.frames_total - self.frames_read
+    }
+
+    pub(crate) fn format(&self) -> String {
+        self.encoding.describe()
+    }
+
+    /// Appends up to `max_frames` frames, averaged over channels, to `out`;
+    /// returns how many it appended (0 once the data chunk is exhausted).
+    pub(crate) fn read_frames(
+        &mut self,
+        max_frames: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<usize, AudioError> {
+        let frames = (self.frames_left().min(max_frames as u64)) as usize;
+        let ch = self.channels as usize;
+        let start_frame = self.frames_read;
+        let mut done = 0usize;
+        let mut acc = 0f64;
+        let mut in_frame = 0usize;
+        match self.encoding {
+            Encoding::Int { bits } => {
+                let scale = 1.0 / (1u64 << (bits - 1)) as f64;
+                let inv_ch = 1.0 / ch as f64;
+                for s in self.reader.samples::<i32>().take(frames * ch) {
+                    let s = s.map_err(|e| {
+                        sample_error(e, &self.name, start_frame + done as u64, self.frames_total)
+                    })?;
+                    acc += s as f64;
+                    in_frame += 1;
+                    if in_frame == ch {
+                        out.push(((acc * scale * inv_ch) as f32).min(BELOW_ONE));
+                        acc = 0.0;
+                        in_frame = 0;
+                        done += 1;
+                    }
+                }
+            }
+            Encoding::Float => {
+                for s in self.reader.samples::<f32>().take(frames * ch) {
+                    let s = s.map_err(|e| {
+                        sample_error(e, &self.name, start_frame + done as u64, self.frames_total)
+                    })?;
+                    if !s.is_finite() {
+                        return Err(AudioError::Corrupt {
+                            path: self.name.clone(),
+                            reason: format!(
+                                "non-finite sample ({s}) at frame {}",
+                                start_frame + done as u64
+                            ),
+                        });
+                    }
+                    acc += s as f64;
+                    in_frame += 1;
+                    if in_frame == ch {
+                        out.push((acc / ch as f64) as f32);
+                        acc = 0.0;
+                        in_frame = 0;
+                        done += 1;
+                    }
+                }
+            }
+        }
+        self.frames_read += done as u64;
+        Ok(done)
+    }
+}
+
+/// Rejects what is clearly not a RIFF/WAVE file before hound sees it.
+fn check_magic(head: &[u8], path: &str) -> Result<(), AudioError> {
+    let not_wav = |reason: String| {
+        Err(AudioError::NotWav {
+            path: path.to_string(),
+            reason,
+        })
+    };
+    if head.is_empty() {
+        return not_wav("the file is empty (0 bytes)".into());
+    }
+    let magic = &head[..head.len().min(4)];
+    match magic {
+        b"RIFF" => {}
+        b"RIFX" => {
+            return Err(AudioError::Unsupported {
+                path: path.into(),
+                format: "big-endian RIFX".into(),
+            })
+        }
+        b"RF64" | b"BW64" => {
+            return Err(AudioError::Unsupported {
+                path: path.into(),
+                format: "RF64 (64-bit sizes)".into(),
+            })
+        }
+        _ if b"RIFF".starts_with(magic) => {
+            return Err(AudioError::Truncated {
+                path: path.into(),
+                detail: format!(
+                    "the file ends inside the RIFF header ({} bytes)",
+                    head.len()
+                ),
+            })
+        }
+        _ => return not_wav("no RIFF header".into()),
+    }
+    match head.get(8..12) {
+        Some(b"WAVE") => Ok(()),
+        Some(kind) => not_wav(format!(
+            "RIFF file of type '{}', not 'WAVE'",
+            String::from_utf8_lossy(kind).escape_debug()
+        )),
+        None => Err(AudioError::Truncated {
+            path: path.into(),
+            detail: format!(
+                "the file ends inside the RIFF header ({} bytes)",
+                head.len()
+            ),
+        }),
+    }
+}
+
+/// Hound reports a short read either as `UnexpectedEof` or, from its own
+/// helpers, as `Other` with this message.
+fn is_eof(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::UnexpectedEof
+        || (e.kind() == std::io::ErrorKind::Other
+            && e.to_string() == "Failed to read enough bytes.")
+}
+
+fn header_error(e: hound::Error, sniff: Option<FmtSniff>, path: &str) -> AudioError {
+    let path = path.to_string();
+    match e {
+        hound::Error::Unsupported => AudioError::Unsupported {
+            path,
+            format: describe_unsupported(sniff),
+        },
+        hound::Error::FormatError(reason)
+            if reason.starts_with("bits per sample is not")
+                || reason == "sample bits exceeds size of sample" =>
+        {
+            AudioError::Unsupported {
+                path,
+                format: describe_unsupported(sniff),
+            }
+        }
+        hound::Error::FormatError(reason) => AudioError::Corrupt {
+            path,
+            reason: reason.into(),
+        },
+        hound::Error::IoError(e) if is_eof(&e) => AudioError::Truncated {
+            path,
+            detail: "the file ends before the data chunk starts".into(),
+        },
+        hound::Error::IoError(source) => AudioError::Io { path, source },
+        other => AudioError::Corrupt {
+            path,
+            reason: other.to_string(),
+        },
+    }
+}
+
+fn sample_error(e: hound::Error, path: &str, frame: u64, total: u64) -> AudioError {
+    let path = path.to_string();
+    match e {
+        hound::Error::IoError(e) if is_eof(&e) => AudioError::Truncated {
+            path,
+            detail: format!(
+                "the data chunk declares {total} frames but the file ends after {frame}"
+            ),
+        },
+        hound::Error::IoError(source) => AudioError::Io { path, source },
+        hound::Error::Unsupported => AudioError::Unsupported {
+            path,
+            format: "sample encoding".into(),
+        },
+        other => AudioError::Corrupt {
+            path,
+            reason: format!("at frame {frame}: {other}"),
+        },
+    }
+}
