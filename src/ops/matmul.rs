@@ -848,6 +848,42 @@ mod tests {
     }
 
     #[test]
+    fn zero_sized_axes_give_empty_or_bias_outputs() {
+        // zero rows, zero outputs and zero fan-in, with leading zero axes
+        // (which `Tensor::is_contiguous` reports as strided)
+        for (lead, fan_in, fan_out) in [
+            (vec![0, 0], 0, 0),
+            (vec![2, 0], 3, 4),
+            (vec![3], 0, 2),
+            (vec![0, 2], 0, 2),
+        ] {
+            let mut sx = lead.clone();
+            sx.push(fan_in);
+            for dt in [DType::F32, DType::F16] {
+                let (x, w, b) = (
+                    tensor(dt, &sx, 1),
+                    tensor(dt, &[fan_out, fan_in], 2),
+                    tensor(dt, &[fan_out], 3),
+                );
+                let out = facts_then_eval(&Linear, &[&x, &w, &b]);
+                let rows: usize = lead.iter().product();
+                let want: Vec<f32> = (0..rows).flat_map(|_| b.to_f32_vec()).collect();
+                assert_eq!(out[0].to_f32_vec(), want);
+            }
+        }
+        let mm = MatMul::default();
+        for (sa, sb) in [
+            (vec![0, 2, 3], vec![3, 4]),
+            (vec![2, 0], vec![0, 3]),
+            (vec![0, 0], vec![0, 0]),
+        ] {
+            let (a, b) = (tensor(DType::F32, &sa, 1), tensor(DType::F32, &sb, 2));
+            let out = facts_then_eval(&mm, &[&a, &b]);
+            assert!(out[0].to_f32_vec().iter().all(|&v| v == 0.0));
+        }
+    }
+
+    #[test]
     fn frame_local_axes() {
         let f = |s: &[Dim]| TypedFact::dt_shape(DType::F32, s);
         let (s, n) = (Dim::s(), |v: usize| Dim::from(v));
