@@ -1,8 +1,10 @@
 //! Matrix products: a batched `MatMul` with numpy broadcasting, and the
 //! PyTorch-layout `Linear` that speech encoders spend most of their time in.
 //!
-//! Both run on the `gemm` crate in f32 (single-threaded: the caller decides
-//! how work is spread over cores); f16 and bf16 are widened into `Scratch`.
+//! Both run in f32 on one thread (the caller decides how work is spread over
+//! cores): an AVX2 + FMA kernel that packs into `Scratch` and allocates
+//! nothing, or the `gemm` crate on CPUs without those. f16 and bf16 are
+//! widened into `Scratch` too.
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -55,11 +57,33 @@ fn fits(len: usize, rows: usize, cols: usize, (rs, cs): Strides) -> bool {
     rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
 }
 
+/// Rows of `a` per packed block (two AVX vectors) and columns of `b` per
+/// microkernel call: 12 accumulators, 2 `a` vectors and a broadcast fill
+/// 15 of the 16 AVX registers.
+const MR: usize = 16;
+const NR: usize = 6;
+/// Rows and depth of one packed chunk of `a` (128 x 512 f32 = 256 KiB, L2).
+const MC: usize = 128;
+const KC: usize = 512;
+
+/// Scratch that `gemm_f32` needs for an `m x k` left operand.
+pub(crate) fn pack_len(m: usize, k: usize) -> usize {
+    m.min(MC).div_ceil(MR) * MR * k.min(KC)
+}
+
+/// Scratch that `gemm_rows` needs: the column-major product plus `pack_len`.
+pub(crate) fn rows_work_len(m: usize, n: usize, k: usize) -> usize {
+    m * n + pack_len(m, k)
+}
+
 /// `dst = a · b` (or `dst += a · b` when `accumulate`), with `a` `m×k`,
 /// `b` `k×n`, `dst` `m×n`, each a slice plus its (row, column) strides.
 ///
-/// The extents are checked against the slices here, so the unsafe call
-/// below never reads or writes outside them.
+/// With AVX2 + FMA and a column-major `dst` (row stride 1) this runs our
+/// own kernel, which packs `a` into `pack` (at least `pack_len(m, k)`) and
+/// allocates nothing; otherwise the `gemm` crate, which allocates a little
+/// on every call. The extents are checked against the slices here, so the
+/// unsafe calls below never reach outside them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_f32(
     m: usize,
@@ -72,6 +96,7 @@ pub(crate) fn gemm_f32(
     b: &[f32],
     bs: Strides,
     accumulate: bool,
+    pack: &mut [f32],
 ) -> OpResult<()> {
     if m == 0 || n == 0 {
         return Ok(());
@@ -94,9 +119,33 @@ pub(crate) fn gemm_f32(
         }
         return Ok(());
     }
-    // SAFETY: every index the product touches, (i*rs + j*cs) for i < rows and
-    // j < cols, is below the slice length (checked by `fits`); `dst` is a
-    // unique borrow, so it does not alias `a` or `b`.
+    #[cfg(target_arch = "x86_64")]
+    if ds.0 == 1
+        && pack.len() >= pack_len(m, k)
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+    {
+        // SAFETY: the CPU features were just detected; `fits` bounds every
+        // index of `dst`, `a` and `b` (row stride 1 for `dst`), `pack` is
+        // long enough, and `dst` is a unique borrow, so nothing aliases.
+        unsafe {
+            avx2::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                ds.1,
+                a.as_ptr(),
+                as_,
+                b.as_ptr(),
+                bs,
+                accumulate,
+                pack.as_mut_ptr(),
+            )
+        };
+        return Ok(());
+    }
+    // SAFETY: as above; gemm reads and writes exactly the checked extents.
     unsafe {
         gemm::gemm(
             m,
@@ -119,6 +168,204 @@ pub(crate) fn gemm_f32(
             false,
             gemm::Parallelism::None,
         );
+    }
+    Ok(())
+}
+
+/// The AVX2 + FMA product: `a` packed in blocks of 16 rows, `b` read in
+/// place through broadcasts (weights are never copied), `dst` column-major.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{KC, MC, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX2 and FMA available; `dst` (row stride 1, column stride `ldd`),
+    /// `a` and `b` valid over `m×n`, `m×k`, `k×n` with their strides;
+    /// `pack` valid for `pack_len(m, k)` writes and aliasing none of them.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        dst: *mut f32,
+        ldd: usize,
+        a: *const f32,
+        (ars, acs): (usize, usize),
+        b: *const f32,
+        (brs, bcs): (usize, usize),
+        accumulate: bool,
+        pack: *mut f32,
+    ) {
+        for m0 in (0..m).step_by(MC) {
+            let mc = MC.min(m - m0);
+            let blocks = mc.div_ceil(MR);
+            for k0 in (0..k).step_by(KC) {
+                let kc = KC.min(k - k0);
+                pack_a(a.add(m0 * ars + k0 * acs), (ars, acs), mc, kc, pack);
+                // later depth chunks add to what the first one stored
+                let load = accumulate || k0 > 0;
+                for n0 in (0..n).step_by(NR) {
+                    let bp = b.add(k0 * brs + n0 * bcs);
+                    for blk in 0..blocks {
+                        let ap = pack.add(blk * MR * kc);
+                        let d = dst.add(n0 * ldd + m0 + blk * MR);
+                        let rows = MR.min(mc - blk * MR);
+                        let t = Tile {
+                            kc,
+                            ap,
+                            bp,
+                            brs,
+                            bcs,
+                            d,
+                            ldd,
+                            rows,
+                            load,
+                        };
+                        match NR.min(n - n0) {
+                            6 => t.run::<6>(),
+                            5 => t.run::<5>(),
+                            4 => t.run::<4>(),
+                            3 => t.run::<3>(),
+                            2 => t.run::<2>(),
+                            _ => t.run::<1>(),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies an `mc×kc` block of `a` as `[block][k][16 rows]`, zero rows
+    /// past `mc`.
+    #[inline(always)]
+    unsafe fn pack_a(
+        a: *const f32,
+        (ars, acs): (usize, usize),
+        mc: usize,
+        kc: usize,
+        pack: *mut f32,
+    ) {
+        for blk in 0..mc.div_ceil(MR) {
+            let p = pack.add(blk * MR * kc);
+            let rows = MR.min(mc - blk * MR);
+            for r in 0..MR {
+                if r >= rows {
+                    for kk in 0..kc {
+                        *p.add(kk * MR + r) = 0.0;
+                    }
+                    continue;
+                }
+                let src = a.add((blk * MR + r) * ars);
+                for kk in 0..kc {
+                    *p.add(kk * MR + r) = *src.add(kk * acs);
+                }
+            }
+        }
+    }
+
+    /// One 16 x `N` tile of `dst` over a depth chunk.
+    struct Tile {
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        brs: usize,
+        bcs: usize,
+        d: *mut f32,
+        ldd: usize,
+        rows: usize,
+        load: bool,
+    }
+
+    impl Tile {
+        #[inline(always)]
+        unsafe fn run<const N: usize>(&self) {
+            let mut acc = [[_mm256_setzero_ps(); 2]; N];
+            let (mut ap, mut bp) = (self.ap, self.bp);
+            for _ in 0..self.kc {
+                let (a0, a1) = (_mm256_loadu_ps(ap), _mm256_loadu_ps(ap.add(8)));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let bj = _mm256_broadcast_ss(&*bp.add(j * self.bcs));
+                    acc[0] = _mm256_fmadd_ps(a0, bj, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(a1, bj, acc[1]);
+                }
+                ap = ap.add(MR);
+                bp = bp.add(self.brs);
+            }
+            for (j, acc) in acc.iter().enumerate() {
+                let col = self.d.add(j * self.ldd);
+                if self.rows == MR {
+                    let (mut c0, mut c1) = (acc[0], acc[1]);
+                    if self.load {
+                        c0 = _mm256_add_ps(_mm256_loadu_ps(col), c0);
+                        c1 = _mm256_add_ps(_mm256_loadu_ps(col.add(8)), c1);
+                    }
+                    _mm256_storeu_ps(col, c0);
+                    _mm256_storeu_ps(col.add(8), c1);
+                } else {
+                    let mut t = [0f32; MR];
+                    _mm256_storeu_ps(t.as_mut_ptr(), acc[0]);
+                    _mm256_storeu_ps(t.as_mut_ptr().add(8), acc[1]);
+                    for (r, &v) in t.iter().enumerate().take(self.rows) {
+                        let o = col.add(r);
+                        *o = if self.load { *o + v } else { v };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `out = a · b`, plus `bias[j]` on every column `j` when given, into a
+/// row-major `out` whose rows start `ld` elements apart.
+///
+/// The product goes column-major into the front of `work` (at least
+/// `rows_work_len(m, n, k)` long; the rest packs `a`) and is transposed into
+/// `out`: `m * n` copies against `2 * m * n * k` flops. Both kernels want a
+/// column-major destination; the `gemm` crate, given a row-major one and a
+/// `b` not contiguous along `n` (a PyTorch-layout weight), transposes the
+/// problem and repacks all of `b` on every call, 2-4x slower at 16 rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_rows(
+    (m, n, k): (usize, usize, usize),
+    out: &mut [f32],
+    ld: usize,
+    a: &[f32],
+    as_: Strides,
+    b: &[f32],
+    bs: Strides,
+    bias: Option<&[f32]>,
+    work: &mut [f32],
+) -> OpResult<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if !fits(out.len(), m, n, (ld, 1)) || bias.is_some_and(|b| b.len() < n) || work.len() < m * n {
+        return Err(OpError::Other(format!(
+            "internal: {m}x{n} rows exceed their buffers"
+        )));
+    }
+    let (tmp, pack) = work.split_at_mut(m * n);
+    gemm_f32(m, n, k, tmp, (1, m), a, as_, b, bs, false, pack)?;
+    // blocks of 16 columns keep the 16 source runs in cache while rows advance
+    for j0 in (0..n).step_by(16) {
+        let j1 = (j0 + 16).min(n);
+        for i in 0..m {
+            let row = &mut out[i * ld + j0..i * ld + j1];
+            match bias {
+                Some(bias) => {
+                    for (jj, (o, &bv)) in row.iter_mut().zip(&bias[j0..j1]).enumerate() {
+                        *o = tmp[(j0 + jj) * m + i] + bv;
+                    }
+                }
+                None => {
+                    for (jj, o) in row.iter_mut().enumerate() {
+                        *o = tmp[(j0 + jj) * m + i];
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -230,6 +477,7 @@ impl MatMul {
         batch: &[usize],
         (m, k, n): (usize, usize, usize),
         out: &mut [f32],
+        work: &mut [f32],
     ) -> OpResult<()> {
         let nb: usize = batch.iter().product();
         if nb == 0 || m == 0 || n == 0 {
@@ -239,7 +487,7 @@ impl MatMul {
         let b_s = if self.transpose_b { (1, k) } else { (n, 1) };
         let (a_n, b_n): (usize, usize) = (a_batch.iter().product(), b_batch.iter().product());
         if b_n == 1 && a_n == nb && !self.transpose_a {
-            return gemm_f32(nb * m, n, k, out, (n, 1), a, a_s, b, b_s, false);
+            return gemm_rows((nb * m, n, k), out, n, a, a_s, b, b_s, None, work);
         }
         let (sa, sb) = (
             broadcast_strides(a_batch, batch),
@@ -250,18 +498,8 @@ impl MatMul {
         let (mut oa, mut ob) = (0usize, 0usize);
         for i in 0..nb {
             let dst = &mut out[i * m * n..(i + 1) * m * n];
-            gemm_f32(
-                m,
-                n,
-                k,
-                dst,
-                (n, 1),
-                &a[oa * m * k..],
-                a_s,
-                &b[ob * k * n..],
-                b_s,
-                false,
-            )?;
+            let (a, b) = (&a[oa * m * k..], &b[ob * k * n..]);
+            gemm_rows((m, n, k), dst, n, a, a_s, b, b_s, None, work)?;
             for ax in (0..r).rev() {
                 idx[ax] += 1;
                 oa += sa[ax];
@@ -347,20 +585,16 @@ impl Op for MatMul {
         if dt == DType::F32 {
             let (a, b) = (contig(a), contig(b));
             let out = outputs[0].as_slice_mut::<f32>()?;
-            return self.run_f32(
-                f32s(&a)?,
-                a_batch,
-                f32s(&b)?,
-                b_batch,
-                batch,
-                (m, ka, n),
-                out,
-            );
+            let tmp = scratch.one(rows_work_len(out.len() / n, n, ka));
+            let (a, b) = (f32s(&a)?, f32s(&b)?);
+            return self.run_f32(a, a_batch, b, b_batch, batch, (m, ka, n), out, tmp);
         }
-        let (ab, bb, ob) = scratch.three(a.len(), b.len(), outputs[0].len());
+        let len = outputs[0].len();
+        let work = rows_work_len(len / n, n, ka);
+        let (ab, bb, ob, tmp) = scratch.four(a.len(), b.len(), len, work);
         load_f32(a, ab, 0)?;
         load_f32(b, bb, 1)?;
-        self.run_f32(ab, a_batch, bb, b_batch, batch, (m, ka, n), ob)?;
+        self.run_f32(ab, a_batch, bb, b_batch, batch, (m, ka, n), ob, tmp)?;
         store_f32(ob, &mut outputs[0])
     }
 
@@ -446,25 +680,10 @@ fn linear_f32(
     bias: Option<&[f32]>,
     out: &mut [f32],
     (rows, k, n): (usize, usize, usize),
+    tmp: &mut [f32],
 ) -> OpResult<()> {
-    if let Some(b) = bias {
-        for row in out.chunks_exact_mut(n.max(1)) {
-            row.copy_from_slice(b);
-        }
-    }
     // wᵀ as a k×n matrix: element (i, o) sits at w[o*k + i]
-    gemm_f32(
-        rows,
-        n,
-        k,
-        out,
-        (n, 1),
-        x,
-        (k, 1),
-        w,
-        (1, k),
-        bias.is_some(),
-    )
+    gemm_rows((rows, n, k), out, n, x, (k, 1), w, (1, k), bias, tmp)
 }
 
 impl Op for Linear {
@@ -527,11 +746,14 @@ impl Op for Linear {
                 None => None,
             };
             let out = outputs[0].as_slice_mut::<f32>()?;
-            return linear_f32(f32s(&x)?, f32s(&w)?, b, out, (rows, k, n));
+            let tmp = scratch.one(rows_work_len(rows, n, k));
+            return linear_f32(f32s(&x)?, f32s(&w)?, b, out, (rows, k, n), tmp);
         }
-        let b_len = if inputs.len() == 3 { n } else { 0 };
-        let (xb, wb, bb, ob) = scratch.four(x.len(), inputs[1].len(), b_len, outputs[0].len());
+        let (w_len, b_len) = (inputs[1].len(), if inputs.len() == 3 { n } else { 0 });
+        let work = rows_work_len(rows, n, k);
+        let (xb, wb, ob, tmp) = scratch.four(x.len(), w_len + b_len, rows * n, work);
         load_f32(x, xb, 0)?;
+        let (wb, bb) = wb.split_at_mut(w_len);
         load_f32(inputs[1], wb, 1)?;
         let bias = match inputs.get(2) {
             Some(b) => {
@@ -540,7 +762,7 @@ impl Op for Linear {
             }
             None => None,
         };
-        linear_f32(xb, wb, bias, ob, (rows, k, n))?;
+        linear_f32(xb, wb, bias, ob, (rows, k, n), tmp)?;
         store_f32(ob, &mut outputs[0])
     }
 
@@ -845,6 +1067,77 @@ mod tests {
         Linear.eval(&[&x, &w, &b], &mut out, &mut scratch).unwrap();
         assert_eq!(out[0].as_slice::<f32>().unwrap().as_ptr(), p);
         assert_eq!(out[0].to_vec::<f32>().unwrap(), first);
+    }
+
+    /// The packed kernel's blocking edges: rows past one 128-row chunk and
+    /// not a multiple of 16, depth past one 512 chunk (later chunks add to
+    /// the first), column tails of 1..5, both `a` layouts, accumulation,
+    /// and a destination column stride larger than `m`; without a pack
+    /// buffer the same call goes to the `gemm` crate.
+    #[test]
+    fn gemm_blocking_edges_match_naive() {
+        for (m, n, k) in [
+            (1, 1, 1),
+            (17, 7, 3),
+            (130, 13, 520),
+            (300, 6, 1100),
+            (16, 11, 512),
+            (129, 5, 1),
+        ] {
+            for (a_rows, accumulate, packed) in (0..8).map(|i| (i & 1 == 0, i & 2 == 0, i & 4 == 0))
+            {
+                let ld = m + 3;
+                let a = tensor(DType::F32, &[m * k], 1).to_f32_vec();
+                let b = tensor(DType::F32, &[k * n], 2).to_f32_vec();
+                let a_s = if a_rows { (k, 1) } else { (1, m) };
+                let mut dst = tensor(DType::F32, &[ld * n], 3).to_f32_vec();
+                let before = dst.clone();
+                let mut pack = vec![f32::NAN; if packed { pack_len(m, k) } else { 0 }];
+                gemm_f32(
+                    m,
+                    n,
+                    k,
+                    &mut dst,
+                    (1, ld),
+                    &a,
+                    a_s,
+                    &b,
+                    (1, k),
+                    accumulate,
+                    &mut pack,
+                )
+                .unwrap();
+                let (mut want, mut mag) = (vec![], vec![]);
+                for j in 0..n {
+                    for i in 0..m {
+                        let terms =
+                            (0..k).map(|p| a[i * a_s.0 + p * a_s.1] as f64 * b[p + j * k] as f64);
+                        let base = if accumulate {
+                            before[j * ld + i] as f64
+                        } else {
+                            0.0
+                        };
+                        want.push(base + terms.clone().sum::<f64>());
+                        mag.push(base.abs() + terms.map(f64::abs).sum::<f64>());
+                    }
+                }
+                let got: Vec<f32> = (0..n)
+                    .flat_map(|j| dst[j * ld..j * ld + m].to_vec())
+                    .collect();
+                assert_close(
+                    &Tensor::from_vec(vec![got.len()], got).unwrap(),
+                    &want,
+                    &mag,
+                );
+                // the gaps between columns are untouched
+                for j in 0..n {
+                    assert_eq!(
+                        &dst[j * ld + m..(j + 1) * ld],
+                        &before[j * ld + m..(j + 1) * ld]
+                    );
+                }
+            }
+        }
     }
 
     #[test]
