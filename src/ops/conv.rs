@@ -1,10 +1,12 @@
 //! Convolutions: `Conv1d` in both channel layouts (time-major is what the
 //! encoders use) and a channels-first `Conv2d`.
 //!
-//! Depthwise 1-D kernels run as a direct loop over channels (vectorised along
-//! channels when time-major); every other kernel is im2col into `Scratch`
-//! followed by one `gemm` per group. Pointwise kernels without padding skip
-//! im2col: gemm reads the input through strides.
+//! Depthwise 1-D kernels run as a direct loop over channels (time-major:
+//! register-blocked AVX2 + FMA where the CPU has them); every other kernel is
+//! im2col into `Scratch` followed by one matrix product per group
+//! (`matmul::gemm_f32`). Pointwise kernels without padding skip im2col: the
+//! product reads the input through strides. Nothing allocates once `Scratch`
+//! and the output have their sizes.
 
 use super::checks::{concrete, input_count_range, rank};
 use super::matmul::{
@@ -76,7 +78,9 @@ fn check_param(name: &str, v: usize, min: usize) -> OpResult<()> {
 }
 
 fn dilated_extent(dilation: usize, k: usize) -> usize {
-    dilation * k.saturating_sub(1) + 1
+    dilation
+        .saturating_mul(k.saturating_sub(1))
+        .saturating_add(1)
 }
 
 fn too_short(axis: &str, padded: i64, extent: usize) -> OpError {
@@ -378,11 +382,11 @@ impl Conv1d {
     ) {
         let (c, k, cp) = (g.c, g.k, dw_stride(g.c));
         let (wt, xp) = work.split_at_mut(k * cp);
-        wt.fill(0.0);
-        for ch in 0..c {
-            for j in 0..k {
-                wt[j * cp + ch] = w[ch * k + j];
+        for (j, row) in wt.chunks_exact_mut(cp).enumerate() {
+            for (ch, v) in row[..c].iter_mut().enumerate() {
+                *v = w[ch * k + j];
             }
+            row[c..].fill(0.0);
         }
         // x with its zero padding made real, and zero rows up to the last
         // row a block of DW_ROWS output rows reads: the kernel never tests
@@ -1287,6 +1291,7 @@ mod tests {
             // packed-kernel edges: depth 600 > 512, 150 rows > 128, groups
             (conv(1, 1, (1, 1), 1, cf), 200, 20, 3, 150),
             (conv(1, 1, (1, 1), 2, cl), 400, 22, 3, 150),
+            (conv(2, 1, (2, 0), 1, cl), 24, 40, 3, 600),
         ];
         for (op, c, o, k, t) in cases {
             let (xs, ws) = shapes1(&op, None, c, t, o, k);
@@ -1308,6 +1313,53 @@ mod tests {
             tensor(DType::F32, &[32, 16, 3, 3], 5),
         );
         check_against(&op, &[&x, &w], naive_conv2d(&op, &x, &w, None));
+    }
+
+    #[test]
+    fn portable_depthwise_matches_the_simd_one() {
+        // the portable loop runs on CPUs without AVX2/FMA; check it here too
+        for (c, k, stride, dilation, pad, t) in [
+            (37, 5, 1, 1, (4, 0), 9),
+            (16, 3, 2, 2, (1, 3), 11),
+            (300, 15, 1, 1, (14, 0), 20),
+        ] {
+            let op = Conv1d {
+                stride,
+                dilation,
+                pad,
+                groups: c,
+                layout: ConvLayout::ChannelsLast,
+            };
+            let (x, w, b) = (
+                tensor(DType::F32, &[t, c], 1),
+                tensor(DType::F32, &[c, 1, k], 2),
+                tensor(DType::F32, &[c], 3),
+            );
+            let simd = eval_op(&op, &[&x, &w, &b]).unwrap();
+            let g = op.geometry(&[&x, &w, &b]).unwrap();
+            let mut work = vec![f32::NAN; op.work_len(&g)];
+            // fills the padded copies, then runs whichever kernel the CPU has
+            let mut out = vec![0f32; g.t_out * c];
+            let (xv, wv, bv) = (x.to_f32_vec(), w.to_f32_vec(), b.to_f32_vec());
+            op.depthwise_last(&g, &xv, &wv, Some(&bv), &mut out, &mut work);
+            let (_, xp) = work.split_at(k * dw_stride(c));
+            let mut portable = vec![0f32; g.t_out * c];
+            depthwise_last_rows::<Unfused>(
+                &op,
+                &g,
+                xp,
+                &work[..k * dw_stride(c)],
+                Some(&bv),
+                &mut portable,
+            );
+            let want = naive_conv1d(&op, &x, &w, Some(&b)).unwrap();
+            assert_close(
+                &Tensor::from_vec(vec![portable.len()], portable).unwrap(),
+                &want.1,
+                &want.2,
+            );
+            assert_eq!(simd[0].to_f32_vec(), out);
+        }
     }
 
     #[test]
