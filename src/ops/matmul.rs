@@ -1,1 +1,1355 @@
-//! (being written)
+//! Matrix products: a batched `MatMul` with numpy broadcasting, and the
+//! PyTorch-layout `Linear` that speech encoders spend most of their time in.
+//!
+//! Both run in f32 on one thread (the caller decides how work is spread over
+//! cores): an AVX2 + FMA kernel that packs into `Scratch` and allocates
+//! nothing, or the `gemm` crate on CPUs without those. f16 and bf16 are
+//! widened into `Scratch` too.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use super::broadcast::{broadcast_dims, broadcast_shapes, broadcast_strides, MAX_RANK};
+use super::checks::{float, input_count, input_count_range, rank, rank_at_least, same_dtype};
+use super::{contig, outputs_len, DType, Dim, Op, OpError, OpResult, Scratch, Tensor, TypedFact};
+use crate::op_common;
+
+/// `a · b` over the last two axes, leading (batch) axes broadcast numpy-style.
+///
+/// Inputs `a [..., M, K]` (`[..., K, M]` when `transpose_a`) and
+/// `b [..., K, N]` (`[..., N, K]` when `transpose_b`), both of one float
+/// dtype and rank >= 2; output `[..., M, N]` of that dtype.
+///
+/// ```
+/// use pulsed::ops::{eval_op, matmul::MatMul, Tensor};
+/// let a = Tensor::from_vec(vec![1, 2], vec![1f32, 2.]).unwrap();
+/// let b = Tensor::from_vec(vec![3, 2], vec![1f32, 0., 0., 1., 1., 1.]).unwrap();
+/// let y = eval_op(&MatMul { transpose_a: false, transpose_b: true }, &[&a, &b]).unwrap();
+/// assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![1., 2., 3.]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MatMul {
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+/// `y = x · wᵀ + bias` with `w` in PyTorch layout.
+///
+/// Inputs `x [..., in]`, `w [out, in]` and optionally `bias [out]`, all of one
+/// float dtype; output `[..., out]`. Every axis of `x` but the last is
+/// frame-local.
+///
+/// ```
+/// use pulsed::ops::{eval_op, matmul::Linear, Tensor};
+/// let x = Tensor::from_vec(vec![1, 2], vec![1f32, 2.]).unwrap();
+/// let w = Tensor::from_vec(vec![2, 2], vec![1f32, 1., 0., 1.]).unwrap();
+/// let b = Tensor::from_slice(&[0.5f32, 0.]);
+/// let y = eval_op(&Linear, &[&x, &w, &b]).unwrap();
+/// assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![3.5, 2.]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Linear;
+
+/// Strides (row, column) of a matrix inside a slice, in elements.
+pub(crate) type Strides = (usize, usize);
+
+fn fits(len: usize, rows: usize, cols: usize, (rs, cs): Strides) -> bool {
+    rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
+}
+
+/// Rows of `a` per packed block (two AVX vectors) and columns of `b` per
+/// microkernel call: 12 accumulators, 2 `a` vectors and a broadcast fill
+/// 15 of the 16 AVX registers.
+const MR: usize = 16;
+const NR: usize = 6;
+/// Rows and depth of one packed chunk of `a` (128 x 512 f32 = 256 KiB, L2).
+const MC: usize = 128;
+const KC: usize = 512;
+
+/// Scratch that `gemm_f32` needs for an `m x k` left operand.
+pub(crate) fn pack_len(m: usize, k: usize) -> usize {
+    m.min(MC).div_ceil(MR) * MR * k.min(KC)
+}
+
+/// Scratch that `gemm_rows` needs: the column-major product plus `pack_len`.
+pub(crate) fn rows_work_len(m: usize, n: usize, k: usize) -> usize {
+    if m >= SWAP_ROWS {
+        pack_len(n, k)
+    } else {
+        m * n + pack_len(m, k)
+    }
+}
+
+/// From this many rows on, `gemm_rows` packs `b` instead of `a` and writes
+/// the row-major output in place: packing `b` (a weight, say) costs
+/// `n * k` copies, small against `2 * m * n * k` flops, while the transpose
+/// of an `m x n` product that no longer fits in L2 costs more (measured:
+/// equal at 256 rows, 20-40% better at 1024).
+const SWAP_ROWS: usize = 256;
+
+/// `dst = a · b` (or `dst += a · b` when `accumulate`), with `a` `m×k`,
+/// `b` `k×n`, `dst` `m×n`, each a slice plus its (row, column) strides.
+///
+/// With AVX2 + FMA and a column-major `dst` (row stride 1) this runs our
+/// own kernel, which packs `a` into `pack` (at least `pack_len(m, k)`) and
+/// allocates nothing; otherwise the `gemm` crate, which allocates a little
+/// on every call. The extents are checked against the slices here, so the
+/// unsafe calls below never reach outside them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_f32(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    ds: Strides,
+    a: &[f32],
+    as_: Strides,
+    b: &[f32],
+    bs: Strides,
+    accumulate: bool,
+    pack: &mut [f32],
+) -> OpResult<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if !fits(dst.len(), m, n, ds) || !fits(a.len(), m, k, as_) || !fits(b.len(), k, n, bs) {
+        return Err(OpError::Other(format!(
+            "internal: gemm {m}x{k}x{n} operands exceed their buffers ({}, {}, {})",
+            dst.len(),
+            a.len(),
+            b.len()
+        )));
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    dst[i * ds.0 + j * ds.1] = 0.0;
+                }
+            }
+        }
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if ds.0 == 1
+        && pack.len() >= pack_len(m, k)
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+    {
+        // SAFETY: the CPU features were just detected; `fits` bounds every
+        // index of `dst`, `a` and `b` (row stride 1 for `dst`), `pack` is
+        // long enough, and `dst` is a unique borrow, so nothing aliases.
+        unsafe {
+            avx2::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                ds.1,
+                a.as_ptr(),
+                as_,
+                b.as_ptr(),
+                bs,
+                accumulate,
+                pack.as_mut_ptr(),
+            )
+        };
+        return Ok(());
+    }
+    // SAFETY: as above; gemm reads and writes exactly the checked extents.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            ds.1 as isize,
+            ds.0 as isize,
+            accumulate,
+            a.as_ptr(),
+            as_.1 as isize,
+            as_.0 as isize,
+            b.as_ptr(),
+            bs.1 as isize,
+            bs.0 as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+    Ok(())
+}
+
+/// The AVX2 + FMA product: `a` packed in blocks of 16 rows, `b` read in
+/// place through broadcasts (weights are never copied), `dst` column-major.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{KC, MC, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX2 and FMA available; `dst` (row stride 1, column stride `ldd`),
+    /// `a` and `b` valid over `m×n`, `m×k`, `k×n` with their strides;
+    /// `pack` valid for `pack_len(m, k)` writes and aliasing none of them.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        dst: *mut f32,
+        ldd: usize,
+        a: *const f32,
+        (ars, acs): (usize, usize),
+        b: *const f32,
+        (brs, bcs): (usize, usize),
+        accumulate: bool,
+        pack: *mut f32,
+    ) {
+        for m0 in (0..m).step_by(MC) {
+            let mc = MC.min(m - m0);
+            let blocks = mc.div_ceil(MR);
+            for k0 in (0..k).step_by(KC) {
+                let kc = KC.min(k - k0);
+                pack_a(a.add(m0 * ars + k0 * acs), (ars, acs), mc, kc, pack);
+                // later depth chunks add to what the first one stored
+                let load = accumulate || k0 > 0;
+                for n0 in (0..n).step_by(NR) {
+                    let bp = b.add(k0 * brs + n0 * bcs);
+                    for blk in 0..blocks {
+                        let ap = pack.add(blk * MR * kc);
+                        let d = dst.add(n0 * ldd + m0 + blk * MR);
+                        let rows = MR.min(mc - blk * MR);
+                        let t = Tile {
+                            kc,
+                            ap,
+                            bp,
+                            brs,
+                            bcs,
+                            d,
+                            ldd,
+                            rows,
+                            load,
+                        };
+                        match NR.min(n - n0) {
+                            6 => t.run::<6>(),
+                            5 => t.run::<5>(),
+                            4 => t.run::<4>(),
+                            3 => t.run::<3>(),
+                            2 => t.run::<2>(),
+                            _ => t.run::<1>(),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies an `mc×kc` block of `a` as `[block][k][16 rows]`, zero rows
+    /// past `mc`.
+    #[inline(always)]
+    unsafe fn pack_a(
+        a: *const f32,
+        (ars, acs): (usize, usize),
+        mc: usize,
+        kc: usize,
+        pack: *mut f32,
+    ) {
+        for blk in 0..mc.div_ceil(MR) {
+            let p = pack.add(blk * MR * kc);
+            let rows = MR.min(mc - blk * MR);
+            for r in 0..MR {
+                if r >= rows {
+                    for kk in 0..kc {
+                        *p.add(kk * MR + r) = 0.0;
+                    }
+                    continue;
+                }
+                let src = a.add((blk * MR + r) * ars);
+                for kk in 0..kc {
+                    *p.add(kk * MR + r) = *src.add(kk * acs);
+                }
+            }
+        }
+    }
+
+    /// One 16 x `N` tile of `dst` over a depth chunk.
+    struct Tile {
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        brs: usize,
+        bcs: usize,
+        d: *mut f32,
+        ldd: usize,
+        rows: usize,
+        load: bool,
+    }
+
+    impl Tile {
+        #[inline(always)]
+        unsafe fn run<const N: usize>(&self) {
+            let mut acc = [[_mm256_setzero_ps(); 2]; N];
+            let (mut ap, mut bp) = (self.ap, self.bp);
+            for _ in 0..self.kc {
+                let (a0, a1) = (_mm256_loadu_ps(ap), _mm256_loadu_ps(ap.add(8)));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let bj = _mm256_broadcast_ss(&*bp.add(j * self.bcs));
+                    acc[0] = _mm256_fmadd_ps(a0, bj, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(a1, bj, acc[1]);
+                }
+                ap = ap.add(MR);
+                bp = bp.add(self.brs);
+            }
+            for (j, acc) in acc.iter().enumerate() {
+                let col = self.d.add(j * self.ldd);
+                if self.rows == MR {
+                    let (mut c0, mut c1) = (acc[0], acc[1]);
+                    if self.load {
+                        c0 = _mm256_add_ps(_mm256_loadu_ps(col), c0);
+                        c1 = _mm256_add_ps(_mm256_loadu_ps(col.add(8)), c1);
+                    }
+                    _mm256_storeu_ps(col, c0);
+                    _mm256_storeu_ps(col.add(8), c1);
+                } else {
+                    let mut t = [0f32; MR];
+                    _mm256_storeu_ps(t.as_mut_ptr(), acc[0]);
+                    _mm256_storeu_ps(t.as_mut_ptr().add(8), acc[1]);
+                    for (r, &v) in t.iter().enumerate().take(self.rows) {
+                        let o = col.add(r);
+                        *o = if self.load { *o + v } else { v };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `out = a · b`, plus `bias[j]` on every column `j` when given, into a
+/// row-major `out` whose rows start `ld` elements apart.
+///
+/// Both kernels want a column-major destination. Below `SWAP_ROWS` rows the
+/// product goes column-major into the front of `work` (at least
+/// `rows_work_len(m, n, k)` long; the rest packs `a`) and is transposed into
+/// `out`: `m * n` copies against `2 * m * n * k` flops, where packing all of
+/// `b` would cost `n * k` (the `gemm` crate, given a row-major destination
+/// and a PyTorch-layout weight, does that on every call: 2-4x slower at 16
+/// rows). From `SWAP_ROWS` on, `out` is computed in place as `bᵀ · aᵀ`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_rows(
+    (m, n, k): (usize, usize, usize),
+    out: &mut [f32],
+    ld: usize,
+    a: &[f32],
+    as_: Strides,
+    b: &[f32],
+    bs: Strides,
+    bias: Option<&[f32]>,
+    work: &mut [f32],
+) -> OpResult<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if !fits(out.len(), m, n, (ld, 1)) || bias.is_some_and(|b| b.len() < n) {
+        return Err(OpError::Other(format!(
+            "internal: {m}x{n} rows exceed their buffer"
+        )));
+    }
+    if m >= SWAP_ROWS {
+        // out viewed column-major is outᵀ = bᵀ · aᵀ
+        if let Some(bias) = bias {
+            for i in 0..m {
+                out[i * ld..i * ld + n].copy_from_slice(&bias[..n]);
+            }
+        }
+        let (at, bt) = ((as_.1, as_.0), (bs.1, bs.0));
+        return gemm_f32(n, m, k, out, (1, ld), b, bt, a, at, bias.is_some(), work);
+    }
+    if work.len() < m * n {
+        return Err(OpError::Other(format!(
+            "internal: no room for a {m}x{n} product"
+        )));
+    }
+    let (tmp, pack) = work.split_at_mut(m * n);
+    gemm_f32(m, n, k, tmp, (1, m), a, as_, b, bs, false, pack)?;
+    // blocks of 16 columns keep the 16 source runs in cache while rows advance
+    for j0 in (0..n).step_by(16) {
+        let j1 = (j0 + 16).min(n);
+        for i in 0..m {
+            let row = &mut out[i * ld + j0..i * ld + j1];
+            match bias {
+                Some(bias) => {
+                    for (jj, (o, &bv)) in row.iter_mut().zip(&bias[j0..j1]).enumerate() {
+                        *o = tmp[(j0 + jj) * m + i] + bv;
+                    }
+                }
+                None => {
+                    for (jj, o) in row.iter_mut().enumerate() {
+                        *o = tmp[(j0 + jj) * m + i];
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The elements of a contiguous f32 tensor. Empty tensors give `&[]`
+/// whatever their strides (`Tensor::is_contiguous` says no to some shapes
+/// with a zero-sized axis).
+pub(crate) fn f32s(t: &Tensor) -> OpResult<&[f32]> {
+    if t.is_empty() {
+        return Ok(&[]);
+    }
+    t.as_slice()
+}
+
+/// Copies a float tensor's elements (row-major) into `buf`, widened to f32.
+pub(crate) fn load_f32(t: &Tensor, buf: &mut [f32], input: usize) -> OpResult<()> {
+    if buf.len() != t.len() {
+        return Err(OpError::Other(format!(
+            "internal: {} elements into a buffer of {}",
+            t.len(),
+            buf.len()
+        )));
+    }
+    if t.is_empty() {
+        return Ok(());
+    }
+    let t = contig(t);
+    match t.dtype() {
+        DType::F32 => buf.copy_from_slice(t.as_slice::<f32>()?),
+        DType::F16 => t.as_slice::<f16>()?.convert_to_f32_slice(buf),
+        DType::BF16 => t.as_slice::<bf16>()?.convert_to_f32_slice(buf),
+        got => {
+            return Err(OpError::DType {
+                input,
+                expected: "a float type".into(),
+                got,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Writes f32 values into an already-sized float output, narrowing them.
+pub(crate) fn store_f32(src: &[f32], out: &mut Tensor) -> OpResult<()> {
+    match out.dtype() {
+        DType::F32 => out.as_slice_mut::<f32>()?.copy_from_slice(src),
+        DType::F16 => out.as_slice_mut::<f16>()?.convert_from_f32_slice(src),
+        DType::BF16 => out.as_slice_mut::<bf16>()?.convert_from_f32_slice(src),
+        got => {
+            return Err(OpError::DType {
+                input: 0,
+                expected: "a float type".into(),
+                got,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// A float dtype shared by every input (the error names the first that differs).
+pub(crate) fn common_float_dtype(inputs: &[&Tensor]) -> OpResult<DType> {
+    let dt = inputs[0].dtype();
+    if !dt.is_float() {
+        return Err(OpError::DType {
+            input: 0,
+            expected: "a float type".into(),
+            got: dt,
+        });
+    }
+    if let Some((i, t)) = inputs.iter().enumerate().find(|(_, t)| t.dtype() != dt) {
+        return Err(OpError::DType {
+            input: i,
+            expected: dt.to_string(),
+            got: t.dtype(),
+        });
+    }
+    Ok(dt)
+}
+
+/// The same check on facts.
+pub(crate) fn common_float_fact_dtype(inputs: &[&TypedFact]) -> OpResult<DType> {
+    float(inputs[0], 0)?;
+    for (i, f) in inputs.iter().enumerate().skip(1) {
+        same_dtype(inputs[0], f, i)?;
+    }
+    Ok(inputs[0].dtype)
+}
+
+impl MatMul {
+    /// `(M, K)` of `a` and `(K, N)` of `b`, by position in the last two axes.
+    fn mk<T: Copy>(&self, a: &[T], b: &[T]) -> ((T, T), (T, T)) {
+        let (ra, rb) = (a.len(), b.len());
+        let (a0, a1) = (a[ra - 2], a[ra - 1]);
+        let (b0, b1) = (b[rb - 2], b[rb - 1]);
+        let am = if self.transpose_a { (a1, a0) } else { (a0, a1) };
+        let bn = if self.transpose_b { (b1, b0) } else { (b0, b1) };
+        (am, bn)
+    }
+
+    /// One product per batch index; batches fold into `M` when `b` is
+    /// shared by all of them and `a` is stored row-major.
+    #[allow(clippy::too_many_arguments)]
+    fn run_f32(
+        &self,
+        a: &[f32],
+        a_batch: &[usize],
+        b: &[f32],
+        b_batch: &[usize],
+        batch: &[usize],
+        (m, k, n): (usize, usize, usize),
+        out: &mut [f32],
+        work: &mut [f32],
+    ) -> OpResult<()> {
+        let nb: usize = batch.iter().product();
+        if nb == 0 || m == 0 || n == 0 {
+            return Ok(());
+        }
+        let a_s = if self.transpose_a { (1, m) } else { (k, 1) };
+        let b_s = if self.transpose_b { (1, k) } else { (n, 1) };
+        let (a_n, b_n): (usize, usize) = (a_batch.iter().product(), b_batch.iter().product());
+        if b_n == 1 && a_n == nb && !self.transpose_a {
+            return gemm_rows((nb * m, n, k), out, n, a, a_s, b, b_s, None, work);
+        }
+        let (sa, sb) = (
+            broadcast_strides(a_batch, batch),
+            broadcast_strides(b_batch, batch),
+        );
+        let r = batch.len();
+        let mut idx = [0usize; MAX_RANK];
+        let (mut oa, mut ob) = (0usize, 0usize);
+        for i in 0..nb {
+            let dst = &mut out[i * m * n..(i + 1) * m * n];
+            let (a, b) = (&a[oa * m * k..], &b[ob * k * n..]);
+            gemm_rows((m, n, k), dst, n, a, a_s, b, b_s, None, work)?;
+            for ax in (0..r).rev() {
+                idx[ax] += 1;
+                oa += sa[ax];
+                ob += sb[ax];
+                if idx[ax] < batch[ax] {
+                    break;
+                }
+                oa -= sa[ax] * batch[ax];
+                ob -= sb[ax] * batch[ax];
+                idx[ax] = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Op for MatMul {
+    op_common!("MatMul");
+
+    fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
+        input_count(inputs, 2)?;
+        let dt = common_float_fact_dtype(inputs)?;
+        let (a, b) = (inputs[0], inputs[1]);
+        rank_at_least(a, 0, 2)?;
+        rank_at_least(b, 1, 2)?;
+        if a.rank() - 2 > MAX_RANK || b.rank() - 2 > MAX_RANK {
+            return Err(OpError::Shape(format!(
+                "more than {MAX_RANK} batch axes in {a} x {b}"
+            )));
+        }
+        let ((m, ka), (kb, n)) = self.mk(&a.shape, &b.shape);
+        if ka != kb {
+            return Err(OpError::Shape(format!(
+                "contracted sizes differ: {a} x {b} ({ka} vs {kb}) in {self:?}"
+            )));
+        }
+        let mut shape = broadcast_dims(&a.shape[..a.rank() - 2], &b.shape[..b.rank() - 2])?;
+        shape.push(m);
+        shape.push(n);
+        Ok(vec![TypedFact::dt_shape(dt, &shape)])
+    }
+
+    fn eval(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()> {
+        input_count(inputs, 2)?;
+        let dt = common_float_dtype(inputs)?;
+        let (a, b) = (inputs[0], inputs[1]);
+        for (i, t) in [a, b].iter().enumerate() {
+            if t.rank() < 2 {
+                return Err(OpError::Rank {
+                    input: i,
+                    expected: ">= 2".into(),
+                    got: t.rank(),
+                });
+            }
+        }
+        let ((m, ka), (kb, n)) = self.mk(a.shape(), b.shape());
+        if ka != kb {
+            return Err(OpError::Shape(format!(
+                "contracted sizes differ: {:?} x {:?} ({ka} vs {kb}) in {self:?}",
+                a.shape(),
+                b.shape()
+            )));
+        }
+        let (a_batch, b_batch) = (&a.shape()[..a.rank() - 2], &b.shape()[..b.rank() - 2]);
+        let mut batch = [0usize; MAX_RANK];
+        let r = broadcast_shapes(a_batch, b_batch, &mut batch)?;
+        let mut shape = [0usize; MAX_RANK + 2];
+        shape[..r].copy_from_slice(&batch[..r]);
+        shape[r] = m;
+        shape[r + 1] = n;
+        let shape = &shape[..r + 2];
+        let batch = &shape[..r];
+        outputs_len(outputs, 1);
+        outputs[0].ensure(dt, shape);
+        if outputs[0].is_empty() {
+            return Ok(());
+        }
+        if dt == DType::F32 {
+            let (a, b) = (contig(a), contig(b));
+            let out = outputs[0].as_slice_mut::<f32>()?;
+            // batches run folded into one product or one at a time
+            let tmp = scratch.one(rows_work_len(out.len() / n, n, ka).max(rows_work_len(m, n, ka)));
+            let (a, b) = (f32s(&a)?, f32s(&b)?);
+            return self.run_f32(a, a_batch, b, b_batch, batch, (m, ka, n), out, tmp);
+        }
+        let len = outputs[0].len();
+        let work = rows_work_len(len / n, n, ka).max(rows_work_len(m, n, ka));
+        let (ab, bb, ob, tmp) = scratch.four(a.len(), b.len(), len, work);
+        load_f32(a, ab, 0)?;
+        load_f32(b, bb, 1)?;
+        self.run_f32(ab, a_batch, bb, b_batch, batch, (m, ka, n), ob, tmp)?;
+        store_f32(ob, &mut outputs[0])
+    }
+
+    fn frame_local_axis(&self, inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
+        // Only `a` may stream, along a batch axis or M; b's matching batch
+        // axis must then be absent or broadcast (size 1).
+        let (&[fa, fb], &[Some(ax), None]) = (inputs, axes) else {
+            return None;
+        };
+        let (ra, rb) = (fa.rank(), fb.rank());
+        if ra < 2 || rb < 2 || ax >= ra {
+            return None;
+        }
+        let r = ra.max(rb);
+        if ax < ra - 2 {
+            let o = ax + (r - ra);
+            let lead_b = r - rb;
+            if o >= lead_b && fb.shape[o - lead_b] != Dim::n(1) {
+                return None;
+            }
+            return Some(o);
+        }
+        let m_axis = if self.transpose_a { ra - 1 } else { ra - 2 };
+        (ax == m_axis).then_some(r - 2)
+    }
+
+    fn info(&self) -> String {
+        format!(
+            "transpose_a {} transpose_b {}",
+            self.transpose_a, self.transpose_b
+        )
+    }
+}
+
+/// Rows, fan-in and fan-out of a Linear on concrete tensors, checked.
+fn linear_dims(inputs: &[&Tensor]) -> OpResult<(usize, usize, usize)> {
+    let (x, w) = (inputs[0], inputs[1]);
+    if x.rank() < 1 || x.rank() > MAX_RANK {
+        return Err(OpError::Rank {
+            input: 0,
+            expected: format!("1..={MAX_RANK}"),
+            got: x.rank(),
+        });
+    }
+    if w.rank() != 2 {
+        return Err(OpError::Rank {
+            input: 1,
+            expected: "2".into(),
+            got: w.rank(),
+        });
+    }
+    let fan_in = x.shape()[x.rank() - 1];
+    let (fan_out, w_in) = (w.shape()[0], w.shape()[1]);
+    if w_in != fan_in {
+        return Err(OpError::Shape(format!(
+            "weight {:?} ([out, in]) does not take {fan_in} input features of x {:?}",
+            w.shape(),
+            x.shape()
+        )));
+    }
+    if let Some(b) = inputs.get(2) {
+        if b.rank() != 1 {
+            return Err(OpError::Rank {
+                input: 2,
+                expected: "1".into(),
+                got: b.rank(),
+            });
+        }
+        if b.shape()[0] != fan_out {
+            return Err(OpError::Shape(format!(
+                "bias {:?} does not match {fan_out} outputs",
+                b.shape()
+            )));
+        }
+    }
+    Ok((x.shape()[..x.rank() - 1].iter().product(), fan_in, fan_out))
+}
+
+/// `out[r, :] = bias + x[r, :] · wᵀ` on row-major f32 slices.
+fn linear_f32(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    (rows, k, n): (usize, usize, usize),
+    tmp: &mut [f32],
+) -> OpResult<()> {
+    // wᵀ as a k×n matrix: element (i, o) sits at w[o*k + i]
+    gemm_rows((rows, n, k), out, n, x, (k, 1), w, (1, k), bias, tmp)
+}
+
+impl Op for Linear {
+    op_common!("Linear");
+
+    fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
+        input_count_range(inputs, 2, 3)?;
+        let dt = common_float_fact_dtype(inputs)?;
+        let (x, w) = (inputs[0], inputs[1]);
+        if x.rank() < 1 || x.rank() > MAX_RANK {
+            return Err(OpError::Rank {
+                input: 0,
+                expected: format!("1..={MAX_RANK}"),
+                got: x.rank(),
+            });
+        }
+        rank(w, 1, 2)?;
+        let fan_in = x.shape[x.rank() - 1];
+        if w.shape[1] != fan_in {
+            return Err(OpError::Shape(format!(
+                "weight {w} ([out, in]) does not take the features of x {x}"
+            )));
+        }
+        if let Some(b) = inputs.get(2) {
+            rank(b, 2, 1)?;
+            if b.shape[0] != w.shape[0] {
+                return Err(OpError::Shape(format!(
+                    "bias {b} does not match weight {w}"
+                )));
+            }
+        }
+        let mut shape = x.shape.clone();
+        shape[x.rank() - 1] = w.shape[0];
+        Ok(vec![TypedFact::dt_shape(dt, &shape)])
+    }
+
+    fn eval(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()> {
+        input_count_range(inputs, 2, 3)?;
+        let dt = common_float_dtype(inputs)?;
+        let (rows, k, n) = linear_dims(inputs)?;
+        let x = inputs[0];
+        let mut shape = [0usize; MAX_RANK];
+        shape[..x.rank()].copy_from_slice(x.shape());
+        shape[x.rank() - 1] = n;
+        outputs_len(outputs, 1);
+        outputs[0].ensure(dt, &shape[..x.rank()]);
+        if outputs[0].is_empty() {
+            return Ok(());
+        }
+        if dt == DType::F32 {
+            let (x, w) = (contig(x), contig(inputs[1]));
+            let b = inputs.get(2).map(|b| contig(b));
+            let b = match &b {
+                Some(b) => Some(f32s(b)?),
+                None => None,
+            };
+            let out = outputs[0].as_slice_mut::<f32>()?;
+            let tmp = scratch.one(rows_work_len(rows, n, k));
+            return linear_f32(f32s(&x)?, f32s(&w)?, b, out, (rows, k, n), tmp);
+        }
+        let (w_len, b_len) = (inputs[1].len(), if inputs.len() == 3 { n } else { 0 });
+        let work = rows_work_len(rows, n, k);
+        let (xb, wb, ob, tmp) = scratch.four(x.len(), w_len + b_len, rows * n, work);
+        load_f32(x, xb, 0)?;
+        let (wb, bb) = wb.split_at_mut(w_len);
+        load_f32(inputs[1], wb, 1)?;
+        let bias = match inputs.get(2) {
+            Some(b) => {
+                load_f32(b, bb, 2)?;
+                Some(&*bb)
+            }
+            None => None,
+        };
+        linear_f32(xb, wb, bias, ob, (rows, k, n), tmp)?;
+        store_f32(ob, &mut outputs[0])
+    }
+
+    fn frame_local_axis(&self, inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
+        let x = inputs.first()?;
+        match axes {
+            [Some(a), rest @ ..] if rest.iter().all(Option::is_none) && a + 1 < x.rank() => {
+                Some(*a)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Helpers shared by the matmul and conv tests: seeded data and closeness
+/// checks against f64 references.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use crate::ops::{DType, Tensor};
+
+    /// Values in [-1, 1) from a seeded LCG, stored as `dt` (rounded).
+    pub fn tensor(dt: DType, shape: &[usize], seed: u64) -> Tensor {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let v: Vec<f32> = (0..shape.iter().product::<usize>())
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect();
+        Tensor::from_vec(shape.to_vec(), v).unwrap().cast(dt)
+    }
+
+    /// Relative tolerance against the sum of absolute terms of each output:
+    /// f32 1e-4 (long sums in a different order than the f64 reference),
+    /// f16/bf16 2e-2 (the output is rounded to the narrow type).
+    pub fn rtol(dt: DType) -> f64 {
+        if dt == DType::F32 {
+            1e-4
+        } else {
+            2e-2
+        }
+    }
+
+    /// `got` (any float dtype) against `want`, where `mag[i]` is the sum of
+    /// the absolute values of the terms that make `want[i]`.
+    pub fn assert_close(got: &Tensor, want: &[f64], mag: &[f64]) {
+        let g = got.to_f32_vec();
+        assert_eq!(g.len(), want.len(), "element count");
+        let tol = rtol(got.dtype());
+        for (i, ((&g, &w), &m)) in g.iter().zip(want).zip(mag).enumerate() {
+            let err = (g as f64 - w).abs();
+            assert!(
+                err <= tol * m + 1e-6,
+                "element {i}: got {g}, want {w} (|terms| {m}, {})",
+                got.dtype()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::{assert_close, tensor};
+    use super::*;
+    use crate::ops::checks::facts_of;
+    use crate::ops::eval_op;
+    use proptest::prelude::*;
+
+    fn facts_then_eval(op: &dyn Op, inputs: &[&Tensor]) -> Vec<Tensor> {
+        let facts = facts_of(inputs);
+        let refs: Vec<&TypedFact> = facts.iter().collect();
+        let want = op.output_facts(&refs).unwrap();
+        let out = eval_op(op, inputs).unwrap();
+        let got: Vec<TypedFact> = out.iter().map(TypedFact::of).collect();
+        assert_eq!(got, want, "output_facts vs eval for {op:?}");
+        out
+    }
+
+    /// Naive batched product: (value, sum of |terms|) per output element.
+    fn naive_matmul(op: &MatMul, a: &Tensor, b: &Tensor) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+        let (av, bv) = (a.to_f32_vec(), b.to_f32_vec());
+        let (sa, sb) = (a.shape(), b.shape());
+        let (ra, rb) = (sa.len(), sb.len());
+        let ((m, k), (_, n)) = op.mk(sa, sb);
+        let r = (ra - 2).max(rb - 2);
+        let dim = |s: &[usize], i: usize| {
+            if i + s.len() >= r + 2 {
+                s[i + s.len() - r - 2]
+            } else {
+                1
+            }
+        };
+        let batch: Vec<usize> = (0..r).map(|i| dim(sa, i).max(dim(sb, i))).collect();
+        let nb: usize = batch.iter().product();
+        let (mut val, mut mag) = (vec![], vec![]);
+        for bi in 0..nb {
+            // batch multi-index, then each operand's flat matrix index
+            let mut idx = vec![0; r];
+            let mut rem = bi;
+            for ax in (0..r).rev() {
+                idx[ax] = rem % batch[ax];
+                rem /= batch[ax];
+            }
+            let flat = |s: &[usize]| {
+                let lead = r + 2 - s.len();
+                let mut f = 0;
+                for ax in lead..r {
+                    let d = s[ax - lead];
+                    f = f * d + if d == 1 { 0 } else { idx[ax] };
+                }
+                f
+            };
+            let (fa, fb) = (flat(sa), flat(sb));
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut s, mut g) = (0f64, 0f64);
+                    for p in 0..k {
+                        let x = if op.transpose_a {
+                            av[fa * m * k + p * m + i]
+                        } else {
+                            av[fa * m * k + i * k + p]
+                        };
+                        let y = if op.transpose_b {
+                            bv[fb * k * n + j * k + p]
+                        } else {
+                            bv[fb * k * n + p * n + j]
+                        };
+                        s += x as f64 * y as f64;
+                        g += (x as f64 * y as f64).abs();
+                    }
+                    val.push(s);
+                    mag.push(g);
+                }
+            }
+        }
+        let mut shape = batch;
+        shape.extend([m, n]);
+        (shape, val, mag)
+    }
+
+    fn float_dtype() -> impl Strategy<Value = DType> {
+        prop_oneof![3 => Just(DType::F32), 1 => Just(DType::F16), 1 => Just(DType::BF16)]
+    }
+
+    /// Batch shapes for `a` and `b` that broadcast: each axis is either a
+    /// shared size or 1 on one side, and either side may drop leading axes.
+    fn batch_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+        (
+            0usize..3,
+            proptest::collection::vec((1usize..4, 0u8..3), 3),
+            0usize..3,
+            0usize..3,
+        )
+            .prop_map(|(r, dims, da, db)| {
+                let mut a: Vec<usize> = vec![];
+                let mut b: Vec<usize> = vec![];
+                for &(d, which) in &dims[..r] {
+                    a.push(if which == 1 { 1 } else { d });
+                    b.push(if which == 2 { 1 } else { d });
+                }
+                (a[da.min(r)..].to_vec(), b[db.min(r)..].to_vec())
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        #[test]
+        fn matmul_matches_naive_and_its_facts(ta: bool, tb: bool, (ba, bb) in batch_pair(),
+                                              m in 0usize..7, k in 0usize..9, n in 0usize..7,
+                                              dt in float_dtype(), seed: u64) {
+            let op = MatMul { transpose_a: ta, transpose_b: tb };
+            let mut sa = ba.clone();
+            sa.extend(if ta { [k, m] } else { [m, k] });
+            let mut sb = bb.clone();
+            sb.extend(if tb { [n, k] } else { [k, n] });
+            let (a, b) = (tensor(dt, &sa, seed), tensor(dt, &sb, seed ^ 1));
+            let out = facts_then_eval(&op, &[&a, &b]);
+            let (shape, want, mag) = naive_matmul(&op, &a, &b);
+            prop_assert_eq!(out[0].shape(), &shape[..]);
+            assert_close(&out[0], &want, &mag);
+        }
+
+        #[test]
+        fn matmul_symbolic_facts_match_eval(ta: bool, tb: bool, case in 0usize..3, s in 1i64..12,
+                                            k in 1usize..6, n in 1usize..6) {
+            // S as M of a, as K of both, or as a batch axis of a
+            let op = MatMul { transpose_a: ta, transpose_b: tb };
+            let sd = Dim::s();
+            let kd = Dim::from(k);
+            let (fa, fb): (Vec<Dim>, Vec<Dim>) = match case {
+                0 => (if ta { vec![kd, sd] } else { vec![sd, kd] }, if tb { vec![n.into(), kd] } else { vec![kd, n.into()] }),
+                1 => (if ta { vec![sd, 3.into()] } else { vec![3.into(), sd] }, if tb { vec![n.into(), sd] } else { vec![sd, n.into()] }),
+                _ => (if ta { vec![sd, kd, 2.into()] } else { vec![sd, 2.into(), kd] },
+                      if tb { vec![1.into(), n.into(), kd] } else { vec![1.into(), kd, n.into()] }),
+            };
+            let (fa, fb) = (TypedFact::dt_shape(DType::F32, &fa), TypedFact::dt_shape(DType::F32, &fb));
+            let facts = op.output_facts(&[&fa, &fb]).unwrap();
+            let shape = |f: &TypedFact| f.concretize(s).concrete_shape().unwrap();
+            let (a, b) = (tensor(DType::F32, &shape(&fa), 3), tensor(DType::F32, &shape(&fb), 4));
+            let out = eval_op(&op, &[&a, &b]).unwrap();
+            prop_assert_eq!(TypedFact::of(&out[0]), facts[0].concretize(s));
+        }
+
+        #[test]
+        fn linear_matches_naive_and_its_facts(lead in proptest::collection::vec(0usize..5, 0..3),
+                                              fan_in in 0usize..40, fan_out in 0usize..12, bias: bool,
+                                              dt in float_dtype(), seed: u64) {
+            let mut sx = lead.clone();
+            sx.push(fan_in);
+            let x = tensor(dt, &sx, seed);
+            let w = tensor(dt, &[fan_out, fan_in], seed ^ 7);
+            let b = tensor(dt, &[fan_out], seed ^ 9);
+            let inputs: Vec<&Tensor> = if bias { vec![&x, &w, &b] } else { vec![&x, &w] };
+            let out = facts_then_eval(&Linear, &inputs);
+            let (xv, wv, bv) = (x.to_f32_vec(), w.to_f32_vec(), b.to_f32_vec());
+            let rows: usize = lead.iter().product();
+            let (mut want, mut mag) = (vec![], vec![]);
+            for r in 0..rows {
+                for o in 0..fan_out {
+                    let mut s = if bias { bv[o] as f64 } else { 0.0 };
+                    let mut g = s.abs();
+                    for i in 0..fan_in {
+                        let t = xv[r * fan_in + i] as f64 * wv[o * fan_in + i] as f64;
+                        s += t;
+                        g += t.abs();
+                    }
+                    want.push(s);
+                    mag.push(g);
+                }
+            }
+            let mut shape = lead.clone();
+            shape.push(fan_out);
+            prop_assert_eq!(out[0].shape(), &shape[..]);
+            assert_close(&out[0], &want, &mag);
+        }
+
+        #[test]
+        fn linear_symbolic_facts_match_eval(batched: bool, s in 0i64..20, fan_in in 1usize..8, fan_out in 1usize..8) {
+            let sx: Vec<Dim> = if batched { vec![2.into(), Dim::s(), fan_in.into()] } else { vec![Dim::s(), fan_in.into()] };
+            let fx = TypedFact::dt_shape(DType::F32, &sx);
+            let fw = TypedFact::new(DType::F32, [fan_out, fan_in]);
+            let fb = TypedFact::new(DType::F32, [fan_out]);
+            let facts = Linear.output_facts(&[&fx, &fw, &fb]).unwrap();
+            let x = tensor(DType::F32, &fx.concretize(s).concrete_shape().unwrap(), 1);
+            let (w, b) = (tensor(DType::F32, &[fan_out, fan_in], 2), tensor(DType::F32, &[fan_out], 3));
+            let out = eval_op(&Linear, &[&x, &w, &b]).unwrap();
+            prop_assert_eq!(TypedFact::of(&out[0]), facts[0].concretize(s));
+        }
+    }
+
+    #[test]
+    fn linear_encoder_sized_long_sums() {
+        // in = 1024: f32 error of the long dot products stays within 1e-4 of |terms|
+        let (x, w, b) = (
+            tensor(DType::F32, &[37, 1024], 1),
+            tensor(DType::F32, &[96, 1024], 2),
+            tensor(DType::F32, &[96], 3),
+        );
+        let out = facts_then_eval(&Linear, &[&x, &w, &b]);
+        let (xv, wv, bv) = (x.to_f32_vec(), w.to_f32_vec(), b.to_f32_vec());
+        let (mut want, mut mag) = (vec![], vec![]);
+        for r in 0..37 {
+            for o in 0..96 {
+                let terms = (0..1024).map(|i| xv[r * 1024 + i] as f64 * wv[o * 1024 + i] as f64);
+                want.push(terms.clone().sum::<f64>() + bv[o] as f64);
+                mag.push(terms.map(f64::abs).sum::<f64>() + (bv[o] as f64).abs());
+            }
+        }
+        assert_close(&out[0], &want, &mag);
+    }
+
+    #[test]
+    fn many_rows_are_computed_in_place() {
+        // >= SWAP_ROWS rows: the product is written row-major directly
+        let (x, w, b) = (
+            tensor(DType::F32, &[2, 150, 200], 1),
+            tensor(DType::F32, &[13, 200], 2),
+            tensor(DType::F32, &[13], 3),
+        );
+        let out = facts_then_eval(&Linear, &[&x, &w, &b]);
+        let (xv, wv, bv) = (x.to_f32_vec(), w.to_f32_vec(), b.to_f32_vec());
+        let (mut want, mut mag) = (vec![], vec![]);
+        for r in 0..300 {
+            for o in 0..13 {
+                let terms = (0..200).map(|i| xv[r * 200 + i] as f64 * wv[o * 200 + i] as f64);
+                want.push(terms.clone().sum::<f64>() + bv[o] as f64);
+                mag.push(terms.map(f64::abs).sum::<f64>() + (bv[o] as f64).abs());
+            }
+        }
+        assert_close(&out[0], &want, &mag);
+        for (ta, tb) in [(false, false), (false, true), (true, true)] {
+            let op = MatMul {
+                transpose_a: ta,
+                transpose_b: tb,
+            };
+            let a = tensor(
+                DType::F32,
+                if ta { &[3, 20, 100] } else { &[3, 100, 20] },
+                4,
+            );
+            let b = tensor(DType::F32, if tb { &[7, 20] } else { &[20, 7] }, 5);
+            let out = facts_then_eval(&op, &[&a, &b]);
+            let (_, want, mag) = naive_matmul(&op, &a, &b);
+            assert_close(&out[0], &want, &mag);
+        }
+    }
+
+    #[test]
+    fn strided_inputs_are_read_in_logical_order() {
+        let a = tensor(DType::F32, &[5, 3], 1).transpose(0, 1).unwrap(); // [3, 5] view
+        let b = tensor(DType::F32, &[5, 4], 2);
+        let op = MatMul::default();
+        let out = facts_then_eval(&op, &[&a, &b]);
+        let (_, want, mag) = naive_matmul(&op, &a.contiguous(), &b);
+        assert_close(&out[0], &want, &mag);
+        let w = tensor(DType::F32, &[4, 5], 3);
+        let y = eval_op(&Linear, &[&a, &w]).unwrap();
+        let y2 = eval_op(&Linear, &[&a.contiguous(), &w]).unwrap();
+        assert_eq!(y[0], y2[0]);
+    }
+
+    #[test]
+    fn repeated_eval_reuses_the_output_buffer() {
+        let (x, w, b) = (
+            tensor(DType::F32, &[8, 16], 1),
+            tensor(DType::F32, &[24, 16], 2),
+            tensor(DType::F32, &[24], 3),
+        );
+        let (mut out, mut scratch) = (Vec::new(), Scratch::default());
+        Linear.eval(&[&x, &w, &b], &mut out, &mut scratch).unwrap();
+        let p = out[0].as_slice::<f32>().unwrap().as_ptr();
+        let first = out[0].clone().contiguous().to_vec::<f32>().unwrap();
+        Linear.eval(&[&x, &w, &b], &mut out, &mut scratch).unwrap();
+        assert_eq!(out[0].as_slice::<f32>().unwrap().as_ptr(), p);
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), first);
+    }
+
+    /// The packed kernel's blocking edges: rows past one 128-row chunk and
+    /// not a multiple of 16, depth past one 512 chunk (later chunks add to
+    /// the first), column tails of 1..5, both `a` layouts, accumulation,
+    /// and a destination column stride larger than `m`; without a pack
+    /// buffer the same call goes to the `gemm` crate.
+    #[test]
+    fn gemm_blocking_edges_match_naive() {
+        for (m, n, k) in [
+            (1, 1, 1),
+            (17, 7, 3),
+            (130, 13, 520),
+            (300, 6, 1100),
+            (16, 11, 512),
+            (129, 5, 1),
+        ] {
+            for (a_rows, accumulate, packed) in (0..8).map(|i| (i & 1 == 0, i & 2 == 0, i & 4 == 0))
+            {
+                let ld = m + 3;
+                let a = tensor(DType::F32, &[m * k], 1).to_f32_vec();
+                let b = tensor(DType::F32, &[k * n], 2).to_f32_vec();
+                let a_s = if a_rows { (k, 1) } else { (1, m) };
+                let mut dst = tensor(DType::F32, &[ld * n], 3).to_f32_vec();
+                let before = dst.clone();
+                let mut pack = vec![f32::NAN; if packed { pack_len(m, k) } else { 0 }];
+                gemm_f32(
+                    m,
+                    n,
+                    k,
+                    &mut dst,
+                    (1, ld),
+                    &a,
+                    a_s,
+                    &b,
+                    (1, k),
+                    accumulate,
+                    &mut pack,
+                )
+                .unwrap();
+                let (mut want, mut mag) = (vec![], vec![]);
+                for j in 0..n {
+                    for i in 0..m {
+                        let terms =
+                            (0..k).map(|p| a[i * a_s.0 + p * a_s.1] as f64 * b[p + j * k] as f64);
+                        let base = if accumulate {
+                            before[j * ld + i] as f64
+                        } else {
+                            0.0
+                        };
+                        want.push(base + terms.clone().sum::<f64>());
+                        mag.push(base.abs() + terms.map(f64::abs).sum::<f64>());
+                    }
+                }
+                let got: Vec<f32> = (0..n)
+                    .flat_map(|j| dst[j * ld..j * ld + m].to_vec())
+                    .collect();
+                assert_close(
+                    &Tensor::from_vec(vec![got.len()], got).unwrap(),
+                    &want,
+                    &mag,
+                );
+                // the gaps between columns are untouched
+                for j in 0..n {
+                    assert_eq!(
+                        &dst[j * ld + m..(j + 1) * ld],
+                        &before[j * ld + m..(j + 1) * ld]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zero_sized_axes_give_empty_or_bias_outputs() {
+        // zero rows, zero outputs and zero fan-in, with leading zero axes
+        // (which `Tensor::is_contiguous` reports as strided)
+        for (lead, fan_in, fan_out) in [
+            (vec![0, 0], 0, 0),
+            (vec![2, 0], 3, 4),
+            (vec![3], 0, 2),
+            (vec![0, 2], 0, 2),
+        ] {
+            let mut sx = lead.clone();
+            sx.push(fan_in);
+            for dt in [DType::F32, DType::F16] {
+                let (x, w, b) = (
+                    tensor(dt, &sx, 1),
+                    tensor(dt, &[fan_out, fan_in], 2),
+                    tensor(dt, &[fan_out], 3),
+                );
+                let out = facts_then_eval(&Linear, &[&x, &w, &b]);
+                let rows: usize = lead.iter().product();
+                let want: Vec<f32> = (0..rows).flat_map(|_| b.to_f32_vec()).collect();
+                assert_eq!(out[0].to_f32_vec(), want);
+            }
+        }
+        let mm = MatMul::default();
+        for (sa, sb) in [
+            (vec![0, 2, 3], vec![3, 4]),
+            (vec![2, 0], vec![0, 3]),
+            (vec![0, 0], vec![0, 0]),
+        ] {
+            let (a, b) = (tensor(DType::F32, &sa, 1), tensor(DType::F32, &sb, 2));
+            let out = facts_then_eval(&mm, &[&a, &b]);
+            assert!(out[0].to_f32_vec().iter().all(|&v| v == 0.0));
+        }
+    }
+
+    #[test]
+    fn frame_local_axes() {
+        let f = |s: &[Dim]| TypedFact::dt_shape(DType::F32, s);
+        let (s, n) = (Dim::s(), |v: usize| Dim::from(v));
+        let x = f(&[n(2), s, n(8)]);
+        let w = f(&[n(4), n(8)]);
+        let b = f(&[n(4)]);
+        assert_eq!(
+            Linear.frame_local_axis(&[&x, &w, &b], &[Some(1), None, None]),
+            Some(1)
+        );
+        assert_eq!(
+            Linear.frame_local_axis(&[&x, &w], &[Some(2), None]),
+            None,
+            "contracted axis"
+        );
+        assert_eq!(
+            Linear.frame_local_axis(&[&x, &w], &[Some(1), Some(0)]),
+            None,
+            "streaming weight"
+        );
+
+        let mm = MatMul::default();
+        let a = f(&[s, n(3), n(5)]);
+        let bm = f(&[n(5), n(6)]);
+        assert_eq!(
+            mm.frame_local_axis(&[&a, &bm], &[Some(0), None]),
+            Some(0),
+            "batch axis"
+        );
+        assert_eq!(
+            mm.frame_local_axis(&[&a, &bm], &[Some(1), None]),
+            Some(1),
+            "M axis"
+        );
+        assert_eq!(
+            mm.frame_local_axis(&[&a, &bm], &[Some(2), None]),
+            None,
+            "K axis"
+        );
+        assert_eq!(
+            mm.frame_local_axis(&[&a, &bm], &[Some(0), Some(0)]),
+            None,
+            "b streams"
+        );
+        let b3 = f(&[n(4), n(5), n(6)]);
+        assert_eq!(
+            mm.frame_local_axis(&[&a, &b3], &[Some(0), None]),
+            None,
+            "b has a full batch axis there"
+        );
+        let a2 = f(&[n(3), s]);
+        let b4 = f(&[n(2), n(3), n(6)]);
+        let mt = MatMul {
+            transpose_a: true,
+            transpose_b: false,
+        };
+        assert_eq!(
+            mt.frame_local_axis(&[&a2, &b4], &[Some(1), None]),
+            Some(1),
+            "M of a transposed a"
+        );
+        assert_eq!(mt.frame_local_axis(&[&a2, &b4], &[Some(0), None]), None);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let t = |dt, s: &[usize]| tensor(dt, s, 1);
+        let f32t = |s: &[usize]| t(DType::F32, s);
+        let mm = MatMul::default();
+        let check = |op: &dyn Op, inputs: &[&Tensor]| {
+            let e1 = eval_op(op, inputs).unwrap_err();
+            let facts = facts_of(inputs);
+            let refs: Vec<&TypedFact> = facts.iter().collect();
+            let e2 = op.output_facts(&refs).unwrap_err();
+            (e1, e2)
+        };
+        let (e, _) = check(&mm, &[&f32t(&[3]), &f32t(&[3, 2])]);
+        assert!(matches!(e, OpError::Rank { input: 0, .. }), "{e}");
+        let (e, _) = check(&mm, &[&f32t(&[2, 3]), &f32t(&[4, 2])]);
+        assert!(matches!(e, OpError::Shape(_)), "{e}");
+        let (e, _) = check(&mm, &[&f32t(&[2, 2, 3]), &f32t(&[3, 3, 2])]);
+        assert!(matches!(e, OpError::Shape(_)), "batch 2 vs 3: {e}");
+        let (e, _) = check(&mm, &[&t(DType::I64, &[2, 2]), &t(DType::I64, &[2, 2])]);
+        assert!(matches!(e, OpError::DType { input: 0, .. }), "{e}");
+        let (e, _) = check(&mm, &[&f32t(&[2, 2]), &t(DType::F16, &[2, 2])]);
+        assert!(matches!(e, OpError::DType { input: 1, .. }), "{e}");
+        let (e, _) = check(&mm, &[&t(DType::Bool, &[2, 2]), &t(DType::Bool, &[2, 2])]);
+        assert!(matches!(e, OpError::DType { .. }), "{e}");
+        let (e, _) = check(&mm, &[&f32t(&[2, 2])]);
+        assert!(matches!(e, OpError::InputCount { .. }), "{e}");
+
+        let (x, w, b) = (f32t(&[4, 8]), f32t(&[5, 8]), f32t(&[5]));
+        let (e, _) = check(&Linear, &[&x, &f32t(&[5, 7])]);
+        assert!(matches!(e, OpError::Shape(_)), "{e}");
+        let (e, _) = check(&Linear, &[&x, &w, &f32t(&[4])]);
+        assert!(matches!(e, OpError::Shape(_)), "{e}");
+        let (e, _) = check(&Linear, &[&x, &f32t(&[40])]);
+        assert!(matches!(e, OpError::Rank { input: 1, .. }), "{e}");
+        let (e, _) = check(&Linear, &[&x, &w, &f32t(&[5, 1])]);
+        assert!(matches!(e, OpError::Rank { input: 2, .. }), "{e}");
+        let (e, _) = check(&Linear, &[&f32t(&[]), &w]);
+        assert!(matches!(e, OpError::Rank { input: 0, .. }), "{e}");
+        let (e, _) = check(&Linear, &[&t(DType::I64, &[4, 8]), &t(DType::I64, &[5, 8])]);
+        assert!(matches!(e, OpError::DType { .. }), "{e}");
+        let (e, _) = check(&Linear, &[&x, &w, &t(DType::BF16, &[5])]);
+        assert!(matches!(e, OpError::DType { input: 2, .. }), "{e}");
+        let (e, _) = check(&Linear, &[&x, &w, &b, &b]);
+        assert!(matches!(e, OpError::InputCount { .. }), "{e}");
+        let (e, _) = check(&Linear, &[&f32t(&[1; 9]), &f32t(&[1, 1])]);
+        assert!(matches!(e, OpError::Rank { .. }), "{e}");
+    }
+}
