@@ -30,6 +30,10 @@ pub enum Error {
     File { path: PathBuf, reason: String },
     #[error(transparent)]
     Op(#[from] OpError),
+    #[error(transparent)]
+    Decode(#[from] crate::decode::DecodeError),
+    #[error(transparent)]
+    Audio(#[from] crate::audio::AudioError),
     #[error("{0}")]
     Other(String),
 }

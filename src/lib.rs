@@ -8,10 +8,12 @@
 //! Layers, bottom up: [`ops`] (tensors, dims, facts, ops), [`graph`] (nodes,
 //! builder, type inference, CPU runner), [`weights`] (safetensors).
 
+pub mod asr;
 pub mod audio;
 pub mod decode;
 pub mod error;
 pub mod graph;
+pub mod models;
 pub mod ops;
 pub mod output;
 pub mod pulse;

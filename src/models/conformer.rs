@@ -4,6 +4,7 @@
 
 use crate::graph::{Graph, GraphBuilder, OutletId};
 use crate::ops::conv::{Conv1d, ConvLayout};
+use crate::ops::ctc_head::{CtcHead, CtcHeadMode};
 use crate::ops::limited_attention::LimitedAttention;
 use crate::ops::matmul::Linear;
 use crate::ops::mel::LogMel;
@@ -18,17 +19,30 @@ use crate::Result;
 
 use super::ConformerConfig;
 
-/// Which intermediate tensors the graph exposes besides `log_probs`.
+/// What the CTC head outputs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Head {
+    /// `best_id [T]` i64 and `best_logp [T]` f32 from the fused head, with no
+    /// `[T, vocab]` logits (greedy decoding).
+    #[default]
+    Greedy,
+    /// `log_probs [T, vocab]` (beam search, scoring, comparisons).
+    LogProbs,
+}
+
+/// Which tensors the graph exposes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Taps {
+    pub head: Head,
     /// Also output `features` (normalised log-mel), `subsample` and `encoder`.
     pub intermediates: bool,
 }
 
 /// Builds the whole-utterance graph: input `audio` `[S]` f32 at the model's
-/// sample rate; output `log_probs` `[T, vocab]` (and the taps asked for).
+/// sample rate; outputs as chosen by `taps` (the head's first).
 pub fn build(cfg: &ConformerConfig, w: &Weights, taps: Taps) -> Result<Graph> {
-    let mut m = Builder { b: GraphBuilder::new(), w, cfg };
+    let mut gb = GraphBuilder::new();
+    let mut m = Builder { b: &mut gb, w, cfg };
     let audio = m.b.input("audio", TypedFact::new(DType::F32, [Dim::s()]))?;
     let feats = m.b.scoped("frontend", |b| Builder { b, w, cfg }.frontend(audio))?;
     let mut x = m.b.scoped("subsample", |b| Builder { b, w, cfg }.subsample(feats))?;
@@ -36,15 +50,26 @@ pub fn build(cfg: &ConformerConfig, w: &Weights, taps: Taps) -> Result<Graph> {
     for i in 0..cfg.n_blocks {
         x = m.b.scoped(&format!("blocks.{i}"), |b| Builder { b, w, cfg }.block(x))?;
     }
-    let logits = m.b.scoped("ctc", |b| Builder { b, w, cfg }.linear("", x, cfg.d_model, cfg.vocab_size))?;
-    let logp = m.b.op("log_probs", LogSoftmax { axis: -1 }, &[logits])?;
-    m.b.output("log_probs", logp);
+    match taps.head {
+        Head::LogProbs => {
+            let logits = m.b.scoped("ctc", |b| Builder { b, w, cfg }.linear("", x, cfg.d_model, cfg.vocab_size))?;
+            let logp = m.b.op("log_probs", LogSoftmax { axis: -1 }, &[logits])?;
+            m.b.output("log_probs", logp);
+        }
+        Head::Greedy => {
+            let cw = m.weight("ctc.weight", &[cfg.vocab_size, cfg.d_model])?;
+            let cb = m.weight("ctc.bias", &[cfg.vocab_size])?;
+            let outs = m.b.op_multi("ctc_head", CtcHead { mode: CtcHeadMode::Greedy }, &[x, cw, cb])?;
+            m.b.output("best_id", outs[0]);
+            m.b.output("best_logp", outs[1]);
+        }
+    }
     if taps.intermediates {
         m.b.output("features", feats);
         m.b.output("subsample", sub);
         m.b.output("encoder", x);
     }
-    m.b.build()
+    gb.build()
 }
 
 /// Scoped builder state: weights are looked up relative to the scope.

@@ -14,6 +14,7 @@ pub mod pulsifier;
 mod rules;
 mod session;
 mod trim;
+mod window;
 pub mod verify;
 
 pub use attention::PulsedLimitedAttention;

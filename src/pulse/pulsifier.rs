@@ -151,6 +151,12 @@ impl Ctx {
         Ok(o[0].clone())
     }
 
+    /// The value of a constant outlet of the pulsed graph, if it is one.
+    pub fn const_value(&self, o: OutletId) -> Option<crate::ops::Tensor> {
+        let node = self.b.graph().nodes.get(o.node)?;
+        node.op.as_any().downcast_ref::<Const>().map(|c| c.value.clone())
+    }
+
     /// A node name not used yet, based on `name`.
     pub fn unique(&self, name: &str) -> String {
         if self.b.graph().node_by_name(name).is_none() {

@@ -1,0 +1,8 @@
+//! Speech recognition with a model directory: audio in, transcript out,
+//! streamed in pulses (the default) or over the whole utterance.
+
+mod recognizer;
+mod stream;
+
+pub use recognizer::{Decoding, Mode, Recognizer, RecognizerOptions};
+pub use stream::StreamTranscriber;

@@ -1,0 +1,193 @@
+//! The recogniser: a loaded model, its graph (pulsified once when streaming)
+//! and the decoder settings, reused for every file.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::StreamTranscriber;
+use crate::decode::{prefix_beam_search, FrameTiming, GreedyDecoder, Tokens, Transcript};
+use crate::graph::{Graph, Runner};
+use crate::models::conformer::{Head, Taps};
+use crate::models::ModelDir;
+use crate::ops::Tensor;
+use crate::pulse::{pulsify, PulsedModel};
+use crate::{Error, Result};
+
+/// How audio goes through the encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// In pulses of this many samples (a multiple of the model's frame).
+    Streamed { pulse: usize },
+    /// The whole utterance at once.
+    Whole,
+}
+
+/// How CTC outputs become text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoding {
+    /// Best token per frame (fused head: no `[T, vocab]` logits).
+    Greedy,
+    /// CTC prefix beam search of this width.
+    Beam { width: usize },
+}
+
+/// Settings of a [`Recognizer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecognizerOptions {
+    pub mode: Mode,
+    pub decoding: Decoding,
+}
+
+impl Default for RecognizerOptions {
+    /// Streamed in 320 ms pulses, greedy decoding.
+    fn default() -> Self {
+        RecognizerOptions { mode: Mode::Streamed { pulse: 5120 }, decoding: Decoding::Greedy }
+    }
+}
+
+/// A speech recogniser over a model directory.
+///
+/// ```no_run
+/// use pulsed::asr::{Recognizer, RecognizerOptions};
+/// let rec = Recognizer::open(pulsed::models::ModelDir::default_path(), RecognizerOptions::default())?;
+/// let audio = pulsed::audio::load_wav("fixtures/asr/hello.wav".as_ref(), rec.sample_rate())?;
+/// println!("{}", rec.transcribe(&audio.samples)?.text);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Recognizer {
+    model: ModelDir,
+    tokens: Tokens,
+    options: RecognizerOptions,
+    graph: Arc<Graph>,
+    pulsed: Option<Arc<PulsedModel>>,
+}
+
+impl Recognizer {
+    /// Loads the model in `dir` and prepares its graph for `options`.
+    pub fn open(dir: impl AsRef<Path>, options: RecognizerOptions) -> Result<Recognizer> {
+        let model = ModelDir::open(dir)?;
+        Recognizer::new(model, options)
+    }
+
+    /// Prepares an already loaded model.
+    pub fn new(model: ModelDir, options: RecognizerOptions) -> Result<Recognizer> {
+        let tokens = Tokens::load(&model.tokens_path())
+            .map_err(|e| Error::File { path: model.tokens_path(), reason: e.to_string() })?;
+        if tokens.len() != model.config.vocab_size {
+            return Err(Error::File {
+                path: model.tokens_path(),
+                reason: format!("{} tokens, but the model has a vocabulary of {}", tokens.len(), model.config.vocab_size),
+            });
+        }
+        let head = match options.decoding {
+            Decoding::Greedy => Head::Greedy,
+            Decoding::Beam { width: 0 } => return Err(Error::Other("beam width must be at least 1".into())),
+            Decoding::Beam { .. } => Head::LogProbs,
+        };
+        let graph = Arc::new(model.graph(Taps { head, intermediates: false })?);
+        let pulsed = match options.mode {
+            Mode::Streamed { pulse } => {
+                let frame = model.config.samples_per_frame();
+                if pulse == 0 || pulse % frame != 0 {
+                    return Err(Error::Other(format!(
+                        "pulse of {pulse} samples is not a positive multiple of the model's frame ({frame} samples, {} ms)",
+                        frame as f64 * 1000.0 / model.config.sample_rate as f64
+                    )));
+                }
+                Some(Arc::new(pulsify(&graph, pulse)?))
+            }
+            Mode::Whole => None,
+        };
+        Ok(Recognizer { model, tokens, options, graph, pulsed })
+    }
+
+    pub fn options(&self) -> RecognizerOptions {
+        self.options
+    }
+
+    pub fn model(&self) -> &ModelDir {
+        &self.model
+    }
+
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
+    }
+
+    /// The sample rate the model expects.
+    pub fn sample_rate(&self) -> u32 {
+        self.model.config.sample_rate
+    }
+
+    /// Seconds per encoder output frame.
+    pub fn frame_seconds(&self) -> f64 {
+        self.model.config.samples_per_frame() as f64 / self.model.config.sample_rate as f64
+    }
+
+    fn timing(&self) -> FrameTiming {
+        FrameTiming::new(self.frame_seconds())
+    }
+
+    /// The pulsed model, when streaming.
+    pub fn pulsed_model(&self) -> Option<&Arc<PulsedModel>> {
+        self.pulsed.as_ref()
+    }
+
+    /// Transcribes a whole signal (mono, at [`Recognizer::sample_rate`]).
+    pub fn transcribe(&self, samples: &[f32]) -> Result<Transcript> {
+        match self.options.mode {
+            Mode::Streamed { .. } => {
+                let mut s = self.stream()?;
+                s.push(samples)?;
+                s.finish()
+            }
+            Mode::Whole => self.transcribe_whole(samples),
+        }
+    }
+
+    /// A streaming transcriber (needs [`Mode::Streamed`]).
+    pub fn stream(&self) -> Result<StreamTranscriber> {
+        let Some(model) = &self.pulsed else {
+            return Err(Error::Other("stream() needs a recogniser opened in streamed mode".into()));
+        };
+        StreamTranscriber::new(model.clone(), self.tokens.clone(), self.options.decoding, self.timing())
+    }
+
+    fn transcribe_whole(&self, samples: &[f32]) -> Result<Transcript> {
+        if let Some((index, v)) = samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(Error::Input { name: "audio".into(), reason: format!("sample {index} is not finite ({v})") });
+        }
+        if samples.len() < self.model.config.hop {
+            // shorter than one feature hop: no output frame exists
+            return Ok(GreedyDecoder::new(self.tokens.clone(), self.timing())?.finish());
+        }
+        let mut runner = Runner::new(self.graph.clone())?;
+        let outs = runner.run(&[Tensor::from_slice(samples)])?;
+        decode_outputs(&self.tokens, self.options.decoding, self.timing(), &outs)
+    }
+}
+
+/// Decodes the head's outputs of a whole run.
+pub(super) fn decode_outputs(tokens: &Tokens, decoding: Decoding, timing: FrameTiming, outs: &[Tensor]) -> Result<Transcript> {
+    match decoding {
+        Decoding::Greedy => {
+            let ids = outs[0].to_vec::<i64>()?;
+            let logp = outs[1].to_vec::<f32>()?;
+            let mut d = GreedyDecoder::new(tokens.clone(), timing)?;
+            d.push_frames(0, &ids, &logp)?;
+            Ok(d.finish())
+        }
+        Decoding::Beam { width } => {
+            let lp = outs[0].to_vec::<f32>()?;
+            let (frames, vocab) = (outs[0].shape()[0], outs[0].shape()[1]);
+            beam(tokens, &lp, frames, vocab, width, timing)
+        }
+    }
+}
+
+pub(super) fn beam(tokens: &Tokens, lp: &[f32], frames: usize, vocab: usize, width: usize, timing: FrameTiming) -> Result<Transcript> {
+    let hyps = prefix_beam_search(lp, frames, vocab, tokens.blank(), width)?;
+    Ok(match hyps.into_iter().next() {
+        Some(h) => h.transcript(tokens, timing, frames)?,
+        None => GreedyDecoder::new(tokens.clone(), timing)?.finish(),
+    })
+}

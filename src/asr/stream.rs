@@ -1,0 +1,95 @@
+//! Streaming transcription: samples in as they arrive, partial text out.
+
+use std::sync::Arc;
+
+use super::recognizer::beam;
+use super::Decoding;
+use crate::decode::{FrameTiming, GreedyDecoder, Tokens, Transcript};
+use crate::pulse::{PulsedModel, StreamingSession};
+use crate::Result;
+
+/// Feeds samples through a [`StreamingSession`] and decodes as frames come out.
+pub struct StreamTranscriber {
+    session: StreamingSession,
+    tokens: Tokens,
+    decoding: Decoding,
+    timing: FrameTiming,
+    greedy: GreedyDecoder,
+    /// `[frames, vocab]` log-probs kept for beam search.
+    rows: Vec<f32>,
+    frames: usize,
+    vocab: usize,
+}
+
+impl StreamTranscriber {
+    pub(super) fn new(model: Arc<PulsedModel>, tokens: Tokens, decoding: Decoding, timing: FrameTiming) -> Result<Self> {
+        let vocab = tokens.len();
+        let greedy = GreedyDecoder::new(tokens.clone(), timing)?;
+        let session = StreamingSession::new(model)?;
+        Ok(StreamTranscriber { session, tokens, decoding, timing, greedy, rows: Vec::new(), frames: 0, vocab })
+    }
+
+    /// Feeds samples; returns true when the decoded text may have changed.
+    pub fn push(&mut self, samples: &[f32]) -> Result<bool> {
+        let chunks = self.session.push(samples)?;
+        self.take(chunks)
+    }
+
+    /// Flushes the tail of the stream and returns the final transcript.
+    pub fn finish(&mut self) -> Result<Transcript> {
+        let chunks = self.session.finish()?;
+        self.take(chunks)?;
+        match self.decoding {
+            Decoding::Greedy => Ok(self.greedy.partial()),
+            Decoding::Beam { width } => beam(&self.tokens, &self.rows, self.frames, self.vocab, width, self.timing),
+        }
+    }
+
+    /// The transcript so far (greedy; with beam search, the greedy view of
+    /// the frames seen so far is not kept, so this is empty until `finish`).
+    pub fn partial(&self) -> Transcript {
+        self.greedy.partial()
+    }
+
+    /// Encoder frames decoded so far.
+    pub fn frames(&self) -> usize {
+        self.greedy.frames().max(self.frames)
+    }
+
+    /// Back to a fresh stream.
+    pub fn reset(&mut self) {
+        self.session.reset();
+        self.greedy.reset();
+        self.rows.clear();
+        self.frames = 0;
+    }
+
+    /// The underlying session (delays, steps).
+    pub fn session(&self) -> &StreamingSession {
+        &self.session
+    }
+
+    fn take(&mut self, chunks: Vec<crate::pulse::Chunk>) -> Result<bool> {
+        let mut changed = false;
+        match self.decoding {
+            Decoding::Greedy => {
+                let ids: Vec<_> = chunks.iter().filter(|c| c.output == 0).collect();
+                let lps: Vec<_> = chunks.iter().filter(|c| c.output == 1).collect();
+                for (a, b) in ids.iter().zip(&lps) {
+                    let (id, lp) = (a.data.to_vec::<i64>()?, b.data.to_vec::<f32>()?);
+                    let before = self.greedy.spans().len();
+                    self.greedy.push_frames(a.start as usize, &id, &lp)?;
+                    changed |= self.greedy.spans().len() != before;
+                }
+            }
+            Decoding::Beam { .. } => {
+                for c in chunks.iter().filter(|c| c.output == 0) {
+                    self.rows.extend(c.data.to_vec::<f32>()?);
+                    self.frames += c.data.shape()[0];
+                    changed = true;
+                }
+            }
+        }
+        Ok(changed)
+    }
+}

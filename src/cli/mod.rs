@@ -1,0 +1,52 @@
+//! Subcommands of the `pulsed` binary.
+
+mod bench;
+mod device;
+mod inspect;
+mod transcribe;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Streaming speech recognition on CPU and GPU.
+#[derive(Parser, Debug)]
+#[command(name = "pulsed", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Transcribe WAV files with the shipped model (or `--model DIR`).
+    Transcribe(transcribe::Args),
+    /// Print a model's graph: every node with its facts (pulsed with `--pulse`).
+    Inspect(inspect::Args),
+    /// Real-time factor of the model on the CPU, streamed and whole.
+    Bench(bench::Args),
+}
+
+/// Runs a parsed command line; `Err` is a one-line reason (exit code 2).
+pub fn run(cli: Cli) -> Result<ExitCode, String> {
+    match cli.command {
+        Command::Transcribe(a) => transcribe::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+/// The model folder: the argument, or the shipped default.
+fn model_dir(arg: Option<PathBuf>) -> PathBuf {
+    arg.unwrap_or_else(pulsed::models::ModelDir::default_path)
+}
+
+/// Writes to standard output; a closed pipe (`| head`) ends quietly.
+fn print_all(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("writing output: {e}")),
+        _ => Ok(()),
+    }
+}
