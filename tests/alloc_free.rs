@@ -69,3 +69,22 @@ fn attention_graph_step_allocates_nothing() {
     let seen = count_allocs(|| drop(std::hint::black_box(vec![1u8; 10])));
     assert!(seen > 0);
 }
+
+#[test]
+fn shipped_encoder_chunk_step_allocates_nothing() {
+    use pulsed::models::conformer::{Head, Taps};
+    use pulsed::models::ModelDir;
+    let m = ModelDir::open(ModelDir::default_path()).unwrap();
+    for head in [Head::Greedy, Head::LogProbs] {
+        let g = m.graph(Taps { head, intermediates: false }).unwrap();
+        let mut s = StreamingSession::new(pulsify(&g, 5120).unwrap()).unwrap();
+        let audio: Vec<f32> = (0..5120 * 3).map(|i| (i as f32 * 0.01).sin() * 0.1).collect();
+        s.push(&audio).unwrap();
+        let n = count_allocs(|| {
+            for _ in 0..5 {
+                s.step_only().unwrap();
+            }
+        });
+        assert_eq!(n, 0, "{head:?}: steady-state encoder steps allocated {n} times");
+    }
+}
