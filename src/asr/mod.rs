@@ -1,6 +1,7 @@
 //! Speech recognition with a model directory: audio in, transcript out,
 //! streamed in pulses (the default) or over the whole utterance.
 
+pub mod metrics;
 mod recognizer;
 mod stream;
 

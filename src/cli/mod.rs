@@ -2,6 +2,7 @@
 
 mod bench;
 mod device;
+mod eval;
 mod inspect;
 mod transcribe;
 
@@ -26,6 +27,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Real-time factor of the model on the CPU, streamed and whole.
     Bench(bench::Args),
+    /// Character and word error rates on a jsonl manifest of WAVs and texts.
+    Eval(eval::Args),
 }
 
 /// Runs a parsed command line; `Err` is a one-line reason (exit code 2).
@@ -34,6 +37,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Transcribe(a) => transcribe::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Eval(a) => eval::run(a),
     }
 }
 
