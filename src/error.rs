@@ -23,9 +23,17 @@ pub enum Error {
     #[error("weight `{name}` is missing from {file}")]
     MissingWeight { name: String, file: String },
     #[error("weight `{name}`: expected shape {expected:?}, found {found:?}")]
-    WeightShape { name: String, expected: Vec<usize>, found: Vec<usize> },
+    WeightShape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
     #[error("weight `{name}`: dtype {found} cannot be used (expected {expected})")]
-    WeightDType { name: String, expected: String, found: String },
+    WeightDType {
+        name: String,
+        expected: String,
+        found: String,
+    },
     #[error("{path}: {reason}")]
     File { path: PathBuf, reason: String },
     #[error(transparent)]
@@ -40,10 +48,13 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn node(node: &str, op: &'static str, source: OpError) -> Error {
-        Error::Node { node: node.to_string(), op, source }
+        Error::Node {
+            node: node.to_string(),
+            op,
+            source,
+        }
     }
 }
 
 /// Result with the crate's error.
 pub type Result<T> = std::result::Result<T, Error>;
-

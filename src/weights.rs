@@ -20,13 +20,17 @@ impl Weights {
     /// Reads and decodes a safetensors file.
     pub fn load(path: impl AsRef<Path>) -> Result<Weights> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot read weights: {e}") })?;
-        Weights::from_bytes(&bytes, &path.display().to_string())
-            .map_err(|e| match e {
-                Error::Other(reason) => Error::File { path: PathBuf::from(path), reason },
-                e => e,
-            })
+        let bytes = std::fs::read(path).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: format!("cannot read weights: {e}"),
+        })?;
+        Weights::from_bytes(&bytes, &path.display().to_string()).map_err(|e| match e {
+            Error::Other(reason) => Error::File {
+                path: PathBuf::from(path),
+                reason,
+            },
+            e => e,
+        })
     }
 
     /// Decodes safetensors bytes; `file` names them in errors.
@@ -38,11 +42,21 @@ impl Weights {
             let shape = view.shape().to_vec();
             let data = view.data();
             let t = match view.dtype() {
-                StDtype::F32 => Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, f32>(data)),
-                StDtype::F16 => Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, f16>(data)),
-                StDtype::BF16 => Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, bf16>(data)),
-                StDtype::I64 => Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, i64>(data)),
-                StDtype::BOOL => Tensor::from_vec(shape, data.iter().map(|&b| b != 0).collect::<Vec<bool>>()),
+                StDtype::F32 => {
+                    Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, f32>(data))
+                }
+                StDtype::F16 => {
+                    Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, f16>(data))
+                }
+                StDtype::BF16 => {
+                    Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, bf16>(data))
+                }
+                StDtype::I64 => {
+                    Tensor::from_vec(shape, bytemuck::pod_collect_to_vec::<u8, i64>(data))
+                }
+                StDtype::BOOL => {
+                    Tensor::from_vec(shape, data.iter().map(|&b| b != 0).collect::<Vec<bool>>())
+                }
                 other => {
                     return Err(Error::WeightDType {
                         name,
@@ -54,12 +68,21 @@ impl Weights {
             .map_err(|e| Error::Other(format!("tensor `{name}`: {e}")))?;
             tensors.insert(name, t);
         }
-        Ok(Weights { file: file.to_string(), tensors })
+        Ok(Weights {
+            file: file.to_string(),
+            tensors,
+        })
     }
 
     /// Builds a weight set from tensors already in memory.
-    pub fn from_tensors(file: &str, tensors: impl IntoIterator<Item = (String, Tensor)>) -> Weights {
-        Weights { file: file.to_string(), tensors: tensors.into_iter().collect() }
+    pub fn from_tensors(
+        file: &str,
+        tensors: impl IntoIterator<Item = (String, Tensor)>,
+    ) -> Weights {
+        Weights {
+            file: file.to_string(),
+            tensors: tensors.into_iter().collect(),
+        }
     }
 
     /// Names of all tensors, sorted.
@@ -71,10 +94,10 @@ impl Weights {
 
     /// The tensor `name` as stored, if its shape is `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        let t = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| Error::MissingWeight { name: name.to_string(), file: self.file.clone() })?;
+        let t = self.tensors.get(name).ok_or_else(|| Error::MissingWeight {
+            name: name.to_string(),
+            file: self.file.clone(),
+        })?;
         if t.shape() != shape {
             return Err(Error::WeightShape {
                 name: name.to_string(),
@@ -112,7 +135,10 @@ mod tests {
     use super::*;
 
     fn sample() -> Vec<u8> {
-        let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let view = safetensors::tensor::TensorView::new(StDtype::F32, vec![2, 2], &data).unwrap();
         safetensors::serialize([("w", view)], &None).unwrap()
     }
@@ -120,11 +146,23 @@ mod tests {
     #[test]
     fn loads_and_checks_shapes() {
         let w = Weights::from_bytes(&sample(), "mem").unwrap();
-        assert_eq!(w.f32("w", &[2, 2]).unwrap().to_vec::<f32>().unwrap(), vec![1., 2., 3., 4.]);
+        assert_eq!(
+            w.f32("w", &[2, 2]).unwrap().to_vec::<f32>().unwrap(),
+            vec![1., 2., 3., 4.]
+        );
         assert!(matches!(w.f32("w", &[4]), Err(Error::WeightShape { .. })));
-        assert!(matches!(w.f32("nope", &[4]), Err(Error::MissingWeight { .. })));
-        assert_eq!(w.get_as("w", &[2, 2], DType::BF16).unwrap().dtype(), DType::BF16);
-        assert!(matches!(w.get_as("w", &[2, 2], DType::I64), Err(Error::WeightDType { .. })));
+        assert!(matches!(
+            w.f32("nope", &[4]),
+            Err(Error::MissingWeight { .. })
+        ));
+        assert_eq!(
+            w.get_as("w", &[2, 2], DType::BF16).unwrap().dtype(),
+            DType::BF16
+        );
+        assert!(matches!(
+            w.get_as("w", &[2, 2], DType::I64),
+            Err(Error::WeightDType { .. })
+        ));
     }
 
     #[test]

@@ -48,12 +48,24 @@ fn count_allocs(f: impl FnOnce()) -> usize {
 fn attention_graph_step_allocates_nothing() {
     let c = 16;
     let mut b = GraphBuilder::new();
-    let x = b.input("x", TypedFact::new(DType::F32, [Dim::s(), Dim::n(c)])).unwrap();
+    let x = b
+        .input("x", TypedFact::new(DType::F32, [Dim::s(), Dim::n(c)]))
+        .unwrap();
     let two = b.constant("two", Tensor::scalar(2.0f32)).unwrap();
     let q = b.op("q", Binary::Mul, &[x, two]).unwrap();
     let k = b.op("k", Unary::Tanh, &[x]).unwrap();
     let v = b.op("v", Unary::Silu, &[x]).unwrap();
-    let a = b.op("attn", LimitedAttention { heads: 2, left_context: 6, scale: None }, &[q, k, v]).unwrap();
+    let a = b
+        .op(
+            "attn",
+            LimitedAttention {
+                heads: 2,
+                left_context: 6,
+                scale: None,
+            },
+            &[q, k, v],
+        )
+        .unwrap();
     let y = b.op("res", Binary::Add, &[a, x]).unwrap();
     b.output("y", y);
     let model = pulsify(&b.build().unwrap(), 4).unwrap();
@@ -76,15 +88,25 @@ fn shipped_encoder_chunk_step_allocates_nothing() {
     use pulsed::models::ModelDir;
     let m = ModelDir::open(ModelDir::default_path()).unwrap();
     for head in [Head::Greedy, Head::LogProbs] {
-        let g = m.graph(Taps { head, intermediates: false }).unwrap();
+        let g = m
+            .graph(Taps {
+                head,
+                intermediates: false,
+            })
+            .unwrap();
         let mut s = StreamingSession::new(pulsify(&g, 5120).unwrap()).unwrap();
-        let audio: Vec<f32> = (0..5120 * 3).map(|i| (i as f32 * 0.01).sin() * 0.1).collect();
+        let audio: Vec<f32> = (0..5120 * 3)
+            .map(|i| (i as f32 * 0.01).sin() * 0.1)
+            .collect();
         s.push(&audio).unwrap();
         let n = count_allocs(|| {
             for _ in 0..5 {
                 s.step_only().unwrap();
             }
         });
-        assert_eq!(n, 0, "{head:?}: steady-state encoder steps allocated {n} times");
+        assert_eq!(
+            n, 0,
+            "{head:?}: steady-state encoder steps allocated {n} times"
+        );
     }
 }

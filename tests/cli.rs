@@ -6,8 +6,15 @@ use std::process::Command;
 const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/asr/hello.wav");
 
 fn pulsed(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pulsed")).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -29,9 +36,19 @@ fn a_bad_file_gets_its_own_error_line_and_the_run_goes_on() {
     let bad = d.join("corrupt.wav");
     std::fs::write(&bad, b"RIFF\x10\x00\x00\x00WAVEjunkjunk").unwrap();
     let missing = d.join("missing.wav");
-    let (code, out, err) = pulsed(&["transcribe", "--format", "jsonl", bad.to_str().unwrap(), HELLO, missing.to_str().unwrap()]);
+    let (code, out, err) = pulsed(&[
+        "transcribe",
+        "--format",
+        "jsonl",
+        bad.to_str().unwrap(),
+        HELLO,
+        missing.to_str().unwrap(),
+    ]);
     assert_eq!(code, 1, "{err}");
-    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 3, "{out}");
     assert!(lines[0]["error"].is_string());
     assert_eq!(lines[1]["text"], "if anything can go wrong it will");

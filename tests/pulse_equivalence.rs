@@ -12,12 +12,29 @@ use pulsed::pulse::verify::check_streaming;
 
 fn attention_graph(c: usize, heads: usize, lc: usize) -> Graph {
     let mut b = GraphBuilder::new();
-    let x = b.input("x", TypedFact::new(DType::F32, [Dim::s(), Dim::n(c as i64)])).unwrap();
-    let two = b.constant("two", pulsed::ops::Tensor::scalar(2.0f32)).unwrap();
+    let x = b
+        .input(
+            "x",
+            TypedFact::new(DType::F32, [Dim::s(), Dim::n(c as i64)]),
+        )
+        .unwrap();
+    let two = b
+        .constant("two", pulsed::ops::Tensor::scalar(2.0f32))
+        .unwrap();
     let q = b.op("q", Binary::Mul, &[x, two]).unwrap();
     let k = b.op("k", Unary::Tanh, &[x]).unwrap();
     let v = b.op("v", Unary::Sigmoid, &[x]).unwrap();
-    let a = b.op("attn", LimitedAttention { heads, left_context: lc, scale: None }, &[q, k, v]).unwrap();
+    let a = b
+        .op(
+            "attn",
+            LimitedAttention {
+                heads,
+                left_context: lc,
+                scale: None,
+            },
+            &[q, k, v],
+        )
+        .unwrap();
     let y = b.op("res", Binary::Add, &[a, x]).unwrap();
     b.output("y", y);
     b.build().unwrap()
@@ -45,4 +62,3 @@ proptest! {
         check_streaming(&g, pulse, &x, &pushes, 1e-5).map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
 }
-

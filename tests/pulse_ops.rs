@@ -32,7 +32,11 @@ fn frames(outer: usize, total: usize, inner: usize, start: i64, n: usize) -> Ten
         for k in 0..n {
             let t = start + k as i64;
             for i in 0..inner {
-                v.push(if t >= 0 && (t as usize) < total { s[(o * total + t as usize) * inner + i] } else { 0.0 });
+                v.push(if t >= 0 && (t as usize) < total {
+                    s[(o * total + t as usize) * inner + i]
+                } else {
+                    0.0
+                });
             }
         }
     }
@@ -43,7 +47,12 @@ fn run_state(op: &dyn Op, st: &mut Box<dyn OpState>, x: &Tensor) -> Tensor {
     let mut out = Vec::new();
     st.eval(&[x], &mut out, &mut Scratch::default()).unwrap();
     let fact = op.output_facts(&[&TypedFact::of(x)]).unwrap();
-    assert_eq!(fact[0], TypedFact::of(&out[0]), "{} fact vs eval", op.name());
+    assert_eq!(
+        fact[0],
+        TypedFact::of(&out[0]),
+        "{} fact vs eval",
+        op.name()
+    );
     out.remove(0)
 }
 
@@ -130,13 +139,20 @@ proptest! {
 
 #[test]
 fn chunk_trim_trims_only_what_is_there() {
-    let op = AffineChunkTrim { axis: 0, drop: 2, keep: 3 };
+    let op = AffineChunkTrim {
+        axis: 0,
+        drop: 2,
+        keep: 3,
+    };
     let x5 = Tensor::from_vec(vec![5], vec![1.0f32, 2., 3., 4., 5.]).unwrap();
     let x3 = Tensor::from_vec(vec![3], vec![3.0f32, 4., 5.]).unwrap();
     for x in [&x5, &x3] {
         let y = pulsed::ops::eval_op(&op, &[x]).unwrap();
         assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![3., 4., 5.]);
-        assert_eq!(op.output_facts(&[&TypedFact::of(x)]).unwrap()[0], TypedFact::of(&y[0]));
+        assert_eq!(
+            op.output_facts(&[&TypedFact::of(x)]).unwrap()[0],
+            TypedFact::of(&y[0])
+        );
     }
     let x4 = Tensor::zeros(DType::F32, &[4]);
     assert!(pulsed::ops::eval_op(&op, &[&x4]).is_err());
@@ -148,15 +164,33 @@ fn pulse_ops_work_for_every_dtype() {
     let mut rng = Rng(3);
     for dt in [DType::F32, DType::F16, DType::BF16, DType::I64, DType::Bool] {
         let x = rng.tensor(&[4, 2]).cast(dt);
-        let op = Delay { axis: 0, delay: 1, overlap: 2 };
+        let op = Delay {
+            axis: 0,
+            delay: 1,
+            overlap: 2,
+        };
         let mut st = op.state().unwrap();
         let y1 = run_state(&op, &mut st, &x);
         let y2 = run_state(&op, &mut st, &x);
         assert_eq!(y1.shape(), &[6, 2]);
-        assert_eq!(y2.narrow(0, 0, 3).unwrap().contiguous(), x.narrow(0, 1, 3).unwrap().contiguous(), "{dt}");
-        let pad = PulsePad { axis: 0, pulse: 4, delay: 2, begin: 0, end: None, value: 0.0 };
+        assert_eq!(
+            y2.narrow(0, 0, 3).unwrap().contiguous(),
+            x.narrow(0, 1, 3).unwrap().contiguous(),
+            "{dt}"
+        );
+        let pad = PulsePad {
+            axis: 0,
+            pulse: 4,
+            delay: 2,
+            begin: 0,
+            end: None,
+            value: 0.0,
+        };
         let mut ps = pad.state().unwrap();
         let p = run_state(&pad, &mut ps, &x);
-        assert_eq!(p.narrow(0, 2, 2).unwrap().contiguous(), x.narrow(0, 2, 2).unwrap().contiguous());
+        assert_eq!(
+            p.narrow(0, 2, 2).unwrap().contiguous(),
+            x.narrow(0, 2, 2).unwrap().contiguous()
+        );
     }
 }

@@ -26,10 +26,20 @@ const TOL: f32 = 1e-4;
 fn whole_utterance_matches_pytorch_golden_outputs() {
     let m = model();
     let g = golden();
-    let graph = m.graph(Taps { head: Head::LogProbs, intermediates: true }).unwrap();
+    let graph = m
+        .graph(Taps {
+            head: Head::LogProbs,
+            intermediates: true,
+        })
+        .unwrap();
     let wave = g.f32("waveform", &[32124]).unwrap();
     let outs = Runner::new(graph).unwrap().run(&[wave]).unwrap();
-    let names = [("log_probs", [50, 29]), ("features", [200, 80]), ("subsample", [50, 256]), ("encoder", [50, 256])];
+    let names = [
+        ("log_probs", [50, 29]),
+        ("features", [200, 80]),
+        ("subsample", [50, 256]),
+        ("encoder", [50, 256]),
+    ];
     for (i, (name, shape)) in names.iter().enumerate() {
         let want = g.f32(name, shape).unwrap();
         let d = outs[i].max_abs_diff(&want).unwrap();
@@ -46,23 +56,40 @@ fn whole_utterance_matches_pytorch_golden_outputs() {
 #[test]
 fn pulsed_model_equals_whole_utterance_on_the_fixture() {
     let m = model();
-    let graph = m.graph(Taps { head: Head::LogProbs, intermediates: true }).unwrap();
+    let graph = m
+        .graph(Taps {
+            head: Head::LogProbs,
+            intermediates: true,
+        })
+        .unwrap();
     let wave = golden().f32("waveform", &[32124]).unwrap();
     for pulse in [640, 5120] {
         let r = check_streaming(&graph, pulse, &wave, &[1000, 333, 4096], 1e-4).unwrap();
-        assert!(r.max_abs_diff.iter().all(|&d| d <= 1e-4), "pulse {pulse}: {:?}", r.max_abs_diff);
+        assert!(
+            r.max_abs_diff.iter().all(|&d| d <= 1e-4),
+            "pulse {pulse}: {:?}",
+            r.max_abs_diff
+        );
     }
 }
 
 fn transcribe(mode: Mode, decoding: Decoding) -> String {
-    let rec = Recognizer::open(ModelDir::default_path(), RecognizerOptions { mode, decoding }).unwrap();
-    let audio = pulsed::audio::load_wav(format!("{FIX}/hello.wav").as_ref(), rec.sample_rate()).unwrap();
+    let rec = Recognizer::open(
+        ModelDir::default_path(),
+        RecognizerOptions { mode, decoding },
+    )
+    .unwrap();
+    let audio =
+        pulsed::audio::load_wav(format!("{FIX}/hello.wav").as_ref(), rec.sample_rate()).unwrap();
     rec.transcribe(&audio.samples).unwrap().text
 }
 
 #[test]
 fn shipped_wav_transcribes_the_same_streamed_and_whole() {
-    let want = std::fs::read_to_string(format!("{FIX}/hello.txt")).unwrap().trim().to_string();
+    let want = std::fs::read_to_string(format!("{FIX}/hello.txt"))
+        .unwrap()
+        .trim()
+        .to_string();
     let streamed = transcribe(Mode::Streamed { pulse: 5120 }, Decoding::Greedy);
     let small = transcribe(Mode::Streamed { pulse: 640 }, Decoding::Greedy);
     let whole = transcribe(Mode::Whole, Decoding::Greedy);
@@ -75,7 +102,13 @@ fn shipped_wav_transcribes_the_same_streamed_and_whole() {
 
 #[test]
 fn pulse_not_a_multiple_of_the_frame_is_a_clear_error() {
-    let opts = RecognizerOptions { mode: Mode::Streamed { pulse: 1000 }, decoding: Decoding::Greedy };
-    let e = Recognizer::open(ModelDir::default_path(), opts).err().expect("must fail").to_string();
+    let opts = RecognizerOptions {
+        mode: Mode::Streamed { pulse: 1000 },
+        decoding: Decoding::Greedy,
+    };
+    let e = Recognizer::open(ModelDir::default_path(), opts)
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(e.contains("multiple"), "{e}");
 }

@@ -8,7 +8,9 @@ pub fn edit_distance<T: PartialEq>(a: &[T], b: &[T]) -> usize {
     for (i, x) in a.iter().enumerate() {
         cur[0] = i + 1;
         for (j, y) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(x != y)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(x != y))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         std::mem::swap(&mut prev, &mut cur);
     }
@@ -27,8 +29,14 @@ pub struct ErrorCounts {
 impl ErrorCounts {
     /// Adds one utterance (texts compared after collapsing whitespace).
     pub fn add(&mut self, reference: &str, hypothesis: &str) {
-        let (rw, hw): (Vec<&str>, Vec<&str>) = (reference.split_whitespace().collect(), hypothesis.split_whitespace().collect());
-        let (rc, hc): (Vec<char>, Vec<char>) = (rw.join(" ").chars().collect(), hw.join(" ").chars().collect());
+        let (rw, hw): (Vec<&str>, Vec<&str>) = (
+            reference.split_whitespace().collect(),
+            hypothesis.split_whitespace().collect(),
+        );
+        let (rc, hc): (Vec<char>, Vec<char>) = (
+            rw.join(" ").chars().collect(),
+            hw.join(" ").chars().collect(),
+        );
         self.char_edits += edit_distance(&rc, &hc);
         self.chars += rc.len();
         self.word_edits += edit_distance(&rw, &hw);
@@ -52,7 +60,13 @@ mod tests {
 
     #[test]
     fn distances_and_rates() {
-        assert_eq!(edit_distance(&['k', 'i', 't', 't', 'e', 'n'], &['s', 'i', 't', 't', 'i', 'n', 'g']), 3);
+        assert_eq!(
+            edit_distance(
+                &['k', 'i', 't', 't', 'e', 'n'],
+                &['s', 'i', 't', 't', 'i', 'n', 'g']
+            ),
+            3
+        );
         assert_eq!(edit_distance::<u8>(&[], &[1, 2]), 2);
         let mut e = ErrorCounts::default();
         e.add("the cat sat", "the cat  sat");

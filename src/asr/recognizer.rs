@@ -41,7 +41,10 @@ pub struct RecognizerOptions {
 impl Default for RecognizerOptions {
     /// Streamed in 320 ms pulses, greedy decoding.
     fn default() -> Self {
-        RecognizerOptions { mode: Mode::Streamed { pulse: 5120 }, decoding: Decoding::Greedy }
+        RecognizerOptions {
+            mode: Mode::Streamed { pulse: 5120 },
+            decoding: Decoding::Greedy,
+        }
     }
 }
 
@@ -71,20 +74,31 @@ impl Recognizer {
 
     /// Prepares an already loaded model.
     pub fn new(model: ModelDir, options: RecognizerOptions) -> Result<Recognizer> {
-        let tokens = Tokens::load(&model.tokens_path())
-            .map_err(|e| Error::File { path: model.tokens_path(), reason: e.to_string() })?;
+        let tokens = Tokens::load(&model.tokens_path()).map_err(|e| Error::File {
+            path: model.tokens_path(),
+            reason: e.to_string(),
+        })?;
         if tokens.len() != model.config.vocab_size {
             return Err(Error::File {
                 path: model.tokens_path(),
-                reason: format!("{} tokens, but the model has a vocabulary of {}", tokens.len(), model.config.vocab_size),
+                reason: format!(
+                    "{} tokens, but the model has a vocabulary of {}",
+                    tokens.len(),
+                    model.config.vocab_size
+                ),
             });
         }
         let head = match options.decoding {
             Decoding::Greedy => Head::Greedy,
-            Decoding::Beam { width: 0 } => return Err(Error::Other("beam width must be at least 1".into())),
+            Decoding::Beam { width: 0 } => {
+                return Err(Error::Other("beam width must be at least 1".into()))
+            }
             Decoding::Beam { .. } => Head::LogProbs,
         };
-        let graph = Arc::new(model.graph(Taps { head, intermediates: false })?);
+        let graph = Arc::new(model.graph(Taps {
+            head,
+            intermediates: false,
+        })?);
         let pulsed = match options.mode {
             Mode::Streamed { pulse } => {
                 let frame = model.config.samples_per_frame();
@@ -98,7 +112,13 @@ impl Recognizer {
             }
             Mode::Whole => None,
         };
-        Ok(Recognizer { model, tokens, options, graph, pulsed })
+        Ok(Recognizer {
+            model,
+            tokens,
+            options,
+            graph,
+            pulsed,
+        })
     }
 
     pub fn options(&self) -> RecognizerOptions {
@@ -147,14 +167,24 @@ impl Recognizer {
     /// A streaming transcriber (needs [`Mode::Streamed`]).
     pub fn stream(&self) -> Result<StreamTranscriber> {
         let Some(model) = &self.pulsed else {
-            return Err(Error::Other("stream() needs a recogniser opened in streamed mode".into()));
+            return Err(Error::Other(
+                "stream() needs a recogniser opened in streamed mode".into(),
+            ));
         };
-        StreamTranscriber::new(model.clone(), self.tokens.clone(), self.options.decoding, self.timing())
+        StreamTranscriber::new(
+            model.clone(),
+            self.tokens.clone(),
+            self.options.decoding,
+            self.timing(),
+        )
     }
 
     fn transcribe_whole(&self, samples: &[f32]) -> Result<Transcript> {
         if let Some((index, v)) = samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(Error::Input { name: "audio".into(), reason: format!("sample {index} is not finite ({v})") });
+            return Err(Error::Input {
+                name: "audio".into(),
+                reason: format!("sample {index} is not finite ({v})"),
+            });
         }
         if samples.len() < self.model.config.hop {
             // shorter than one feature hop: no output frame exists
@@ -167,7 +197,12 @@ impl Recognizer {
 }
 
 /// Decodes the head's outputs of a whole run.
-pub(super) fn decode_outputs(tokens: &Tokens, decoding: Decoding, timing: FrameTiming, outs: &[Tensor]) -> Result<Transcript> {
+pub(super) fn decode_outputs(
+    tokens: &Tokens,
+    decoding: Decoding,
+    timing: FrameTiming,
+    outs: &[Tensor],
+) -> Result<Transcript> {
     match decoding {
         Decoding::Greedy => {
             let ids = outs[0].to_vec::<i64>()?;
@@ -184,7 +219,14 @@ pub(super) fn decode_outputs(tokens: &Tokens, decoding: Decoding, timing: FrameT
     }
 }
 
-pub(super) fn beam(tokens: &Tokens, lp: &[f32], frames: usize, vocab: usize, width: usize, timing: FrameTiming) -> Result<Transcript> {
+pub(super) fn beam(
+    tokens: &Tokens,
+    lp: &[f32],
+    frames: usize,
+    vocab: usize,
+    width: usize,
+    timing: FrameTiming,
+) -> Result<Transcript> {
     let hyps = prefix_beam_search(lp, frames, vocab, tokens.blank(), width)?;
     Ok(match hyps.into_iter().next() {
         Some(h) => h.transcript(tokens, timing, frames)?,

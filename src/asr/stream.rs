@@ -22,11 +22,25 @@ pub struct StreamTranscriber {
 }
 
 impl StreamTranscriber {
-    pub(super) fn new(model: Arc<PulsedModel>, tokens: Tokens, decoding: Decoding, timing: FrameTiming) -> Result<Self> {
+    pub(super) fn new(
+        model: Arc<PulsedModel>,
+        tokens: Tokens,
+        decoding: Decoding,
+        timing: FrameTiming,
+    ) -> Result<Self> {
         let vocab = tokens.len();
         let greedy = GreedyDecoder::new(tokens.clone(), timing)?;
         let session = StreamingSession::new(model)?;
-        Ok(StreamTranscriber { session, tokens, decoding, timing, greedy, rows: Vec::new(), frames: 0, vocab })
+        Ok(StreamTranscriber {
+            session,
+            tokens,
+            decoding,
+            timing,
+            greedy,
+            rows: Vec::new(),
+            frames: 0,
+            vocab,
+        })
     }
 
     /// Feeds samples; returns true when the decoded text may have changed.
@@ -41,7 +55,14 @@ impl StreamTranscriber {
         self.take(chunks)?;
         match self.decoding {
             Decoding::Greedy => Ok(self.greedy.partial()),
-            Decoding::Beam { width } => beam(&self.tokens, &self.rows, self.frames, self.vocab, width, self.timing),
+            Decoding::Beam { width } => beam(
+                &self.tokens,
+                &self.rows,
+                self.frames,
+                self.vocab,
+                width,
+                self.timing,
+            ),
         }
     }
 

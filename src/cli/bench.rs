@@ -29,15 +29,35 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
     let dir = super::model_dir(a.model);
-    let file = a.file.unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/asr/hello.wav")));
+    let file = a.file.unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/asr/hello.wav"
+        ))
+    });
     let model = ModelDir::open(&dir).map_err(|e| e.to_string())?;
-    let audio = pulsed::audio::load_wav(&file, model.config.sample_rate).map_err(|e| e.to_string())?;
+    let audio =
+        pulsed::audio::load_wav(&file, model.config.sample_rate).map_err(|e| e.to_string())?;
     let dur = audio.duration_s;
     let reps = a.reps.max(1);
-    println!("file {} ({dur:.2} s), model {}, pulse {} samples, one thread", file.display(), dir.display(), a.pulse);
-    for (label, mode) in [("streamed", Mode::Streamed { pulse: a.pulse }), ("whole", Mode::Whole)] {
-        let rec = Recognizer::new(model.clone(), RecognizerOptions { mode, decoding: Decoding::Greedy })
-            .map_err(|e| e.to_string())?;
+    println!(
+        "file {} ({dur:.2} s), model {}, pulse {} samples, one thread",
+        file.display(),
+        dir.display(),
+        a.pulse
+    );
+    for (label, mode) in [
+        ("streamed", Mode::Streamed { pulse: a.pulse }),
+        ("whole", Mode::Whole),
+    ] {
+        let rec = Recognizer::new(
+            model.clone(),
+            RecognizerOptions {
+                mode,
+                decoding: Decoding::Greedy,
+            },
+        )
+        .map_err(|e| e.to_string())?;
         rec.transcribe(&audio.samples).map_err(|e| e.to_string())?; // warm-up
         let times: Vec<f64> = (0..reps)
             .map(|_| {
@@ -48,11 +68,21 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             .map(|(t, _)| t)
             .collect();
         let t = median(times);
-        println!("{label:>9}: {:8.2} ms per file, real-time factor {:.4}", t * 1000.0, t / dur);
+        println!(
+            "{label:>9}: {:8.2} ms per file, real-time factor {:.4}",
+            t * 1000.0,
+            t / dur
+        );
     }
     // session overhead: push() (buffering, state, collecting outputs) vs the bare steps
-    let rec = Recognizer::new(model, RecognizerOptions { mode: Mode::Streamed { pulse: a.pulse }, decoding: Decoding::Greedy })
-        .map_err(|e| e.to_string())?;
+    let rec = Recognizer::new(
+        model,
+        RecognizerOptions {
+            mode: Mode::Streamed { pulse: a.pulse },
+            decoding: Decoding::Greedy,
+        },
+    )
+    .map_err(|e| e.to_string())?;
     let pm = rec.pulsed_model().ok_or("no pulsed model")?.clone();
     let mut s = pulsed::pulse::StreamingSession::new(pm).map_err(|e| e.to_string())?;
     let pulses = audio.samples.len() / a.pulse;

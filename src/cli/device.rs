@@ -14,7 +14,10 @@ impl Device {
     pub fn resolve(self) -> Result<Device, String> {
         match self {
             Device::Cpu | Device::Auto => Ok(Device::Cpu),
-            Device::Cuda => Err("--device cuda: this build of pulsed has no CUDA backend yet; use --device cpu".into()),
+            Device::Cuda => Err(
+                "--device cuda: this build of pulsed has no CUDA backend yet; use --device cpu"
+                    .into(),
+            ),
         }
     }
 }

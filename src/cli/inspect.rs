@@ -27,15 +27,25 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     a.device.resolve()?;
     let dir = super::model_dir(a.model);
     let model = ModelDir::open(&dir).map_err(|e| e.to_string())?;
-    let head = if a.log_probs { Head::LogProbs } else { Head::Greedy };
-    let graph = model.graph(Taps { head, intermediates: false }).map_err(|e| e.to_string())?;
+    let head = if a.log_probs {
+        Head::LogProbs
+    } else {
+        Head::Greedy
+    };
+    let graph = model
+        .graph(Taps {
+            head,
+            intermediates: false,
+        })
+        .map_err(|e| e.to_string())?;
     let text = match a.pulse {
         None => graph.dump(),
         Some(p) => {
             let pulsed = pulsed::pulse::pulsify(&graph, p).map_err(|e| e.to_string())?;
             let mut text = pulsed.dump();
             let rate = model.config.sample_rate as f64;
-            let session = pulsed::pulse::StreamingSession::new(pulsed).map_err(|e| e.to_string())?;
+            let session =
+                pulsed::pulse::StreamingSession::new(pulsed).map_err(|e| e.to_string())?;
             text.push_str(&format!(
                 "pulse {p} samples ({:.1} ms); output delay {} frames ({:.1} ms)\n",
                 p as f64 * 1000.0 / rate,

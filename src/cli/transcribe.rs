@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
-use pulsed::output::{write_error_line, write_transcript, write_transcript_with, Format, WriteOptions};
+use pulsed::output::{
+    write_error_line, write_transcript, write_transcript_with, Format, WriteOptions,
+};
 
 use super::device::Device;
 
@@ -46,16 +48,29 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     a.device.resolve()?;
     let files = expand(&a.inputs)?;
     if files.len() > 1 && matches!(a.format, Format::Srt | Format::Vtt) && a.output_dir.is_none() {
-        return Err(format!("{} with several files needs --output-dir (one subtitle file per input)", a.format));
+        return Err(format!(
+            "{} with several files needs --output-dir (one subtitle file per input)",
+            a.format
+        ));
     }
-    let mode = if a.whole { Mode::Whole } else { Mode::Streamed { pulse: a.pulse } };
+    let mode = if a.whole {
+        Mode::Whole
+    } else {
+        Mode::Streamed { pulse: a.pulse }
+    };
     let decoding = match a.beam {
         Some(w) => Decoding::Beam { width: w },
         None => Decoding::Greedy,
     };
-    let rec = Recognizer::open(super::model_dir(a.model), RecognizerOptions { mode, decoding }).map_err(|e| e.to_string())?;
+    let rec = Recognizer::open(
+        super::model_dir(a.model),
+        RecognizerOptions { mode, decoding },
+    )
+    .map_err(|e| e.to_string())?;
     let mut out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(BufWriter::new(File::create(p).map_err(|e| format!("{}: {e}", p.display()))?)),
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
         None => Box::new(io::stdout().lock()),
     };
     if let Some(d) = &a.output_dir {
@@ -72,11 +87,17 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             Ok((t, dur)) => {
                 audio_s += dur;
                 let mut extra = serde_json::Map::new();
-                extra.insert("duration_s".into(), serde_json::json!((dur * 1000.0).round() / 1000.0));
+                extra.insert(
+                    "duration_s".into(),
+                    serde_json::json!((dur * 1000.0).round() / 1000.0),
+                );
                 let r = match &a.output_dir {
                     Some(d) => write_file(d, path, a.format, &name, &t, extra),
                     None => {
-                        let opts = WriteOptions { prefix_file_name: several, ..WriteOptions::default() };
+                        let opts = WriteOptions {
+                            prefix_file_name: several,
+                            ..WriteOptions::default()
+                        };
                         write_transcript_with(&mut out, a.format, &name, &t, &extra, &opts)
                     }
                 };
@@ -85,7 +106,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             Err(e) => {
                 failed += 1;
                 if a.format == Format::Jsonl && a.output_dir.is_none() {
-                    write_error_line(&mut out, a.format, &name, &e).map_err(|e| format!("writing output: {e}"))?;
+                    write_error_line(&mut out, a.format, &name, &e)
+                        .map_err(|e| format!("writing output: {e}"))?;
                 }
                 bar.suspend(|| eprintln!("pulsed: {name}: {e}"));
             }
@@ -103,7 +125,10 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn transcribe_one(rec: &Recognizer, path: &Path) -> Result<(pulsed::decode::Transcript, f64), String> {
+fn transcribe_one(
+    rec: &Recognizer,
+    path: &Path,
+) -> Result<(pulsed::decode::Transcript, f64), String> {
     let audio = pulsed::audio::load_wav(path, rec.sample_rate()).map_err(|e| e.to_string())?;
     let t = rec.transcribe(&audio.samples).map_err(|e| e.to_string())?;
     Ok((t, audio.duration_s))
@@ -117,7 +142,9 @@ fn write_file(
     t: &pulsed::decode::Transcript,
     extra: serde_json::Map<String, serde_json::Value>,
 ) -> io::Result<()> {
-    let stem = input.file_stem().map_or("out".into(), |s| s.to_string_lossy().into_owned());
+    let stem = input
+        .file_stem()
+        .map_or("out".into(), |s| s.to_string_lossy().into_owned());
     let ext = match format {
         Format::Text => "txt",
         Format::Jsonl => "jsonl",
@@ -162,12 +189,14 @@ fn progress(n: usize) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(n as u64);
-    let style = ProgressStyle::with_template("{bar:30} {pos}/{len} files, {prefix}, ETA {eta} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let style =
+        ProgressStyle::with_template("{bar:30} {pos}/{len} files, {prefix}, ETA {eta} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar
 }
 
 fn short_name(p: &Path) -> String {
-    p.file_name().map_or_else(String::new, |s| s.to_string_lossy().into_owned())
+    p.file_name()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
 }

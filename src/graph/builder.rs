@@ -33,11 +33,18 @@ impl GraphBuilder {
 
     /// Continues building on an existing graph.
     pub fn from_graph(graph: Graph) -> GraphBuilder {
-        GraphBuilder { graph, scopes: Vec::new() }
+        GraphBuilder {
+            graph,
+            scopes: Vec::new(),
+        }
     }
 
     /// Node names added inside `f` get the prefix `name.`.
-    pub fn scoped<T>(&mut self, name: &str, f: impl FnOnce(&mut GraphBuilder) -> Result<T>) -> Result<T> {
+    pub fn scoped<T>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut GraphBuilder) -> Result<T>,
+    ) -> Result<T> {
         self.scopes.push(name.to_string());
         let r = f(self);
         self.scopes.pop();
@@ -77,12 +84,20 @@ impl GraphBuilder {
         let name = &self.graph.nodes.last().expect("just added").name;
         match outs.as_slice() {
             [o] => Ok(*o),
-            _ => Err(Error::Graph(format!("node `{name}` has {} outputs; use op_multi", outs.len()))),
+            _ => Err(Error::Graph(format!(
+                "node `{name}` has {} outputs; use op_multi",
+                outs.len()
+            ))),
         }
     }
 
     /// Adds a node from a shared op.
-    pub fn op_arc(&mut self, name: &str, op: Arc<dyn Op>, inputs: &[OutletId]) -> Result<Vec<OutletId>> {
+    pub fn op_arc(
+        &mut self,
+        name: &str,
+        op: Arc<dyn Op>,
+        inputs: &[OutletId],
+    ) -> Result<Vec<OutletId>> {
         let name = self.full_name(name);
         if self.graph.node_by_name(&name).is_some() {
             return Err(Error::Graph(format!("node name `{name}` is already used")));
@@ -90,19 +105,33 @@ impl GraphBuilder {
         let mut facts = Vec::with_capacity(inputs.len());
         for (k, o) in inputs.iter().enumerate() {
             let f = self.graph.fact(*o).map_err(|_| {
-                Error::Graph(format!("node `{name}`: input {k} refers to an outlet that does not exist"))
+                Error::Graph(format!(
+                    "node `{name}`: input {k} refers to an outlet that does not exist"
+                ))
             })?;
             facts.push(f);
         }
-        let out = op.output_facts(&facts).map_err(|e| Error::node(&name, op.name(), e))?;
+        let out = op
+            .output_facts(&facts)
+            .map_err(|e| Error::node(&name, op.name(), e))?;
         let id = self.graph.nodes.len();
         let n = out.len();
-        self.graph.nodes.push(Node { name, op, inputs: inputs.to_vec(), facts: out });
+        self.graph.nodes.push(Node {
+            name,
+            op,
+            inputs: inputs.to_vec(),
+            facts: out,
+        });
         Ok((0..n).map(|s| OutletId::new(id, s)).collect())
     }
 
     /// Adds a node with any number of outputs.
-    pub fn op_multi(&mut self, name: &str, op: impl Op, inputs: &[OutletId]) -> Result<Vec<OutletId>> {
+    pub fn op_multi(
+        &mut self,
+        name: &str,
+        op: impl Op,
+        inputs: &[OutletId],
+    ) -> Result<Vec<OutletId>> {
         self.op_arc(name, Arc::new(op), inputs)
     }
 

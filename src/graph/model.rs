@@ -55,7 +55,11 @@ impl Graph {
     /// A printable name for an outlet: the node's name, with `:slot` after
     /// the first output.
     pub fn outlet_name(&self, o: OutletId) -> String {
-        let n = self.nodes.get(o.node).map(|n| n.name.as_str()).unwrap_or("?");
+        let n = self
+            .nodes
+            .get(o.node)
+            .map(|n| n.name.as_str())
+            .unwrap_or("?");
         if o.slot == 0 {
             n.to_string()
         } else {
@@ -104,7 +108,10 @@ impl Graph {
         }
         if order.len() != n {
             let stuck = (0..n).find(|&i| indeg[i] > 0).expect("some node is stuck");
-            return Err(Error::Graph(format!("node `{}` is part of a cycle", self.nodes[stuck].name)));
+            return Err(Error::Graph(format!(
+                "node `{}` is part of a cycle",
+                self.nodes[stuck].name
+            )));
         }
         Ok(order)
     }
@@ -134,7 +141,9 @@ impl Graph {
             })?;
             inputs.push(f);
         }
-        node.op.output_facts(&inputs).map_err(|e| Error::node(&node.name, node.op.name(), e))
+        node.op
+            .output_facts(&inputs)
+            .map_err(|e| Error::node(&node.name, node.op.name(), e))
     }
 
     /// Checks the whole graph: unique names, no dangling inputs, no cycle,
@@ -143,7 +152,10 @@ impl Graph {
         let mut names = HashMap::new();
         for (id, n) in self.nodes.iter().enumerate() {
             if let Some(prev) = names.insert(n.name.as_str(), id) {
-                return Err(Error::Graph(format!("node name `{}` used by nodes #{prev} and #{id}", n.name)));
+                return Err(Error::Graph(format!(
+                    "node name `{}` used by nodes #{prev} and #{id}",
+                    n.name
+                )));
             }
         }
         for id in self.topo_order()? {
@@ -156,12 +168,19 @@ impl Graph {
             }
         }
         for &i in &self.inputs {
-            if !self.nodes.get(i).is_some_and(|n| n.op.as_any().is::<Source>()) {
-                return Err(Error::Graph(format!("graph input #{i} is not a Source node")));
+            if !self
+                .nodes
+                .get(i)
+                .is_some_and(|n| n.op.as_any().is::<Source>())
+            {
+                return Err(Error::Graph(format!(
+                    "graph input #{i} is not a Source node"
+                )));
             }
         }
         for (name, o) in &self.outputs {
-            self.fact(*o).map_err(|_| Error::Graph(format!("output `{name}` refers to a missing outlet")))?;
+            self.fact(*o)
+                .map_err(|_| Error::Graph(format!("output `{name}` refers to a missing outlet")))?;
         }
         Ok(())
     }
@@ -169,12 +188,20 @@ impl Graph {
     /// A readable dump: one line per node with its op, inputs and facts.
     pub fn dump(&self) -> String {
         let mut s = String::new();
-        let order = self.topo_order().unwrap_or_else(|_| (0..self.nodes.len()).collect());
+        let order = self
+            .topo_order()
+            .unwrap_or_else(|_| (0..self.nodes.len()).collect());
         for id in order {
             let n = &self.nodes[id];
             let ins: Vec<String> = n.inputs.iter().map(|&o| self.outlet_name(o)).collect();
             let facts: Vec<String> = n.facts.iter().map(|f| f.to_string()).collect();
-            let _ = write!(s, "#{id:<4} {:<36} {:<18} {}", n.name, n.op.name(), facts.join(", "));
+            let _ = write!(
+                s,
+                "#{id:<4} {:<36} {:<18} {}",
+                n.name,
+                n.op.name(),
+                facts.join(", ")
+            );
             if !ins.is_empty() {
                 let _ = write!(s, "  <- {}", ins.join(", "));
             }

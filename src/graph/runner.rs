@@ -47,7 +47,15 @@ impl Runner {
         }
         let states = graph.nodes.iter().map(|n| n.op.state()).collect();
         let scratch = (0..n).map(|_| Scratch::default()).collect();
-        Ok(Runner { graph, order, values, states, scratch, placeholder: Tensor::empty(), last_s: None })
+        Ok(Runner {
+            graph,
+            order,
+            values,
+            states,
+            scratch,
+            placeholder: Tensor::empty(),
+            last_s: None,
+        })
     }
 
     pub fn graph(&self) -> &Graph {
@@ -78,7 +86,9 @@ impl Runner {
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let refs: Vec<&Tensor> = inputs.iter().collect();
         self.step(&refs)?;
-        Ok((0..self.graph.outputs.len()).map(|i| self.output(i).clone()).collect())
+        Ok((0..self.graph.outputs.len())
+            .map(|i| self.output(i).clone())
+            .collect())
     }
 
     /// Runs once; read results with [`Runner::output`]. Allocation-free when
@@ -99,7 +109,14 @@ impl Runner {
             self.values[id][0].copy_from(t);
         }
         self.last_s = s_value;
-        let Runner { order, values, states, scratch, placeholder, .. } = self;
+        let Runner {
+            order,
+            values,
+            states,
+            scratch,
+            placeholder,
+            ..
+        } = self;
         for &id in order.iter() {
             let node = &graph.nodes[id];
             if node.inputs.is_empty() {
@@ -135,9 +152,16 @@ impl Runner {
 
 /// Checks a concrete input against its fact, solving `S` from symbolic sizes.
 fn check_input(name: &str, fact: &TypedFact, t: &Tensor, s: &mut Option<i64>) -> Result<()> {
-    let bad = |reason: String| Error::Input { name: name.to_string(), reason };
+    let bad = |reason: String| Error::Input {
+        name: name.to_string(),
+        reason,
+    };
     if t.dtype() != fact.dtype {
-        return Err(bad(format!("expected dtype {}, got {}", fact.dtype, t.dtype())));
+        return Err(bad(format!(
+            "expected dtype {}, got {}",
+            fact.dtype,
+            t.dtype()
+        )));
     }
     if t.rank() != fact.rank() {
         return Err(bad(format!("expected shape {fact}, got {:?}", t.shape())));
@@ -156,7 +180,9 @@ fn check_input(name: &str, fact: &TypedFact, t: &Tensor, s: &mut Option<i64>) ->
             },
         };
         if !ok {
-            return Err(bad(format!("axis {ax}: size {n} does not fit {d} (shape {fact})")));
+            return Err(bad(format!(
+                "axis {ax}: size {n} does not fit {d} (shape {fact})"
+            )));
         }
     }
     Ok(())

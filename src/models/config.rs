@@ -30,22 +30,41 @@ pub struct ConformerConfig {
 
 impl ConformerConfig {
     pub fn load(path: &Path) -> Result<ConformerConfig> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot read model config: {e}") })?;
-        let cfg: ConformerConfig = serde_json::from_str(&text)
-            .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("invalid model config: {e}") })?;
-        cfg.validate().map_err(|reason| Error::File { path: path.to_path_buf(), reason })?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: format!("cannot read model config: {e}"),
+        })?;
+        let cfg: ConformerConfig = serde_json::from_str(&text).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: format!("invalid model config: {e}"),
+        })?;
+        cfg.validate().map_err(|reason| Error::File {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         Ok(cfg)
     }
 
     /// Checks the relations the graph relies on.
     pub fn validate(&self) -> std::result::Result<(), String> {
         let checks = [
-            (self.hop > 0 && self.n_fft >= self.hop, "n_fft must be >= hop > 0"),
-            (self.n_heads > 0 && self.d_model % self.n_heads == 0, "d_model must be a multiple of n_heads"),
-            (self.conv_kernel > 0 && self.subsample_kernel > 0, "kernels must be positive"),
+            (
+                self.hop > 0 && self.n_fft >= self.hop,
+                "n_fft must be >= hop > 0",
+            ),
+            (
+                self.n_heads > 0 && self.d_model.is_multiple_of(self.n_heads),
+                "d_model must be a multiple of n_heads",
+            ),
+            (
+                self.conv_kernel > 0 && self.subsample_kernel > 0,
+                "kernels must be positive",
+            ),
             (self.vocab_size > 1, "vocab_size must be at least 2"),
-            (self.n_mels > 0 && self.sample_rate > 0, "n_mels and sample_rate must be positive"),
+            (
+                self.n_mels > 0 && self.sample_rate > 0,
+                "n_mels and sample_rate must be positive",
+            ),
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, why)) => Err(why.to_string()),

@@ -44,22 +44,33 @@ pub fn build(cfg: &ConformerConfig, w: &Weights, taps: Taps) -> Result<Graph> {
     let mut gb = GraphBuilder::new();
     let mut m = Builder { b: &mut gb, w, cfg };
     let audio = m.b.input("audio", TypedFact::new(DType::F32, [Dim::s()]))?;
-    let feats = m.b.scoped("frontend", |b| Builder { b, w, cfg }.frontend(audio))?;
-    let mut x = m.b.scoped("subsample", |b| Builder { b, w, cfg }.subsample(feats))?;
+    let feats =
+        m.b.scoped("frontend", |b| Builder { b, w, cfg }.frontend(audio))?;
+    let mut x =
+        m.b.scoped("subsample", |b| Builder { b, w, cfg }.subsample(feats))?;
     let sub = x;
     for i in 0..cfg.n_blocks {
-        x = m.b.scoped(&format!("blocks.{i}"), |b| Builder { b, w, cfg }.block(x))?;
+        x =
+            m.b.scoped(&format!("blocks.{i}"), |b| Builder { b, w, cfg }.block(x))?;
     }
     match taps.head {
         Head::LogProbs => {
-            let logits = m.b.scoped("ctc", |b| Builder { b, w, cfg }.linear("", x, cfg.d_model, cfg.vocab_size))?;
+            let logits = m.b.scoped("ctc", |b| {
+                Builder { b, w, cfg }.linear("", x, cfg.d_model, cfg.vocab_size)
+            })?;
             let logp = m.b.op("log_probs", LogSoftmax { axis: -1 }, &[logits])?;
             m.b.output("log_probs", logp);
         }
         Head::Greedy => {
             let cw = m.weight("ctc.weight", &[cfg.vocab_size, cfg.d_model])?;
             let cb = m.weight("ctc.bias", &[cfg.vocab_size])?;
-            let outs = m.b.op_multi("ctc_head", CtcHead { mode: CtcHeadMode::Greedy }, &[x, cw, cb])?;
+            let outs = m.b.op_multi(
+                "ctc_head",
+                CtcHead {
+                    mode: CtcHeadMode::Greedy,
+                },
+                &[x, cw, cb],
+            )?;
             m.b.output("best_id", outs[0]);
             m.b.output("best_logp", outs[1]);
         }
@@ -89,12 +100,21 @@ impl Builder<'_, '_> {
     fn frontend(&mut self, audio: OutletId) -> Result<OutletId> {
         let c = self.cfg;
         let bins = c.n_fft / 2 + 1;
-        let padded = self.b.op("pad", Pad { pads: vec![(c.n_fft - c.hop, 0)], mode: PadMode::Constant(0.0) }, &[audio])?;
+        let padded = self.b.op(
+            "pad",
+            Pad {
+                pads: vec![(c.n_fft - c.hop, 0)],
+                mode: PadMode::Constant(0.0),
+            },
+            &[audio],
+        )?;
         let window = self.weight("window", &[c.n_fft])?;
         let stft = Stft::new(c.n_fft, c.hop, false, StftOutput::Power)?;
         let power = self.b.op("stft", stft, &[padded, window])?;
         let fb = self.weight("mel_fb", &[bins, c.n_mels])?;
-        let logmel = self.b.op("logmel", LogMel { eps: c.log_eps }, &[power, fb])?;
+        let logmel = self
+            .b
+            .op("logmel", LogMel { eps: c.log_eps }, &[power, fb])?;
         let mean = self.weight("mean", &[c.n_mels])?;
         let inv_std = self.weight("inv_std", &[c.n_mels])?;
         let centred = self.b.op("centre", Binary::Sub, &[logmel, mean])?;
@@ -104,7 +124,13 @@ impl Builder<'_, '_> {
     fn subsample(&mut self, x: OutletId) -> Result<OutletId> {
         let c = self.cfg;
         let k = c.subsample_kernel;
-        let conv = |stride| Conv1d { stride, dilation: 1, pad: (k - 1, 0), groups: 1, layout: ConvLayout::ChannelsLast };
+        let conv = |stride| Conv1d {
+            stride,
+            dilation: 1,
+            pad: (k - 1, 0),
+            groups: 1,
+            layout: ConvLayout::ChannelsLast,
+        };
         let w1 = self.weight("conv1.weight", &[c.subsample_channels, c.n_mels, k])?;
         let b1 = self.weight("conv1.bias", &[c.subsample_channels])?;
         let y = self.b.op("conv1", conv(2), &[x, w1, b1])?;
@@ -115,11 +141,27 @@ impl Builder<'_, '_> {
         self.b.op("act2", Unary::Silu, &[y])
     }
 
-    fn linear(&mut self, name: &str, x: OutletId, fan_in: usize, fan_out: usize) -> Result<OutletId> {
-        let p = |s: &str| if name.is_empty() { s.to_string() } else { format!("{name}.{s}") };
+    fn linear(
+        &mut self,
+        name: &str,
+        x: OutletId,
+        fan_in: usize,
+        fan_out: usize,
+    ) -> Result<OutletId> {
+        let p = |s: &str| {
+            if name.is_empty() {
+                s.to_string()
+            } else {
+                format!("{name}.{s}")
+            }
+        };
         let w = self.weight(&p("weight"), &[fan_out, fan_in])?;
         let b = self.weight(&p("bias"), &[fan_out])?;
-        let out = if name.is_empty() { "linear".to_string() } else { name.to_string() };
+        let out = if name.is_empty() {
+            "linear".to_string()
+        } else {
+            name.to_string()
+        };
         self.b.op(&out, Linear, &[x, w, b])
     }
 
@@ -127,7 +169,14 @@ impl Builder<'_, '_> {
         let d = self.cfg.d_model;
         let g = self.weight(&format!("{name}.weight"), &[d])?;
         let b = self.weight(&format!("{name}.bias"), &[d])?;
-        self.b.op(name, LayerNorm { eps: self.cfg.layer_norm_eps, axis: -1 }, &[x, g, b])
+        self.b.op(
+            name,
+            LayerNorm {
+                eps: self.cfg.layer_norm_eps,
+                axis: -1,
+            },
+            &[x, g, b],
+        )
     }
 
     fn feed_forward(&mut self, x: OutletId) -> Result<OutletId> {
@@ -144,7 +193,11 @@ impl Builder<'_, '_> {
         let q = self.linear("q", y, d, d)?;
         let k = self.linear("k", y, d, d)?;
         let v = self.linear("v", y, d, d)?;
-        let attn = LimitedAttention { heads: self.cfg.n_heads, left_context: self.cfg.left_context, scale: None };
+        let attn = LimitedAttention {
+            heads: self.cfg.n_heads,
+            left_context: self.cfg.left_context,
+            scale: None,
+        };
         let a = self.b.op("mhsa", attn, &[q, k, v])?;
         self.linear("out", a, d, d)
     }
@@ -153,11 +206,33 @@ impl Builder<'_, '_> {
         let (d, k) = (self.cfg.d_model, self.cfg.conv_kernel);
         let y = self.layer_norm("norm", x)?;
         let y = self.linear("pointwise1", y, d, 2 * d)?;
-        let a = self.b.op("glu_a", Slice { axis: 1, start: 0, end: Some(d as i64) }, &[y])?;
-        let g = self.b.op("glu_b", Slice { axis: 1, start: d as i64, end: Some(2 * d as i64) }, &[y])?;
+        let a = self.b.op(
+            "glu_a",
+            Slice {
+                axis: 1,
+                start: 0,
+                end: Some(d as i64),
+            },
+            &[y],
+        )?;
+        let g = self.b.op(
+            "glu_b",
+            Slice {
+                axis: 1,
+                start: d as i64,
+                end: Some(2 * d as i64),
+            },
+            &[y],
+        )?;
         let g = self.b.op("glu_gate", Unary::Sigmoid, &[g])?;
         let y = self.b.op("glu", Binary::Mul, &[a, g])?;
-        let dw = Conv1d { stride: 1, dilation: 1, pad: (k - 1, 0), groups: d, layout: ConvLayout::ChannelsLast };
+        let dw = Conv1d {
+            stride: 1,
+            dilation: 1,
+            pad: (k - 1, 0),
+            groups: d,
+            layout: ConvLayout::ChannelsLast,
+        };
         let w = self.weight("depthwise.weight", &[d, 1, k])?;
         let b = self.weight("depthwise.bias", &[d])?;
         let y = self.b.op("depthwise", dw, &[y, w, b])?;
@@ -167,20 +242,32 @@ impl Builder<'_, '_> {
     }
 
     fn half_residual(&mut self, x: OutletId, y: OutletId, name: &str) -> Result<OutletId> {
-        let half = self.b.constant(&format!("{name}.half"), Tensor::scalar(0.5f32))?;
-        let y = self.b.op(&format!("{name}.scaled"), Binary::Mul, &[y, half])?;
+        let half = self
+            .b
+            .constant(&format!("{name}.half"), Tensor::scalar(0.5f32))?;
+        let y = self
+            .b
+            .op(&format!("{name}.scaled"), Binary::Mul, &[y, half])?;
         self.b.op(&format!("{name}.residual"), Binary::Add, &[x, y])
     }
 
     fn block(&mut self, x: OutletId) -> Result<OutletId> {
         let (w, cfg) = (self.w, self.cfg);
-        let y = self.b.scoped("ff1", |b| Builder { b, w, cfg }.feed_forward(x))?;
+        let y = self
+            .b
+            .scoped("ff1", |b| Builder { b, w, cfg }.feed_forward(x))?;
         let x = self.half_residual(x, y, "ff1")?;
-        let y = self.b.scoped("attn", |b| Builder { b, w, cfg }.attention(x))?;
+        let y = self
+            .b
+            .scoped("attn", |b| Builder { b, w, cfg }.attention(x))?;
         let x = self.b.op("attn.residual", Binary::Add, &[x, y])?;
-        let y = self.b.scoped("conv", |b| Builder { b, w, cfg }.conv_module(x))?;
+        let y = self
+            .b
+            .scoped("conv", |b| Builder { b, w, cfg }.conv_module(x))?;
         let x = self.b.op("conv.residual", Binary::Add, &[x, y])?;
-        let y = self.b.scoped("ff2", |b| Builder { b, w, cfg }.feed_forward(x))?;
+        let y = self
+            .b
+            .scoped("ff2", |b| Builder { b, w, cfg }.feed_forward(x))?;
         let x = self.half_residual(x, y, "ff2")?;
         self.layer_norm("norm_out", x)
     }

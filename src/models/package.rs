@@ -27,7 +27,9 @@ impl ModelDir {
         if let Some(p) = std::env::var_os("PULSED_MODEL_DIR") {
             return PathBuf::from(p);
         }
-        let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(DEFAULT_MODEL);
+        let built = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models")
+            .join(DEFAULT_MODEL);
         if built.exists() {
             return built;
         }
@@ -38,11 +40,18 @@ impl ModelDir {
     pub fn open(path: impl AsRef<Path>) -> Result<ModelDir> {
         let path = path.as_ref().to_path_buf();
         if !path.is_dir() {
-            return Err(Error::File { path, reason: "model directory not found".into() });
+            return Err(Error::File {
+                path,
+                reason: "model directory not found".into(),
+            });
         }
         let config = ConformerConfig::load(&path.join("config.json"))?;
         let weights = Weights::load(path.join("model.safetensors"))?;
-        Ok(ModelDir { path, config, weights })
+        Ok(ModelDir {
+            path,
+            config,
+            weights,
+        })
     }
 
     /// The token list file.

@@ -7,8 +7,16 @@ pub fn broadcast_dims(a: &[Dim], b: &[Dim]) -> OpResult<Vec<Dim>> {
     let r = a.len().max(b.len());
     let mut out = Vec::with_capacity(r);
     for i in 0..r {
-        let da = if i + a.len() >= r { a[i + a.len() - r] } else { Dim::n(1) };
-        let db = if i + b.len() >= r { b[i + b.len() - r] } else { Dim::n(1) };
+        let da = if i + a.len() >= r {
+            a[i + a.len() - r]
+        } else {
+            Dim::n(1)
+        };
+        let db = if i + b.len() >= r {
+            b[i + b.len() - r]
+        } else {
+            Dim::n(1)
+        };
         out.push(if da == db || db == Dim::n(1) {
             da
         } else if da == Dim::n(1) {
@@ -28,8 +36,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize], out: &mut [usize; MAX_RANK]) -
         return Err(OpError::Shape(format!("rank above {MAX_RANK}")));
     }
     for i in 0..r {
-        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+        let da = if i + a.len() >= r {
+            a[i + a.len() - r]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= r {
+            b[i + b.len() - r]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -48,7 +64,11 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> [usize; 8] {
     let off = out.len() - shape.len();
     let mut acc = 1;
     for i in (0..shape.len()).rev() {
-        st[i + off] = if shape[i] == 1 && out[i + off] != 1 { 0 } else { acc };
+        st[i + off] = if shape[i] == 1 && out[i + off] != 1 {
+            0
+        } else {
+            acc
+        };
         acc *= shape[i];
     }
     st

@@ -4,49 +4,75 @@ use super::{DType, Dim, OpError, OpResult, Tensor, TypedFact};
 
 pub fn input_count<T>(inputs: &[T], n: usize) -> OpResult<()> {
     if inputs.len() != n {
-        return Err(OpError::InputCount { expected: n.to_string(), got: inputs.len() });
+        return Err(OpError::InputCount {
+            expected: n.to_string(),
+            got: inputs.len(),
+        });
     }
     Ok(())
 }
 
 pub fn input_count_range<T>(inputs: &[T], lo: usize, hi: usize) -> OpResult<()> {
     if inputs.len() < lo || inputs.len() > hi {
-        return Err(OpError::InputCount { expected: format!("{lo}..={hi}"), got: inputs.len() });
+        return Err(OpError::InputCount {
+            expected: format!("{lo}..={hi}"),
+            got: inputs.len(),
+        });
     }
     Ok(())
 }
 
 pub fn rank(f: &TypedFact, input: usize, r: usize) -> OpResult<()> {
     if f.rank() != r {
-        return Err(OpError::Rank { input, expected: r.to_string(), got: f.rank() });
+        return Err(OpError::Rank {
+            input,
+            expected: r.to_string(),
+            got: f.rank(),
+        });
     }
     Ok(())
 }
 
 pub fn rank_at_least(f: &TypedFact, input: usize, r: usize) -> OpResult<()> {
     if f.rank() < r {
-        return Err(OpError::Rank { input, expected: format!(">= {r}"), got: f.rank() });
+        return Err(OpError::Rank {
+            input,
+            expected: format!(">= {r}"),
+            got: f.rank(),
+        });
     }
     Ok(())
 }
 
 pub fn float(f: &TypedFact, input: usize) -> OpResult<()> {
     if !f.dtype.is_float() {
-        return Err(OpError::DType { input, expected: "a float type".into(), got: f.dtype });
+        return Err(OpError::DType {
+            input,
+            expected: "a float type".into(),
+            got: f.dtype,
+        });
     }
     Ok(())
 }
 
 pub fn dtype(f: &TypedFact, input: usize, dt: DType) -> OpResult<()> {
     if f.dtype != dt {
-        return Err(OpError::DType { input, expected: dt.to_string(), got: f.dtype });
+        return Err(OpError::DType {
+            input,
+            expected: dt.to_string(),
+            got: f.dtype,
+        });
     }
     Ok(())
 }
 
 pub fn same_dtype(a: &TypedFact, b: &TypedFact, input: usize) -> OpResult<()> {
     if a.dtype != b.dtype {
-        return Err(OpError::DType { input, expected: a.dtype.to_string(), got: b.dtype });
+        return Err(OpError::DType {
+            input,
+            expected: a.dtype.to_string(),
+            got: b.dtype,
+        });
     }
     Ok(())
 }
@@ -62,7 +88,9 @@ pub fn concrete(d: &Dim, what: &str) -> OpResult<usize> {
 pub fn axis(axis: isize, rank: usize) -> OpResult<usize> {
     let a = if axis < 0 { axis + rank as isize } else { axis };
     if a < 0 || a as usize >= rank.max(1) {
-        return Err(OpError::Param(format!("axis {axis} out of range for rank {rank}")));
+        return Err(OpError::Param(format!(
+            "axis {axis} out of range for rank {rank}"
+        )));
     }
     Ok(a as usize)
 }

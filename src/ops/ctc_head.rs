@@ -31,20 +31,29 @@ impl CtcHead {
         rank(inputs[0], 0, 2)?;
         rank(inputs[1], 1, 2)?;
         rank(inputs[2], 2, 1)?;
-        for i in 0..3 {
-            float(inputs[i], i)?;
+        for (i, f) in inputs.iter().take(3).enumerate() {
+            float(f, i)?;
         }
         if inputs[1].shape[1] != inputs[0].shape[1] {
-            return Err(OpError::Shape(format!("weight {} does not match features {}", inputs[1], inputs[0])));
+            return Err(OpError::Shape(format!(
+                "weight {} does not match features {}",
+                inputs[1], inputs[0]
+            )));
         }
         if inputs[2].shape[0] != inputs[1].shape[0] {
-            return Err(OpError::Shape(format!("bias {} does not match weight {}", inputs[2], inputs[1])));
+            return Err(OpError::Shape(format!(
+                "bias {} does not match weight {}",
+                inputs[2], inputs[1]
+            )));
         }
         if self.mode == CtcHeadMode::Score {
             rank(inputs[3], 3, 1)?;
             dtype(inputs[3], 3, DType::I64)?;
             if inputs[3].shape[0] != inputs[0].shape[0] {
-                return Err(OpError::Shape(format!("targets {} vs frames {}", inputs[3], inputs[0])));
+                return Err(OpError::Shape(format!(
+                    "targets {} vs frames {}",
+                    inputs[3], inputs[0]
+                )));
             }
         }
         Ok(())
@@ -54,17 +63,29 @@ impl CtcHead {
 impl CtcHead {
     /// The same checks as `check`, on concrete tensors and without allocating.
     fn check_tensors(&self, inputs: &[&Tensor]) -> OpResult<()> {
-        let n = if self.mode == CtcHeadMode::Score { 4 } else { 3 };
+        let n = if self.mode == CtcHeadMode::Score {
+            4
+        } else {
+            3
+        };
         input_count(inputs, n)?;
         let ranks = [2, 2, 1, 1];
         for (i, t) in inputs.iter().enumerate() {
             if t.rank() != ranks[i] {
-                return Err(OpError::Rank { input: i, expected: ranks[i].to_string(), got: t.rank() });
+                return Err(OpError::Rank {
+                    input: i,
+                    expected: ranks[i].to_string(),
+                    got: t.rank(),
+                });
             }
             let want_float = i < 3;
             if want_float != t.dtype().is_float() || (!want_float && t.dtype() != DType::I64) {
                 let expected = if want_float { "a float type" } else { "i64" };
-                return Err(OpError::DType { input: i, expected: expected.into(), got: t.dtype() });
+                return Err(OpError::DType {
+                    input: i,
+                    expected: expected.into(),
+                    got: t.dtype(),
+                });
             }
         }
         let (x, w, b) = (inputs[0].shape(), inputs[1].shape(), inputs[2].shape());
@@ -93,7 +114,10 @@ impl Op for CtcHead {
         self.check(inputs)?;
         let t = inputs[0].shape[0];
         Ok(match self.mode {
-            CtcHeadMode::Greedy => vec![TypedFact::new(DType::I64, [t]), TypedFact::new(DType::F32, [t])],
+            CtcHeadMode::Greedy => vec![
+                TypedFact::new(DType::I64, [t]),
+                TypedFact::new(DType::F32, [t]),
+            ],
             CtcHeadMode::Score => vec![TypedFact::new(DType::F32, [t])],
         })
     }
@@ -110,16 +134,30 @@ impl Op for CtcHead {
         input_count_range(inputs, 3, 4)?;
         self.check_tensors(inputs)?;
         let (x, w, b) = (as_f32(inputs[0]), as_f32(inputs[1]), as_f32(inputs[2]));
-        let (x, w, b) = (x.as_slice::<f32>()?, w.as_slice::<f32>()?, b.as_slice::<f32>()?);
-        let (t, d, v) = (inputs[0].shape()[0], inputs[0].shape()[1], inputs[1].shape()[0]);
+        let (x, w, b) = (
+            x.as_slice::<f32>()?,
+            w.as_slice::<f32>()?,
+            b.as_slice::<f32>()?,
+        );
+        let (t, d, v) = (
+            inputs[0].shape()[0],
+            inputs[0].shape()[1],
+            inputs[1].shape()[0],
+        );
         if v == 0 {
             return Err(OpError::Empty("vocabulary of 0 tokens".into()));
         }
         let targets = match self.mode {
             CtcHeadMode::Score => {
                 let tg = inputs[3].as_slice::<i64>()?;
-                if let Some((i, &bad)) = tg.iter().enumerate().find(|(_, &id)| id < 0 || id as usize >= v) {
-                    return Err(OpError::Index(format!("target id {bad} at frame {i} is outside 0..{v}")));
+                if let Some((i, &bad)) = tg
+                    .iter()
+                    .enumerate()
+                    .find(|(_, &id)| id < 0 || id as usize >= v)
+                {
+                    return Err(OpError::Index(format!(
+                        "target id {bad} at frame {i} is outside 0..{v}"
+                    )));
                 }
                 Some(tg)
             }
@@ -139,7 +177,8 @@ impl Op for CtcHead {
                 let (ids, lps) = (ids[0].as_slice_mut::<i64>()?, lps[0].as_slice_mut::<f32>()?);
                 for f in 0..t {
                     // online log-sum-exp with argmax, one logit at a time
-                    let (mut m, mut s, mut best, mut best_l) = (f32::NEG_INFINITY, 0f32, 0usize, f32::NEG_INFINITY);
+                    let (mut m, mut s, mut best, mut best_l) =
+                        (f32::NEG_INFINITY, 0f32, 0usize, f32::NEG_INFINITY);
                     for k in 0..v {
                         let l = logit(f, k);
                         if l > best_l {
@@ -194,7 +233,12 @@ mod tests {
         (0..t)
             .map(|f| {
                 let l: Vec<f64> = (0..v)
-                    .map(|k| (0..d).map(|i| x[f * d + i] as f64 * w[k * d + i] as f64).sum::<f64>() + b[k] as f64)
+                    .map(|k| {
+                        (0..d)
+                            .map(|i| x[f * d + i] as f64 * w[k * d + i] as f64)
+                            .sum::<f64>()
+                            + b[k] as f64
+                    })
                     .collect();
                 let m = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let z = m + l.iter().map(|a| (a - m).exp()).sum::<f64>().ln();
@@ -219,16 +263,45 @@ mod tests {
     fn greedy_and_score_match_full_log_softmax() {
         let (t, d, v) = (9, 7, 29);
         let (x, w, b) = data(t, d, v);
-        let r = reference(&x.to_vec().unwrap(), &w.to_vec().unwrap(), &b.to_vec().unwrap(), t, d, v);
-        let out = eval_op(&CtcHead { mode: CtcHeadMode::Greedy }, &[&x, &w, &b]).unwrap();
-        let (ids, lps) = (out[0].to_vec::<i64>().unwrap(), out[1].to_vec::<f32>().unwrap());
+        let r = reference(
+            &x.to_vec().unwrap(),
+            &w.to_vec().unwrap(),
+            &b.to_vec().unwrap(),
+            t,
+            d,
+            v,
+        );
+        let out = eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Greedy,
+            },
+            &[&x, &w, &b],
+        )
+        .unwrap();
+        let (ids, lps) = (
+            out[0].to_vec::<i64>().unwrap(),
+            out[1].to_vec::<f32>().unwrap(),
+        );
         for f in 0..t {
-            let (best, bl) = r[f].iter().enumerate().fold((0, f64::NEG_INFINITY), |a, (k, &l)| if l > a.1 { (k, l) } else { a });
+            let (best, bl) = r[f]
+                .iter()
+                .enumerate()
+                .fold(
+                    (0, f64::NEG_INFINITY),
+                    |a, (k, &l)| if l > a.1 { (k, l) } else { a },
+                );
             assert_eq!(ids[f] as usize, best);
             assert!((lps[f] as f64 - bl).abs() < 1e-5, "{} vs {bl}", lps[f]);
         }
-        let targets = Tensor::from_vec(vec![t], (0..t as i64).map(|i| (i * 5) % v as i64).collect()).unwrap();
-        let out = eval_op(&CtcHead { mode: CtcHeadMode::Score }, &[&x, &w, &b, &targets]).unwrap();
+        let targets =
+            Tensor::from_vec(vec![t], (0..t as i64).map(|i| (i * 5) % v as i64).collect()).unwrap();
+        let out = eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Score,
+            },
+            &[&x, &w, &b, &targets],
+        )
+        .unwrap();
         for (f, lp) in out[0].to_vec::<f32>().unwrap().iter().enumerate() {
             assert!((*lp as f64 - r[f][(f * 5) % v]).abs() < 1e-5);
         }
@@ -238,14 +311,44 @@ mod tests {
     fn out_of_range_targets_and_bad_shapes_are_errors() {
         let (x, w, b) = data(4, 3, 5);
         let bad = Tensor::from_vec(vec![4], vec![0i64, 1, 5, 2]).unwrap();
-        let e = eval_op(&CtcHead { mode: CtcHeadMode::Score }, &[&x, &w, &b, &bad]).unwrap_err();
+        let e = eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Score,
+            },
+            &[&x, &w, &b, &bad],
+        )
+        .unwrap_err();
         assert!(matches!(e, OpError::Index(_)), "{e}");
         let neg = Tensor::from_vec(vec![4], vec![0i64, -1, 0, 2]).unwrap();
-        assert!(eval_op(&CtcHead { mode: CtcHeadMode::Score }, &[&x, &w, &b, &neg]).is_err());
+        assert!(eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Score
+            },
+            &[&x, &w, &b, &neg]
+        )
+        .is_err());
         let w2 = Tensor::zeros(DType::F32, &[5, 4]);
-        assert!(eval_op(&CtcHead { mode: CtcHeadMode::Greedy }, &[&x, &w2, &b]).is_err());
-        assert!(eval_op(&CtcHead { mode: CtcHeadMode::Greedy }, &[&x, &w]).is_err());
+        assert!(eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Greedy
+            },
+            &[&x, &w2, &b]
+        )
+        .is_err());
+        assert!(eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Greedy
+            },
+            &[&x, &w]
+        )
+        .is_err());
         let short = Tensor::zeros(DType::I64, &[3]);
-        assert!(eval_op(&CtcHead { mode: CtcHeadMode::Score }, &[&x, &w, &b, &short]).is_err());
+        assert!(eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Score
+            },
+            &[&x, &w, &b, &short]
+        )
+        .is_err());
     }
 }

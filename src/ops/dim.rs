@@ -38,12 +38,22 @@ fn gcd(a: i64, b: i64) -> i64 {
 impl Dim {
     /// A plain number.
     pub const fn n(v: i64) -> Dim {
-        Dim { a: 0, b: 0, d: 1, c: v }
+        Dim {
+            a: 0,
+            b: 0,
+            d: 1,
+            c: v,
+        }
     }
 
     /// The streaming symbol `S`.
     pub const fn s() -> Dim {
-        Dim { a: 1, b: 0, d: 1, c: 0 }
+        Dim {
+            a: 1,
+            b: 0,
+            d: 1,
+            c: 0,
+        }
     }
 
     /// `a*S + b`.
@@ -70,7 +80,12 @@ impl Dim {
         }
         if a % d == 0 {
             // floor((a S + b)/d) with d | a and 0 <= b < d is (a/d) S
-            return Dim { a: a / d, b: 0, d: 1, c };
+            return Dim {
+                a: a / d,
+                b: 0,
+                d: 1,
+                c,
+            };
         }
         Dim { a, b, d, c }
     }
@@ -101,7 +116,10 @@ impl Dim {
     }
 
     pub fn add_const(&self, k: i64) -> Dim {
-        Dim { c: self.c + k, ..*self }
+        Dim {
+            c: self.c + k,
+            ..*self
+        }
     }
 
     /// Sum of two sizes, when it stays in the family.

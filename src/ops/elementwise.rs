@@ -2,9 +2,13 @@
 
 use std::borrow::Cow;
 
-use super::broadcast::{broadcast_dims, broadcast_shapes, broadcast_strides, for_each_row, MAX_RANK};
+use super::broadcast::{
+    broadcast_dims, broadcast_shapes, broadcast_strides, for_each_row, MAX_RANK,
+};
 use super::checks::{input_count, same_dtype};
-use super::{outputs_len, DType, Op, OpError, OpResult, Scratch, StorageElement, Tensor, TypedFact};
+use super::{
+    outputs_len, DType, Op, OpError, OpResult, Scratch, StorageElement, Tensor, TypedFact,
+};
 
 use half::{bf16, f16};
 
@@ -39,7 +43,10 @@ pub enum Binary {
 
 impl Binary {
     fn is_comparison(self) -> bool {
-        matches!(self, Binary::Lt | Binary::Le | Binary::Gt | Binary::Ge | Binary::Eq)
+        matches!(
+            self,
+            Binary::Lt | Binary::Le | Binary::Gt | Binary::Ge | Binary::Eq
+        )
     }
 
     fn f(self, a: f32, b: f32) -> f32 {
@@ -87,13 +94,17 @@ impl Binary {
     fn out_dtype(self, input: DType) -> OpResult<DType> {
         match self {
             Binary::And | Binary::Or if input == DType::Bool => Ok(DType::Bool),
-            Binary::And | Binary::Or => {
-                Err(OpError::DType { input: 0, expected: "bool".into(), got: input })
-            }
+            Binary::And | Binary::Or => Err(OpError::DType {
+                input: 0,
+                expected: "bool".into(),
+                got: input,
+            }),
             b if b.is_comparison() => Ok(DType::Bool),
-            _ if input == DType::Bool => {
-                Err(OpError::DType { input: 0, expected: "a number type".into(), got: input })
-            }
+            _ if input == DType::Bool => Err(OpError::DType {
+                input: 0,
+                expected: "a number type".into(),
+                got: input,
+            }),
             _ => Ok(input),
         }
     }
@@ -107,7 +118,10 @@ fn binary_rows<A: StorageElement, O: StorageElement>(
     mut f: impl FnMut(A, A) -> OpResult<O>,
 ) -> OpResult<()> {
     let (a, b) = (contig(a), contig(b));
-    let (sa, sb) = (broadcast_strides(a.shape(), shape), broadcast_strides(b.shape(), shape));
+    let (sa, sb) = (
+        broadcast_strides(a.shape(), shape),
+        broadcast_strides(b.shape(), shape),
+    );
     let (av, bv) = (a.as_slice::<A>()?, b.as_slice::<A>()?);
     let ov = out.as_slice_mut::<O>()?;
     let mut err = None;
@@ -132,11 +146,19 @@ fn binary_rows<A: StorageElement, O: StorageElement>(
     err.map_or(Ok(()), Err)
 }
 
-fn float_binary<T: StorageElement>(op: Binary, a: &Tensor, b: &Tensor, out: &mut Tensor, s: &[usize]) -> OpResult<()> {
+fn float_binary<T: StorageElement>(
+    op: Binary,
+    a: &Tensor,
+    b: &Tensor,
+    out: &mut Tensor,
+    s: &[usize],
+) -> OpResult<()> {
     if op.is_comparison() {
         binary_rows::<T, bool>(a, b, out, s, |x, y| Ok(op.cmp(x.to_f32(), y.to_f32())))
     } else {
-        binary_rows::<T, T>(a, b, out, s, |x, y| Ok(T::from_f32(op.f(x.to_f32(), y.to_f32()))))
+        binary_rows::<T, T>(a, b, out, s, |x, y| {
+            Ok(T::from_f32(op.f(x.to_f32(), y.to_f32())))
+        })
     }
 }
 
@@ -164,14 +186,21 @@ impl Op for Binary {
             return Err(OpError::Shape(format!("rank above {MAX_RANK}")));
         }
         let shape = broadcast_dims(&inputs[0].shape, &inputs[1].shape)?;
-        Ok(vec![TypedFact::dt_shape(self.out_dtype(inputs[0].dtype)?, &shape)])
+        Ok(vec![TypedFact::dt_shape(
+            self.out_dtype(inputs[0].dtype)?,
+            &shape,
+        )])
     }
 
     fn eval(&self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
         input_count(inputs, 2)?;
         let (a, b) = (inputs[0], inputs[1]);
         if a.dtype() != b.dtype() {
-            return Err(OpError::DType { input: 1, expected: a.dtype().to_string(), got: b.dtype() });
+            return Err(OpError::DType {
+                input: 1,
+                expected: a.dtype().to_string(),
+                got: b.dtype(),
+            });
         }
         if a.rank() > MAX_RANK || b.rank() > MAX_RANK {
             return Err(OpError::Shape(format!("rank above {MAX_RANK}")));
@@ -187,13 +216,19 @@ impl Op for Binary {
             DType::F32 => float_binary::<f32>(op, a, b, out, shape),
             DType::F16 => float_binary::<f16>(op, a, b, out, shape),
             DType::BF16 => float_binary::<bf16>(op, a, b, out, shape),
-            DType::I64 if op.is_comparison() => binary_rows::<i64, bool>(a, b, out, shape, |x, y| Ok(op.cmp(x, y))),
+            DType::I64 if op.is_comparison() => {
+                binary_rows::<i64, bool>(a, b, out, shape, |x, y| Ok(op.cmp(x, y)))
+            }
             DType::I64 => binary_rows::<i64, i64>(a, b, out, shape, |x, y| op.i(x, y)),
             DType::Bool => match op {
                 Binary::And => binary_rows::<bool, bool>(a, b, out, shape, |x, y| Ok(x && y)),
                 Binary::Or => binary_rows::<bool, bool>(a, b, out, shape, |x, y| Ok(x || y)),
                 Binary::Eq => binary_rows::<bool, bool>(a, b, out, shape, |x, y| Ok(x == y)),
-                _ => Err(OpError::DType { input: 0, expected: "a number type".into(), got: DType::Bool }),
+                _ => Err(OpError::DType {
+                    input: 0,
+                    expected: "a number type".into(),
+                    got: DType::Bool,
+                }),
             },
         }
     }
@@ -285,20 +320,35 @@ impl Op for Unary {
             DType::F16 => unary_typed::<f16>(*self, a, out),
             DType::BF16 => unary_typed::<bf16>(*self, a, out),
             DType::Bool => unary_typed::<bool>(*self, a, out),
-            DType::I64 => Err(OpError::DType { input: 0, expected: "a float type".into(), got: DType::I64 }),
+            DType::I64 => Err(OpError::DType {
+                input: 0,
+                expected: "a float type".into(),
+                got: DType::I64,
+            }),
         }
     }
 }
 
 fn check_unary_dtype(op: Unary, dt: DType) -> OpResult<()> {
-    let ok = if op == Unary::Not { dt == DType::Bool } else { dt.is_float() };
+    let ok = if op == Unary::Not {
+        dt == DType::Bool
+    } else {
+        dt.is_float()
+    };
     if !ok {
-        let expected = if op == Unary::Not { "bool" } else { "a float type" };
-        return Err(OpError::DType { input: 0, expected: expected.into(), got: dt });
+        let expected = if op == Unary::Not {
+            "bool"
+        } else {
+            "a float type"
+        };
+        return Err(OpError::DType {
+            input: 0,
+            expected: expected.into(),
+            got: dt,
+        });
     }
     Ok(())
 }
-
 
 /// The output streaming axis of a broadcasting op: every streaming input must
 /// stream along the same output axis, and every other input must have size 1

@@ -11,9 +11,17 @@ pub enum OpError {
     #[error("expected {expected} inputs, got {got}")]
     InputCount { expected: String, got: usize },
     #[error("input {input}: expected rank {expected}, got rank {got}")]
-    Rank { input: usize, expected: String, got: usize },
+    Rank {
+        input: usize,
+        expected: String,
+        got: usize,
+    },
     #[error("input {input}: expected dtype {expected}, got {got}")]
-    DType { input: usize, expected: String, got: DType },
+    DType {
+        input: usize,
+        expected: String,
+        got: DType,
+    },
     #[error("shape mismatch: {0}")]
     Shape(String),
     #[error("empty tensor: {0}")]

@@ -13,16 +13,25 @@ pub struct TypedFact {
 
 impl TypedFact {
     pub fn new(dtype: DType, shape: impl IntoIterator<Item = impl Into<Dim>>) -> TypedFact {
-        TypedFact { dtype, shape: shape.into_iter().map(Into::into).collect() }
+        TypedFact {
+            dtype,
+            shape: shape.into_iter().map(Into::into).collect(),
+        }
     }
 
     pub fn dt_shape(dtype: DType, shape: &[Dim]) -> TypedFact {
-        TypedFact { dtype, shape: shape.to_vec() }
+        TypedFact {
+            dtype,
+            shape: shape.to_vec(),
+        }
     }
 
     /// The fact of a concrete tensor.
     pub fn of(t: &Tensor) -> TypedFact {
-        TypedFact { dtype: t.dtype(), shape: t.shape().iter().map(|&d| Dim::n(d as i64)).collect() }
+        TypedFact {
+            dtype: t.dtype(),
+            shape: t.shape().iter().map(|&d| Dim::n(d as i64)).collect(),
+        }
     }
 
     pub fn rank(&self) -> usize {
@@ -31,7 +40,10 @@ impl TypedFact {
 
     /// Concrete sizes, if none depends on `S`.
     pub fn concrete_shape(&self) -> Option<Vec<usize>> {
-        self.shape.iter().map(|d| d.as_const().and_then(|v| usize::try_from(v).ok())).collect()
+        self.shape
+            .iter()
+            .map(|d| d.as_const().and_then(|v| usize::try_from(v).ok()))
+            .collect()
     }
 
     /// Sizes for a given stream length.
@@ -46,12 +58,18 @@ impl TypedFact {
 
     /// Same shape, other element type.
     pub fn with_dtype(&self, dtype: DType) -> TypedFact {
-        TypedFact { dtype, shape: self.shape.clone() }
+        TypedFact {
+            dtype,
+            shape: self.shape.clone(),
+        }
     }
 
     /// The fact with every `S` replaced by a number.
     pub fn concretize(&self, s: i64) -> TypedFact {
-        TypedFact { dtype: self.dtype, shape: self.shape.iter().map(|d| Dim::n(d.eval(s))).collect() }
+        TypedFact {
+            dtype: self.dtype,
+            shape: self.shape.iter().map(|d| Dim::n(d.eval(s))).collect(),
+        }
     }
 }
 

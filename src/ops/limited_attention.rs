@@ -27,14 +27,23 @@ impl LimitedAttention {
         }
         let d = inputs[0].shape[1];
         if inputs[1].shape[1] != d || inputs[2].shape[1] != d {
-            return Err(OpError::Shape(format!("q, k, v widths differ: {} {} {}", inputs[0], inputs[1], inputs[2])));
+            return Err(OpError::Shape(format!(
+                "q, k, v widths differ: {} {} {}",
+                inputs[0], inputs[1], inputs[2]
+            )));
         }
         if inputs[1].shape[0] != inputs[2].shape[0] {
-            return Err(OpError::Shape(format!("k and v lengths differ: {} vs {}", inputs[1], inputs[2])));
+            return Err(OpError::Shape(format!(
+                "k and v lengths differ: {} vs {}",
+                inputs[1], inputs[2]
+            )));
         }
         let d = super::checks::concrete(&d, "model width")?;
         if self.heads == 0 || d % self.heads != 0 {
-            return Err(OpError::Param(format!("width {d} is not a multiple of {} heads", self.heads)));
+            return Err(OpError::Param(format!(
+                "width {d} is not a multiple of {} heads",
+                self.heads
+            )));
         }
         Ok(d)
     }
@@ -46,21 +55,37 @@ impl Op for LimitedAttention {
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
         self.check(inputs)?;
         if inputs[0].shape[0] != inputs[1].shape[0] {
-            return Err(OpError::Shape(format!("self-attention needs q and k of one length: {} vs {}", inputs[0], inputs[1])));
+            return Err(OpError::Shape(format!(
+                "self-attention needs q and k of one length: {} vs {}",
+                inputs[0], inputs[1]
+            )));
         }
         Ok(vec![inputs[0].clone()])
     }
 
-    fn eval(&self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, scratch: &mut Scratch) -> OpResult<()> {
+    fn eval(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()> {
         let facts: Vec<TypedFact> = inputs.iter().map(|t| TypedFact::of(t)).collect();
         let refs: Vec<&TypedFact> = facts.iter().collect();
         self.output_facts(&refs)?;
         let t = inputs[0].shape()[0];
         let lc = self.left_context as i64;
-        attend(self.heads, self.scale, inputs, outputs, scratch, |i| {
-            let i = i as i64;
-            ((i - lc).max(0), i)
-        }, t)
+        attend(
+            self.heads,
+            self.scale,
+            inputs,
+            outputs,
+            scratch,
+            |i| {
+                let i = i as i64;
+                ((i - lc).max(0), i)
+            },
+            t,
+        )
     }
 
     fn info(&self) -> String {
@@ -94,7 +119,11 @@ pub(crate) fn attend(
     let dh = d / heads;
     let scale = scale.unwrap_or(1.0 / (dh as f32).sqrt());
     let (q, k, v) = (contig(inputs[0]), contig(inputs[1]), contig(inputs[2]));
-    let (q, k, v) = (q.as_slice::<f32>()?, k.as_slice::<f32>()?, v.as_slice::<f32>()?);
+    let (q, k, v) = (
+        q.as_slice::<f32>()?,
+        k.as_slice::<f32>()?,
+        v.as_slice::<f32>()?,
+    );
     outputs_len(outputs, 1);
     outputs[0].ensure(DType::F32, &[tq, d]);
     let out = outputs[0].as_slice_mut::<f32>()?;
@@ -136,4 +165,3 @@ pub(crate) fn attend(
     }
     Ok(())
 }
-

@@ -63,7 +63,12 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>>;
 
     /// Evaluates on concrete tensors into `outputs` (resized by the op).
-    fn eval(&self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, scratch: &mut Scratch) -> OpResult<()>;
+    fn eval(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()>;
 
     /// A fresh state for ops that remember across calls (pulse ops). `None`
     /// for pure ops.
@@ -90,7 +95,12 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
 
 /// Per-session state of a stateful op.
 pub trait OpState: fmt::Debug + Send {
-    fn eval(&mut self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, scratch: &mut Scratch) -> OpResult<()>;
+    fn eval(
+        &mut self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()>;
     /// Back to the state of a fresh session (zeros).
     fn reset(&mut self);
     /// The total input length `S`, once the stream's end is known (ops that

@@ -18,7 +18,9 @@ impl Op for Source {
     }
 
     fn eval(&self, _: &[&Tensor], _: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
-        Err(OpError::Other("a Source has no evaluation; the runner feeds it".into()))
+        Err(OpError::Other(
+            "a Source has no evaluation; the runner feeds it".into(),
+        ))
     }
 
     fn info(&self) -> String {

@@ -129,7 +129,12 @@ impl Tensor {
         let len = shape.iter().product();
         let mut strides = Vec::new();
         contiguous_strides(shape, &mut strides);
-        Tensor { storage: Arc::new(Storage::zeros(dtype, len)), shape: shape.to_vec(), strides, offset: 0 }
+        Tensor {
+            storage: Arc::new(Storage::zeros(dtype, len)),
+            shape: shape.to_vec(),
+            strides,
+            offset: 0,
+        }
     }
 
     /// An empty placeholder (rank 1, no element) that `ensure` later resizes.
@@ -150,7 +155,12 @@ impl Tensor {
         }
         let mut strides = Vec::new();
         contiguous_strides(&shape, &mut strides);
-        Ok(Tensor { storage: Arc::new(T::wrap(data)), shape, strides, offset: 0 })
+        Ok(Tensor {
+            storage: Arc::new(T::wrap(data)),
+            shape,
+            strides,
+            offset: 0,
+        })
     }
 
     /// A rank-0 tensor.
@@ -190,7 +200,7 @@ impl Tensor {
 
     /// True when elements are laid out row-major without gaps.
     pub fn is_contiguous(&self) -> bool {
-        if self.len() == 0 {
+        if self.is_empty() {
             return true; // no element to misplace, whatever the strides say
         }
         let mut acc = 1;
@@ -207,7 +217,9 @@ impl Tensor {
     pub fn as_slice<T: StorageElement>(&self) -> OpResult<&[T]> {
         let all = T::slice(&self.storage).ok_or_else(|| dtype_mismatch(T::DTYPE, self.dtype()))?;
         if !self.is_contiguous() {
-            return Err(OpError::Other("tensor is a strided view; call contiguous() first".into()));
+            return Err(OpError::Other(
+                "tensor is a strided view; call contiguous() first".into(),
+            ));
         }
         Ok(&all[self.offset..self.offset + self.len()])
     }
@@ -259,7 +271,12 @@ impl Tensor {
         });
         let mut strides = Vec::new();
         contiguous_strides(&self.shape, &mut strides);
-        Tensor { storage: Arc::new(storage), shape: self.shape.clone(), strides, offset: 0 }
+        Tensor {
+            storage: Arc::new(storage),
+            shape: self.shape.clone(),
+            strides,
+            offset: 0,
+        }
     }
 
     /// Calls `f` with the storage index of every element, in row-major order.
@@ -330,7 +347,12 @@ impl Tensor {
         };
         let mut strides = Vec::new();
         contiguous_strides(&self.shape, &mut strides);
-        Tensor { storage: Arc::new(storage), shape: self.shape.clone(), strides, offset: 0 }
+        Tensor {
+            storage: Arc::new(storage),
+            shape: self.shape.clone(),
+            strides,
+            offset: 0,
+        }
     }
 
     /// Same elements, new shape. A view when the layout allows (contiguous
@@ -346,18 +368,33 @@ impl Tensor {
                 len
             )));
         }
-        let base = if self.is_contiguous() { self.clone() } else { self.contiguous() };
+        let base = if self.is_contiguous() {
+            self.clone()
+        } else {
+            self.contiguous()
+        };
         let mut strides = Vec::new();
         contiguous_strides(shape, &mut strides);
-        Ok(Tensor { storage: base.storage, shape: shape.to_vec(), strides, offset: base.offset })
+        Ok(Tensor {
+            storage: base.storage,
+            shape: shape.to_vec(),
+            strides,
+            offset: base.offset,
+        })
     }
 
     /// Reorders axes (a view).
     pub fn permute(&self, axes: &[usize]) -> OpResult<Tensor> {
         let mut seen = vec![false; self.rank()];
-        if axes.len() != self.rank() || axes.iter().any(|&a| a >= self.rank() || std::mem::replace(&mut seen[a], true))
+        if axes.len() != self.rank()
+            || axes
+                .iter()
+                .any(|&a| a >= self.rank() || std::mem::replace(&mut seen[a], true))
         {
-            return Err(OpError::Param(format!("{axes:?} is not a permutation of {} axes", self.rank())));
+            return Err(OpError::Param(format!(
+                "{axes:?} is not a permutation of {} axes",
+                self.rank()
+            )));
         }
         Ok(Tensor {
             storage: self.storage.clone(),
@@ -371,7 +408,10 @@ impl Tensor {
     pub fn transpose(&self, a: usize, b: usize) -> OpResult<Tensor> {
         let mut axes: Vec<usize> = (0..self.rank()).collect();
         if a >= axes.len() || b >= axes.len() {
-            return Err(OpError::Param(format!("axes {a},{b} out of range for rank {}", self.rank())));
+            return Err(OpError::Param(format!(
+                "axes {a},{b} out of range for rank {}",
+                self.rank()
+            )));
         }
         axes.swap(a, b);
         self.permute(&axes)
@@ -380,7 +420,10 @@ impl Tensor {
     /// Moves one axis to another position (a view).
     pub fn move_axis(&self, from: usize, to: usize) -> OpResult<Tensor> {
         if from >= self.rank() || to >= self.rank() {
-            return Err(OpError::Param(format!("axes {from}->{to} out of range for rank {}", self.rank())));
+            return Err(OpError::Param(format!(
+                "axes {from}->{to} out of range for rank {}",
+                self.rank()
+            )));
         }
         let mut axes: Vec<usize> = (0..self.rank()).collect();
         let a = axes.remove(from);
@@ -429,10 +472,16 @@ impl Tensor {
     /// Largest absolute difference, as f32, between two same-shaped tensors.
     pub fn max_abs_diff(&self, other: &Tensor) -> OpResult<f32> {
         if self.shape != other.shape {
-            return Err(OpError::Shape(format!("{:?} vs {:?}", self.shape, other.shape)));
+            return Err(OpError::Shape(format!(
+                "{:?} vs {:?}",
+                self.shape, other.shape
+            )));
         }
         let (a, b) = (self.to_f32_vec(), other.to_f32_vec());
-        Ok(a.iter().zip(&b).map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() }).fold(0.0, f32::max))
+        Ok(a.iter()
+            .zip(&b)
+            .map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() })
+            .fold(0.0, f32::max))
     }
 
     /// Element-wise closeness: `|a-b| <= atol + rtol*|b|` everywhere.
@@ -441,7 +490,9 @@ impl Tensor {
             return false;
         }
         let (a, b) = (self.to_f32_vec(), other.to_f32_vec());
-        a.iter().zip(&b).all(|(x, y)| x == y || (x - y).abs() <= atol + rtol * y.abs())
+        a.iter()
+            .zip(&b)
+            .all(|(x, y)| x == y || (x - y).abs() <= atol + rtol * y.abs())
     }
 }
 
@@ -454,7 +505,11 @@ fn cast_i64<T: Element>(v: T) -> i64 {
 }
 
 fn dtype_mismatch(want: DType, got: DType) -> OpError {
-    OpError::DType { input: 0, expected: want.to_string(), got }
+    OpError::DType {
+        input: 0,
+        expected: want.to_string(),
+        got,
+    }
 }
 
 impl fmt::Debug for Tensor {
@@ -489,9 +544,18 @@ mod tests {
     fn views_share_storage_for_every_dtype() {
         for dt in [DType::F32, DType::F16, DType::BF16, DType::I64, DType::Bool] {
             let t = Tensor::zeros(dt, &[2, 3, 4]);
-            assert!(t.reshape(&[6, 4]).unwrap().shares_storage(&t), "{dt} reshape");
-            assert!(t.transpose(0, 2).unwrap().shares_storage(&t), "{dt} transpose");
-            assert!(t.move_axis(2, 0).unwrap().shares_storage(&t), "{dt} move_axis");
+            assert!(
+                t.reshape(&[6, 4]).unwrap().shares_storage(&t),
+                "{dt} reshape"
+            );
+            assert!(
+                t.transpose(0, 2).unwrap().shares_storage(&t),
+                "{dt} transpose"
+            );
+            assert!(
+                t.move_axis(2, 0).unwrap().shares_storage(&t),
+                "{dt} move_axis"
+            );
             assert!(t.narrow(1, 1, 2).unwrap().shares_storage(&t), "{dt} narrow");
         }
     }
@@ -508,7 +572,10 @@ mod tests {
     fn narrow_and_move_axis() {
         let t = Tensor::from_vec(vec![2, 3, 2], (0..12).map(|v| v as f32).collect()).unwrap();
         let n = t.narrow(1, 1, 2).unwrap();
-        assert_eq!(n.to_vec::<f32>().unwrap(), vec![2., 3., 4., 5., 8., 9., 10., 11.]);
+        assert_eq!(
+            n.to_vec::<f32>().unwrap(),
+            vec![2., 3., 4., 5., 8., 9., 10., 11.]
+        );
         let m = t.move_axis(2, 0).unwrap();
         assert_eq!(m.shape(), &[2, 2, 3]);
         assert_eq!(m.to_vec::<f32>().unwrap()[..3], [0., 2., 4.]);
@@ -539,6 +606,9 @@ mod tests {
         let t = Tensor::from_slice(&[1.5f32, -2.0, 0.0]);
         assert_eq!(t.cast(DType::BF16).cast(DType::F32), t);
         assert_eq!(t.cast(DType::I64).to_vec::<i64>().unwrap(), vec![1, -2, 0]);
-        assert_eq!(t.cast(DType::Bool).to_vec::<bool>().unwrap(), vec![true, true, false]);
+        assert_eq!(
+            t.cast(DType::Bool).to_vec::<bool>().unwrap(),
+            vec![true, true, false]
+        );
     }
 }

@@ -34,15 +34,25 @@ impl Op for PulsedLimitedAttention {
     }
 
     fn eval(&self, _: &[&Tensor], _: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
-        Err(OpError::Other("PulsedLimitedAttention keeps state: run it through its state".into()))
+        Err(OpError::Other(
+            "PulsedLimitedAttention keeps state: run it through its state".into(),
+        ))
     }
 
     fn state(&self) -> Option<Box<dyn OpState>> {
-        Some(Box::new(AttnState { op: self.clone(), step: 0 }))
+        Some(Box::new(AttnState {
+            op: self.clone(),
+            step: 0,
+        }))
     }
 
     fn info(&self) -> String {
-        format!("{} pulse {} delay {}", self.attn.info(), self.pulse, self.delay)
+        format!(
+            "{} pulse {} delay {}",
+            self.attn.info(),
+            self.pulse,
+            self.delay
+        )
     }
 }
 
@@ -54,9 +64,17 @@ pub struct AttnState {
 }
 
 impl OpState for AttnState {
-    fn eval(&mut self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, scratch: &mut Scratch) -> OpResult<()> {
+    fn eval(
+        &mut self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()> {
         if inputs.len() != 3 {
-            return Err(OpError::InputCount { expected: "3".into(), got: inputs.len() });
+            return Err(OpError::InputCount {
+                expected: "3".into(),
+                got: inputs.len(),
+            });
         }
         let (p, lc) = (self.op.pulse, self.op.attn.left_context);
         if inputs[0].shape().first() != Some(&p) || inputs[1].shape().first() != Some(&(p + lc)) {
@@ -71,15 +89,23 @@ impl OpState for AttnState {
         let first = self.step as i64 * p as i64 - self.op.delay as i64;
         self.step += 1;
         let lc_i = lc as i64;
-        attend(self.op.attn.heads, self.op.attn.scale, inputs, outputs, scratch, |r| {
-            let pos = first + r as i64;
-            if pos < 0 {
-                return (1, 0); // warm-up query: zeros
-            }
-            // keys with position >= 0 start at row lc - first
-            let lo = (r as i64).max(lc_i - first);
-            (lo, r as i64 + lc_i)
-        }, p)
+        attend(
+            self.op.attn.heads,
+            self.op.attn.scale,
+            inputs,
+            outputs,
+            scratch,
+            |r| {
+                let pos = first + r as i64;
+                if pos < 0 {
+                    return (1, 0); // warm-up query: zeros
+                }
+                // keys with position >= 0 start at row lc - first
+                let lo = (r as i64).max(lc_i - first);
+                (lo, r as i64 + lc_i)
+            },
+            p,
+        )
     }
 
     fn reset(&mut self) {

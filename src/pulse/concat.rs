@@ -1,7 +1,9 @@
 //! PulsedSameAxisConcat: a constant prefix and/or suffix on the streaming axis.
 
 use crate::op_common;
-use crate::ops::{checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact};
+use crate::ops::{
+    checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact,
+};
 
 use super::frames::FrameLayout;
 
@@ -39,23 +41,37 @@ impl Op for PulsedSameAxisConcat {
             let other_axes_match = cf.rank() == f.rank()
                 && (0..f.rank()).all(|a| a == self.axis || cf.shape[a] == f.shape[a]);
             if !other_axes_match {
-                return Err(OpError::Shape(format!("constant {cf} does not fit stream {f}")));
+                return Err(OpError::Shape(format!(
+                    "constant {cf} does not fit stream {f}"
+                )));
             }
         }
         Ok(vec![f.clone()])
     }
 
     fn eval(&self, _: &[&Tensor], _: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
-        Err(OpError::Other("PulsedSameAxisConcat keeps state: run it through its state".into()))
+        Err(OpError::Other(
+            "PulsedSameAxisConcat keeps state: run it through its state".into(),
+        ))
     }
 
     fn state(&self) -> Option<Box<dyn OpState>> {
-        Some(Box::new(ConcatState { op: self.clone(), step: 0, s: None }))
+        Some(Box::new(ConcatState {
+            op: self.clone(),
+            step: 0,
+            s: None,
+        }))
     }
 
     fn info(&self) -> String {
         let n = |t: &Option<Tensor>| t.as_ref().map_or(0, |t| t.shape()[self.axis]);
-        format!("axis {} prefix {} suffix {} delay {}", self.axis, n(&self.prefix), n(&self.suffix), self.delay)
+        format!(
+            "axis {} prefix {} suffix {} delay {}",
+            self.axis,
+            n(&self.prefix),
+            n(&self.suffix),
+            self.delay
+        )
     }
 }
 
@@ -68,7 +84,12 @@ pub struct ConcatState {
 }
 
 impl OpState for ConcatState {
-    fn eval(&mut self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
+    fn eval(
+        &mut self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        _: &mut Scratch,
+    ) -> OpResult<()> {
         checks::input_count(inputs, 1)?;
         let x = inputs[0];
         let lay = FrameLayout::of(x.shape(), self.op.axis)?;
@@ -108,7 +129,14 @@ impl OpState for ConcatState {
     }
 }
 
-fn copy_frame(src: &Tensor, f: usize, out: &mut Tensor, k: usize, lay: FrameLayout, axis: usize) -> OpResult<()> {
+fn copy_frame(
+    src: &Tensor,
+    f: usize,
+    out: &mut Tensor,
+    k: usize,
+    lay: FrameLayout,
+    axis: usize,
+) -> OpResult<()> {
     let sl = FrameLayout::of(src.shape(), axis)?;
     macro_rules! go {
         ($t:ty) => {{

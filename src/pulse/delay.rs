@@ -3,7 +3,8 @@
 
 use crate::op_common;
 use crate::ops::{
-    checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, StorageElement, Tensor, TypedFact,
+    checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, StorageElement,
+    Tensor, TypedFact,
 };
 
 use super::frames::FrameLayout;
@@ -27,20 +28,31 @@ impl Op for Delay {
         let f = inputs[0];
         checks::rank_at_least(f, 0, self.axis + 1)?;
         let mut out = f.clone();
-        out.shape[self.axis] = f.shape[self.axis].add(&Dim::n(self.overlap as i64)).expect("adding a number");
+        out.shape[self.axis] = f.shape[self.axis]
+            .add(&Dim::n(self.overlap as i64))
+            .expect("adding a number");
         Ok(vec![out])
     }
 
     fn eval(&self, _: &[&Tensor], _: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
-        Err(OpError::Other("Delay keeps state: run it through its state".into()))
+        Err(OpError::Other(
+            "Delay keeps state: run it through its state".into(),
+        ))
     }
 
     fn state(&self) -> Option<Box<dyn OpState>> {
-        Some(Box::new(DelayState { op: self.clone(), ring: None, pos: 0 }))
+        Some(Box::new(DelayState {
+            op: self.clone(),
+            ring: None,
+            pos: 0,
+        }))
     }
 
     fn info(&self) -> String {
-        format!("axis {} delay {} overlap {}", self.axis, self.delay, self.overlap)
+        format!(
+            "axis {} delay {} overlap {}",
+            self.axis, self.delay, self.overlap
+        )
     }
 }
 
@@ -54,14 +66,20 @@ pub struct DelayState {
 }
 
 impl OpState for DelayState {
-    fn eval(&mut self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
+    fn eval(
+        &mut self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        _: &mut Scratch,
+    ) -> OpResult<()> {
         checks::input_count(inputs, 1)?;
         let x = inputs[0];
         let lay = FrameLayout::of(x.shape(), self.op.axis)?;
         let b = self.op.delay + self.op.overlap;
-        let ring_shape_ok = self.ring.as_ref().is_some_and(|r| {
-            r.dtype() == x.dtype() && r.shape() == [lay.outer, b, lay.inner]
-        });
+        let ring_shape_ok = self
+            .ring
+            .as_ref()
+            .is_some_and(|r| r.dtype() == x.dtype() && r.shape() == [lay.outer, b, lay.inner]);
         if !ring_shape_ok {
             // first step, or a different pulse shape: start from silence
             self.ring = Some(Tensor::zeros(x.dtype(), &[lay.outer, b, lay.inner]));
@@ -89,10 +107,26 @@ impl OpState for DelayState {
     }
 }
 
-fn delay_step(x: &Tensor, ring: &mut Tensor, out: &mut Tensor, lay: FrameLayout, b: usize, overlap: usize, pos: usize) -> OpResult<usize> {
+fn delay_step(
+    x: &Tensor,
+    ring: &mut Tensor,
+    out: &mut Tensor,
+    lay: FrameLayout,
+    b: usize,
+    overlap: usize,
+    pos: usize,
+) -> OpResult<usize> {
     macro_rules! go {
         ($t:ty) => {
-            run::<$t>(x.as_slice()?, ring.as_slice_mut()?, out.as_slice_mut()?, lay, b, overlap, pos)
+            run::<$t>(
+                x.as_slice()?,
+                ring.as_slice_mut()?,
+                out.as_slice_mut()?,
+                lay,
+                b,
+                overlap,
+                pos,
+            )
         };
     }
     Ok(match x.dtype() {
@@ -105,11 +139,27 @@ fn delay_step(x: &Tensor, ring: &mut Tensor, out: &mut Tensor, lay: FrameLayout,
 }
 
 /// One step over typed slices; returns the new oldest position.
-fn run<T: StorageElement>(x: &[T], ring: &mut [T], out: &mut [T], lay: FrameLayout, b: usize, overlap: usize, pos: usize) -> usize {
+fn run<T: StorageElement>(
+    x: &[T],
+    ring: &mut [T],
+    out: &mut [T],
+    lay: FrameLayout,
+    b: usize,
+    overlap: usize,
+    pos: usize,
+) -> usize {
     let (p, inner) = (lay.frames, lay.inner);
     let pout = p + overlap;
-    let ring_lay = FrameLayout { outer: lay.outer, frames: b, inner };
-    let out_lay = FrameLayout { outer: lay.outer, frames: pout, inner };
+    let ring_lay = FrameLayout {
+        outer: lay.outer,
+        frames: b,
+        inner,
+    };
+    let out_lay = FrameLayout {
+        outer: lay.outer,
+        frames: pout,
+        inner,
+    };
     for o in 0..lay.outer {
         // output = (ring, oldest first) ++ input, first `pout` frames
         for k in 0..pout {

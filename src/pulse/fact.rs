@@ -52,7 +52,11 @@ impl fmt::Display for PulsedFact {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.fact)?;
         if let Some(s) = &self.stream {
-            write!(f, " axis {} pulse {} len {} delay {}", s.axis, s.pulse, s.len, s.delay)?;
+            write!(
+                f,
+                " axis {} pulse {} len {} delay {}",
+                s.axis, s.pulse, s.len, s.delay
+            )?;
             if s.overlap > 0 {
                 write!(f, " overlap {}", s.overlap)?;
             }

@@ -14,7 +14,9 @@ pub struct FrameLayout {
 impl FrameLayout {
     pub fn of(shape: &[usize], axis: usize) -> OpResult<FrameLayout> {
         if axis >= shape.len() {
-            return Err(OpError::Param(format!("stream axis {axis} out of range for shape {shape:?}")));
+            return Err(OpError::Param(format!(
+                "stream axis {axis} out of range for shape {shape:?}"
+            )));
         }
         Ok(FrameLayout {
             outer: shape[..axis].iter().product(),

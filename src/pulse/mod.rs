@@ -14,8 +14,8 @@ pub mod pulsifier;
 mod rules;
 mod session;
 mod trim;
-mod window;
 pub mod verify;
+mod window;
 
 pub use attention::PulsedLimitedAttention;
 pub use concat::PulsedSameAxisConcat;

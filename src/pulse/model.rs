@@ -22,7 +22,9 @@ pub struct PulsedModel {
 impl PulsedModel {
     /// The pulsed fact of an outlet of the pulsed graph.
     pub fn fact(&self, o: OutletId) -> Result<&PulsedFact> {
-        self.facts.get(&o).ok_or_else(|| Error::Graph(format!("no pulsed fact for {}", self.graph.outlet_name(o))))
+        self.facts.get(&o).ok_or_else(|| {
+            Error::Graph(format!("no pulsed fact for {}", self.graph.outlet_name(o)))
+        })
     }
 
     /// The stream of the first streaming graph input.
@@ -58,7 +60,9 @@ impl PulsedModel {
                     if f.shape.get(s.axis).and_then(|d| d.as_const()) != Some(s.frames() as i64) {
                         return Err(Error::Graph(format!(
                             "node `{}`: fact {f} does not have {} frames on axis {}",
-                            n.name, s.frames(), s.axis
+                            n.name,
+                            s.frames(),
+                            s.axis
                         )));
                     }
                 }
@@ -71,14 +75,31 @@ impl PulsedModel {
     /// and delays.
     pub fn dump(&self) -> String {
         let mut s = String::new();
-        let order = self.graph.topo_order().unwrap_or_else(|_| (0..self.graph.nodes.len()).collect());
+        let order = self
+            .graph
+            .topo_order()
+            .unwrap_or_else(|_| (0..self.graph.nodes.len()).collect());
         for id in order {
             let n = &self.graph.nodes[id];
             let facts: Vec<String> = (0..n.facts.len())
-                .map(|k| self.facts.get(&OutletId::new(id, k)).map_or("?".into(), |f| f.to_string()))
+                .map(|k| {
+                    self.facts
+                        .get(&OutletId::new(id, k))
+                        .map_or("?".into(), |f| f.to_string())
+                })
                 .collect();
-            let ins: Vec<String> = n.inputs.iter().map(|&o| self.graph.outlet_name(o)).collect();
-            let _ = write!(s, "#{id:<4} {:<36} {:<20} {}", n.name, n.op.name(), facts.join(", "));
+            let ins: Vec<String> = n
+                .inputs
+                .iter()
+                .map(|&o| self.graph.outlet_name(o))
+                .collect();
+            let _ = write!(
+                s,
+                "#{id:<4} {:<36} {:<20} {}",
+                n.name,
+                n.op.name(),
+                facts.join(", ")
+            );
             if !ins.is_empty() {
                 let _ = write!(s, "  <- {}", ins.join(", "));
             }
@@ -89,7 +110,9 @@ impl PulsedModel {
             s.push('\n');
         }
         for (i, (name, o)) in self.graph.outputs.iter().enumerate() {
-            let d = self.output_stream(i).map_or("fixed".to_string(), |st| format!("delay {} frames", st.delay));
+            let d = self.output_stream(i).map_or("fixed".to_string(), |st| {
+                format!("delay {} frames", st.delay)
+            });
             let _ = writeln!(s, "output {name} = {} ({d})", self.graph.outlet_name(*o));
         }
         s

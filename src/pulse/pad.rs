@@ -2,7 +2,9 @@
 //! frames of each pulse by their logical position.
 
 use crate::op_common;
-use crate::ops::{checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact};
+use crate::ops::{
+    checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact,
+};
 
 use super::frames::FrameLayout;
 
@@ -35,16 +37,28 @@ impl Op for PulsePad {
     }
 
     fn eval(&self, _: &[&Tensor], _: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
-        Err(OpError::Other("PulsePad keeps state: run it through its state".into()))
+        Err(OpError::Other(
+            "PulsePad keeps state: run it through its state".into(),
+        ))
     }
 
     fn state(&self) -> Option<Box<dyn OpState>> {
-        Some(Box::new(PulsePadState { op: self.clone(), step: 0, s: None }))
+        Some(Box::new(PulsePadState {
+            op: self.clone(),
+            step: 0,
+            s: None,
+        }))
     }
 
     fn info(&self) -> String {
-        let end = self.end.map(|e| e.to_string()).unwrap_or_else(|| "-".into());
-        format!("axis {} begin {} end {end} value {} delay {}", self.axis, self.begin, self.value, self.delay)
+        let end = self
+            .end
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "-".into());
+        format!(
+            "axis {} begin {} end {end} value {} delay {}",
+            self.axis, self.begin, self.value, self.delay
+        )
     }
 }
 
@@ -57,7 +71,12 @@ pub struct PulsePadState {
 }
 
 impl OpState for PulsePadState {
-    fn eval(&mut self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
+    fn eval(
+        &mut self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        _: &mut Scratch,
+    ) -> OpResult<()> {
         checks::input_count(inputs, 1)?;
         let x = inputs[0];
         let lay = FrameLayout::of(x.shape(), self.op.axis)?;
@@ -105,4 +124,3 @@ impl OpState for PulsePadState {
         self.s = s;
     }
 }
-

@@ -2,7 +2,9 @@
 //! position terms see the positions of the whole-utterance graph.
 
 use crate::op_common;
-use crate::ops::{checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact};
+use crate::ops::{
+    checks, outputs_len, DType, Dim, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact,
+};
 
 /// Outputs `[pulse]` i64 positions `step*pulse - delay + offset + k`; the
 /// pulsed form of [`crate::ops::range::Range`] on a streaming axis. Its input
@@ -19,19 +21,30 @@ impl Op for StreamPosition {
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
         checks::input_count(inputs, 1)?;
-        Ok(vec![TypedFact::new(DType::I64, [Dim::n(self.pulse as i64)])])
+        Ok(vec![TypedFact::new(
+            DType::I64,
+            [Dim::n(self.pulse as i64)],
+        )])
     }
 
     fn eval(&self, _: &[&Tensor], _: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
-        Err(OpError::Other("StreamPosition keeps state: run it through its state".into()))
+        Err(OpError::Other(
+            "StreamPosition keeps state: run it through its state".into(),
+        ))
     }
 
     fn state(&self) -> Option<Box<dyn OpState>> {
-        Some(Box::new(StreamPositionState { op: self.clone(), step: 0 }))
+        Some(Box::new(StreamPositionState {
+            op: self.clone(),
+            step: 0,
+        }))
     }
 
     fn info(&self) -> String {
-        format!("pulse {} delay {} offset {}", self.pulse, self.delay, self.offset)
+        format!(
+            "pulse {} delay {} offset {}",
+            self.pulse, self.delay, self.offset
+        )
     }
 }
 
@@ -43,7 +56,12 @@ pub struct StreamPositionState {
 }
 
 impl OpState for StreamPositionState {
-    fn eval(&mut self, inputs: &[&Tensor], outputs: &mut Vec<Tensor>, _: &mut Scratch) -> OpResult<()> {
+    fn eval(
+        &mut self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        _: &mut Scratch,
+    ) -> OpResult<()> {
         checks::input_count(inputs, 1)?;
         outputs_len(outputs, 1);
         outputs[0].ensure(DType::I64, &[self.op.pulse]);

@@ -64,11 +64,17 @@ impl StreamingSession {
         let input = model.input_stream()?;
         let fact = &model.graph.nodes[model.graph.inputs[0]].facts[0];
         if fact.dtype != DType::F32 {
-            return Err(Error::Graph(format!("streaming input must be f32, got {fact}")));
+            return Err(Error::Graph(format!(
+                "streaming input must be f32, got {fact}"
+            )));
         }
-        let shape = fact.concrete_shape().ok_or_else(|| Error::Graph(format!("input fact {fact} is not concrete")))?;
+        let shape = fact
+            .concrete_shape()
+            .ok_or_else(|| Error::Graph(format!("input fact {fact} is not concrete")))?;
         if shape[..input.axis].iter().any(|&d| d != 1) {
-            return Err(Error::Graph(format!("the streaming axis of input {fact} must be its outermost non-1 axis")));
+            return Err(Error::Graph(format!(
+                "the streaming axis of input {fact} must be its outermost non-1 axis"
+            )));
         }
         let frame = shape[input.axis + 1..].iter().product();
         let runner = Runner::new(model.graph.clone())?;
@@ -131,11 +137,19 @@ impl StreamingSession {
         if self.finished {
             return Err(Error::Other(SessionError::Finished.to_string()));
         }
-        if values.len() % self.frame != 0 {
-            return Err(Error::Other(SessionError::PartialFrame { got: values.len(), frame: self.frame }.to_string()));
+        if !values.len().is_multiple_of(self.frame) {
+            return Err(Error::Other(
+                SessionError::PartialFrame {
+                    got: values.len(),
+                    frame: self.frame,
+                }
+                .to_string(),
+            ));
         }
         if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(Error::Other(SessionError::NotFinite { index, value }.to_string()));
+            return Err(Error::Other(
+                SessionError::NotFinite { index, value }.to_string(),
+            ));
         }
         let mut out = Vec::new();
         let per_pulse = self.input.pulse * self.frame;
@@ -171,7 +185,9 @@ impl StreamingSession {
 
     fn collect(&mut self, out: &mut Vec<Chunk>, s_known: i64) -> Result<()> {
         for i in 0..self.emitted.len() {
-            let Some(st) = self.model.output_stream(i) else { continue };
+            let Some(st) = self.model.output_stream(i) else {
+                continue;
+            };
             let first = st.first_frame(self.steps - 1);
             let end = st.len.eval(s_known).max(0);
             let lo = first.max(self.emitted[i] as i64);
@@ -180,8 +196,14 @@ impl StreamingSession {
                 continue;
             }
             let t = self.runner.output(i);
-            let data = t.narrow(st.axis, (lo - first) as usize, (hi - lo) as usize)?.contiguous();
-            out.push(Chunk { output: i, start: lo as u64, data });
+            let data = t
+                .narrow(st.axis, (lo - first) as usize, (hi - lo) as usize)?
+                .contiguous();
+            out.push(Chunk {
+                output: i,
+                start: lo as u64,
+                data,
+            });
             self.emitted[i] = hi as u64;
         }
         Ok(())
@@ -222,7 +244,11 @@ impl StreamingSession {
         }
         for i in 0..self.emitted.len() {
             if self.model.output_stream(i).is_none() {
-                out.push(Chunk { output: i, start: 0, data: self.runner.output(i).clone() });
+                out.push(Chunk {
+                    output: i,
+                    start: 0,
+                    data: self.runner.output(i).clone(),
+                });
             }
         }
         Ok(out)
@@ -247,10 +273,17 @@ impl StreamingSession {
         chunks.extend(self.finish()?);
         let mut outs = Vec::new();
         for i in 0..self.emitted.len() {
-            let parts: Vec<&Tensor> = chunks.iter().filter(|c| c.output == i).map(|c| &c.data).collect();
+            let parts: Vec<&Tensor> = chunks
+                .iter()
+                .filter(|c| c.output == i)
+                .map(|c| &c.data)
+                .collect();
             outs.push(match self.model.output_stream(i) {
                 Some(st) => concat_frames(&parts, st.axis, self.runner.output(i))?,
-                None => parts.last().map(|t| (*t).clone()).unwrap_or_else(Tensor::empty),
+                None => parts
+                    .last()
+                    .map(|t| (*t).clone())
+                    .unwrap_or_else(Tensor::empty),
             });
         }
         Ok(outs)

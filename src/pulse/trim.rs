@@ -37,7 +37,11 @@ impl Op for AffineChunkTrim {
         checks::input_count(inputs, 1)?;
         let x = inputs[0];
         if self.axis >= x.rank() {
-            return Err(OpError::Rank { input: 0, expected: format!("> {}", self.axis), got: x.rank() });
+            return Err(OpError::Rank {
+                input: 0,
+                expected: format!("> {}", self.axis),
+                got: x.rank(),
+            });
         }
         let n = x.shape()[self.axis];
         let start = if n == self.keep {

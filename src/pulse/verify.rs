@@ -23,7 +23,13 @@ pub struct StreamingReport {
 /// (cycled), and compares with the whole-utterance run. At every step,
 /// every node's output shape must equal its pulsed fact. Fails when an
 /// output differs by more than `tol` (absolute, plus `tol` relative).
-pub fn check_streaming(graph: &Graph, pulse: usize, input: &Tensor, pushes: &[usize], tol: f32) -> Result<StreamingReport> {
+pub fn check_streaming(
+    graph: &Graph,
+    pulse: usize,
+    input: &Tensor,
+    pushes: &[usize],
+    tol: f32,
+) -> Result<StreamingReport> {
     let mut whole = Runner::new(graph.clone())?;
     let expected = whole.run(std::slice::from_ref(input))?;
     let model = pulsify(graph, pulse)?;
@@ -34,7 +40,13 @@ pub fn check_streaming(graph: &Graph, pulse: usize, input: &Tensor, pushes: &[us
     let mut at = 0;
     let mut k = 0;
     while at < values.len() {
-        let n = (pushes.get(k % pushes.len().max(1)).copied().unwrap_or(pulse).max(1) * frame).min(values.len() - at);
+        let n = (pushes
+            .get(k % pushes.len().max(1))
+            .copied()
+            .unwrap_or(pulse)
+            .max(1)
+            * frame)
+            .min(values.len() - at);
         k += 1;
         let before = session.steps();
         chunks.extend(session.push(&values[at..at + n])?);
@@ -45,7 +57,11 @@ pub fn check_streaming(graph: &Graph, pulse: usize, input: &Tensor, pushes: &[us
     }
     chunks.extend(session.finish()?);
     check_step_facts(&session)?;
-    let mut report = StreamingReport { max_abs_diff: Vec::new(), delays: Vec::new(), steps: session.steps() };
+    let mut report = StreamingReport {
+        max_abs_diff: Vec::new(),
+        delays: Vec::new(),
+        steps: session.steps(),
+    };
     for (i, exp) in expected.iter().enumerate() {
         let st = session
             .model()
@@ -56,7 +72,10 @@ pub fn check_streaming(graph: &Graph, pulse: usize, input: &Tensor, pushes: &[us
         let mut frames = 0usize;
         for c in chunks.iter().filter(|c| c.output == i) {
             if c.start != next {
-                return Err(Error::Graph(format!("output {i}: chunk starts at {} but {next} frames came before", c.start)));
+                return Err(Error::Graph(format!(
+                    "output {i}: chunk starts at {} but {next} frames came before",
+                    c.start
+                )));
             }
             next += c.data.shape()[st.axis] as u64;
             frames += c.data.shape()[st.axis];
@@ -73,7 +92,7 @@ pub fn check_streaming(graph: &Graph, pulse: usize, input: &Tensor, pushes: &[us
         let mut worst = 0f32;
         for (j, (a, b)) in got.iter().zip(&want).enumerate() {
             let d = (a - b).abs();
-            if !(d <= tol + tol * b.abs()) {
+            if d.is_nan() || d > tol + tol * b.abs() {
                 return Err(Error::Graph(format!(
                     "output {i}: element {j} (frame {}) pulsed {a} vs whole {b}",
                     j / (want.len() / frames.max(1)).max(1)
@@ -95,7 +114,9 @@ pub fn check_step_facts(session: &StreamingSession) -> Result<()> {
         for slot in 0..node.facts.len() {
             let o = OutletId::new(id, slot);
             let pf = model.fact(o)?;
-            let Some(v) = session.runner().value(o) else { continue };
+            let Some(v) = session.runner().value(o) else {
+                continue;
+            };
             let want = pf.fact.concrete_shape();
             if want.as_deref() != Some(v.shape()) || pf.fact.dtype != v.dtype() {
                 return Err(Error::Graph(format!(

@@ -25,9 +25,19 @@ pub struct Window {
 
 /// Pulsifies a windowed op. `valid_op` is the op with its padding removed;
 /// `ins[0]` is the streaming input, the others (weights) are fixed.
-pub fn pulsify_window(cx: &mut Ctx, node: &Node, ins: &[Pulsed], w: Window, valid_op: Arc<dyn Op>) -> Result<Vec<Pulsed>> {
+pub fn pulsify_window(
+    cx: &mut Ctx,
+    node: &Node,
+    ins: &[Pulsed],
+    w: Window,
+    valid_op: Arc<dyn Op>,
+) -> Result<Vec<Pulsed>> {
     let s = stream(&node.name, &ins[0])?;
-    let bad = |why: String| Error::Node { node: node.name.clone(), op: node.op.name(), source: OpError::NotStreamable(why) };
+    let bad = |why: String| Error::Node {
+        node: node.name.clone(),
+        op: node.op.name(),
+        source: OpError::NotStreamable(why),
+    };
     if ins[1..].iter().any(|p| p.1.stream.is_some()) {
         return Err(bad("only the first input may stream".into()));
     }
@@ -48,7 +58,9 @@ pub fn pulsify_window(cx: &mut Ctx, node: &Node, ins: &[Pulsed], w: Window, vali
     // and leaves room for the start padding
     let min = s.delay.max(w.pad_before.saturating_sub(overlap));
     let mut delay = min;
-    while (delay + overlap) < w.pad_before || (delay + overlap - w.pad_before) % w.stride != 0 {
+    while (delay + overlap) < w.pad_before
+        || !(delay + overlap - w.pad_before).is_multiple_of(w.stride)
+    {
         delay += 1;
     }
     let mut x = ins[0].clone();
@@ -69,7 +81,16 @@ pub fn pulsify_window(cx: &mut Ctx, node: &Node, ins: &[Pulsed], w: Window, vali
     let out_delay = (delay + overlap - w.pad_before) / w.stride;
     let mut inputs: Vec<OutletId> = vec![x.0];
     inputs.extend(ins[1..].iter().map(|p| p.0));
-    let len = *node.facts[0].shape.get(w.out_axis).ok_or_else(|| bad("output lost its streaming axis".into()))?;
-    let out = StreamInfo { axis: w.out_axis, pulse: s.pulse / w.stride, len, delay: out_delay, overlap: 0 };
+    let len = *node.facts[0]
+        .shape
+        .get(w.out_axis)
+        .ok_or_else(|| bad("output lost its streaming axis".into()))?;
+    let out = StreamInfo {
+        axis: w.out_axis,
+        pulse: s.pulse / w.stride,
+        len,
+        delay: out_delay,
+        overlap: 0,
+    };
     cx.add(&node.name, valid_op, &inputs, &[Some(out)])
 }
