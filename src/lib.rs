@@ -13,6 +13,7 @@ pub mod audio;
 pub mod decode;
 pub mod error;
 pub mod graph;
+pub mod live;
 pub mod models;
 pub mod ops;
 pub mod output;

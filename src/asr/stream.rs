@@ -77,6 +77,17 @@ impl StreamTranscriber {
         self.greedy.frames().max(self.frames)
     }
 
+    /// The last encoder frame that emitted a letter (greedy; spaces do not
+    /// count, the model may emit them in silence), if any.
+    pub fn last_token_frame(&self) -> Option<usize> {
+        self.greedy
+            .spans()
+            .iter()
+            .rev()
+            .find(|s| !self.tokens.is_space(s.id))
+            .map(|s| s.last_frame)
+    }
+
     /// Back to a fresh stream.
     pub fn reset(&mut self) {
         self.session.reset();

@@ -4,6 +4,7 @@ mod bench;
 mod device;
 mod eval;
 mod inspect;
+mod mic;
 mod transcribe;
 
 use std::path::PathBuf;
@@ -29,6 +30,8 @@ enum Command {
     Bench(bench::Args),
     /// Character and word error rates on a jsonl manifest of WAVs and texts.
     Eval(eval::Args),
+    /// Live transcription from the microphone, or a WAV at real-time pace.
+    Mic(mic::Args),
 }
 
 /// Runs a parsed command line; `Err` is a one-line reason (exit code 2).
@@ -38,6 +41,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Eval(a) => eval::run(a),
+        Command::Mic(a) => mic::run(a),
     }
 }
 
