@@ -18,7 +18,7 @@
 //! ```
 
 mod error;
-mod resample;
+pub(crate) mod resample;
 mod stream;
 mod wav;
 

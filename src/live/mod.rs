@@ -4,6 +4,8 @@
 //! channel: partial text while someone speaks, final text at each end of speech.
 
 mod endpoint;
+#[cfg(feature = "mic")]
+mod mic;
 mod source;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +22,8 @@ use crate::decode::Word;
 use crate::{Error, Result};
 
 pub use endpoint::Endpointer;
+#[cfg(feature = "mic")]
+pub use mic::{capture_default_input, MicCapture};
 pub use source::{feed_wav_realtime, FeedReport};
 
 /// What the inference thread reports.
