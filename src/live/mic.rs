@@ -109,7 +109,7 @@ where
 {
     device
         .build_input_stream(
-            config.clone(),
+            *config,
             move |data: &[T], _: &cpal::InputCallbackInfo| {
                 for frame in data.chunks(channels) {
                     let sum: f32 = frame.iter().map(|&s| s.to_sample::<f32>()).sum();
