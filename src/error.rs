@@ -39,6 +39,8 @@ pub enum Error {
     #[error(transparent)]
     Op(#[from] OpError),
     #[error(transparent)]
+    Session(#[from] crate::pulse::SessionError),
+    #[error(transparent)]
     Decode(#[from] crate::decode::DecodeError),
     #[error(transparent)]
     Audio(#[from] crate::audio::AudioError),

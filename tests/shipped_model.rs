@@ -112,3 +112,28 @@ fn pulse_not_a_multiple_of_the_frame_is_a_clear_error() {
         .to_string();
     assert!(e.contains("multiple"), "{e}");
 }
+
+#[test]
+fn bad_session_input_is_a_typed_error_and_loses_nothing() {
+    use pulsed::pulse::SessionError;
+    use pulsed::Error;
+    let rec = Recognizer::open(ModelDir::default_path(), RecognizerOptions::default()).unwrap();
+    let mut s = rec.stream().unwrap();
+    let audio = pulsed::audio::load_wav(format!("{FIX}/hello.wav").as_ref(), 16000)
+        .unwrap()
+        .samples;
+    s.push(&audio[..8000]).unwrap();
+    let mut bad = audio[8000..9000].to_vec();
+    bad[10] = f32::NAN;
+    match s.push(&bad) {
+        Err(Error::Session(SessionError::NotFinite { index: 10, .. })) => {}
+        other => panic!("expected NotFinite, got {other:?}"),
+    }
+    // the rejected push used nothing: the rest of the file still gives the right text
+    s.push(&audio[8000..]).unwrap();
+    assert_eq!(s.finish().unwrap().text, "if anything can go wrong it will");
+    assert!(matches!(
+        s.push(&audio[..10]),
+        Err(Error::Session(SessionError::Finished))
+    ));
+}

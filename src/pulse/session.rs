@@ -135,21 +135,16 @@ impl StreamingSession {
     /// became available. A non-finite value rejects the whole push.
     pub fn push(&mut self, values: &[f32]) -> Result<Vec<Chunk>> {
         if self.finished {
-            return Err(Error::Other(SessionError::Finished.to_string()));
+            return Err(Error::Session(SessionError::Finished));
         }
         if !values.len().is_multiple_of(self.frame) {
-            return Err(Error::Other(
-                SessionError::PartialFrame {
-                    got: values.len(),
-                    frame: self.frame,
-                }
-                .to_string(),
-            ));
+            return Err(Error::Session(SessionError::PartialFrame {
+                got: values.len(),
+                frame: self.frame,
+            }));
         }
         if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(Error::Other(
-                SessionError::NotFinite { index, value }.to_string(),
-            ));
+            return Err(Error::Session(SessionError::NotFinite { index, value }));
         }
         let mut out = Vec::new();
         let per_pulse = self.input.pulse * self.frame;
@@ -214,7 +209,7 @@ impl StreamingSession {
     /// come last, once.
     pub fn finish(&mut self) -> Result<Vec<Chunk>> {
         if self.finished {
-            return Err(Error::Other(SessionError::Finished.to_string()));
+            return Err(Error::Session(SessionError::Finished));
         }
         self.finished = true;
         let s = self.pushed as i64;
