@@ -4,6 +4,7 @@ mod bench;
 mod device;
 mod inspect;
 mod transcribe;
+mod vad;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +27,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Real-time factor of the model on the CPU, streamed and whole.
     Bench(bench::Args),
+    /// Speech segments (or probabilities) of WAV files with Silero VAD v6.
+    Vad(vad::Args),
 }
 
 /// Runs a parsed command line; `Err` is a one-line reason (exit code 2).
@@ -34,6 +37,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Transcribe(a) => transcribe::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Vad(a) => vad::run(a),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod config;
 pub mod conformer;
+pub mod silero;
 mod package;
 
 pub use config::ConformerConfig;
