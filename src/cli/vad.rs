@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let mut failed = 0;
     for file in &a.files {
         let name = file.display().to_string();
-        let r = probs_of(&vad, file, a.whole).and_then(|(probs, n)| {
+        let r = probs_of(&vad, file, a.whole).map(|(probs, n)| {
             let mut lines = String::new();
             if a.probs {
                 let chunk_s = CHUNK as f64 / SAMPLE_RATE as f64;
@@ -85,7 +85,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
                     ));
                 }
             }
-            Ok(lines)
+            lines
         });
         let w = match r {
             Ok(lines) => out.write_all(lines.as_bytes()),

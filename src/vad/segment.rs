@@ -258,7 +258,7 @@ mod tests {
                 s ^= s << 13;
                 s ^= s >> 7;
                 s ^= s << 17;
-                if s % 7 == 0 {
+                if s.is_multiple_of(7) {
                     level = 1.0 - level;
                 }
                 (level * 0.8 + (s % 100) as f32 / 400.0).min(1.0)
