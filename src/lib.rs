@@ -18,6 +18,7 @@ pub mod models;
 pub mod ops;
 pub mod output;
 pub mod pulse;
+pub mod vad;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -6,6 +6,7 @@ mod eval;
 mod inspect;
 mod mic;
 mod transcribe;
+mod vad;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
     Eval(eval::Args),
     /// Live transcription from the microphone, or a WAV at real-time pace.
     Mic(mic::Args),
+    /// Speech segments (or probabilities) of WAV files with Silero VAD v6.
+    Vad(vad::Args),
 }
 
 /// Runs a parsed command line; `Err` is a one-line reason (exit code 2).
@@ -42,6 +45,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Bench(a) => bench::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Mic(a) => mic::run(a),
+        Command::Vad(a) => vad::run(a),
     }
 }
 

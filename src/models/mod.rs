@@ -3,6 +3,7 @@
 mod config;
 pub mod conformer;
 mod package;
+pub mod silero;
 
 pub use config::ConformerConfig;
 pub use package::ModelDir;

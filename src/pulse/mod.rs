@@ -3,10 +3,12 @@
 //! the streaming session.
 
 mod attention;
+mod batch_conv;
 mod concat;
 mod delay;
 mod fact;
 mod frames;
+mod lstm;
 mod model;
 mod pad;
 mod position;
@@ -14,6 +16,7 @@ pub mod pulsifier;
 mod rules;
 mod session;
 mod trim;
+mod unfold;
 pub mod verify;
 mod window;
 
@@ -22,9 +25,11 @@ pub use concat::PulsedSameAxisConcat;
 pub use delay::Delay;
 pub use fact::{PulsedFact, StreamInfo};
 pub use frames::FrameLayout;
+pub use lstm::PulsedLstm;
 pub use model::PulsedModel;
 pub use pad::PulsePad;
 pub use position::StreamPosition;
 pub use pulsifier::pulsify;
 pub use session::{Chunk, SessionError, StreamingSession};
 pub use trim::AffineChunkTrim;
+pub use unfold::Unfold;

@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
+use super::batch_conv::conv1d_batch;
+use super::lstm::lstm;
 use super::pulsifier::{not_streamable, stream, Ctx, Pulsed};
+use super::unfold::unfold;
 use super::window::{pulsify_window, Window};
 use super::{PulsePad, PulsedLimitedAttention, PulsedSameAxisConcat, StreamInfo, StreamPosition};
 use crate::graph::{Node, OutletId};
@@ -18,7 +21,17 @@ use crate::Result;
 
 type Rule = fn(&mut Ctx, &Node, &[Pulsed]) -> Result<Option<Vec<Pulsed>>>;
 
-const RULES: &[Rule] = &[limited_attention, conv1d, stft, pad, range, concat];
+const RULES: &[Rule] = &[
+    limited_attention,
+    conv1d_batch,
+    conv1d,
+    stft,
+    pad,
+    range,
+    concat,
+    unfold,
+    lstm,
+];
 
 /// Keys and values keep `left_context` past frames through a Delay; the
 /// pulsed op masks positions before the stream start.
