@@ -29,6 +29,9 @@ pub struct Args {
     /// Seconds of trailing silence (CTC blanks) that end an utterance.
     #[arg(long, default_value_t = 0.6)]
     end_silence: f64,
+    /// End utterances on CTC blanks alone, without Silero VAD.
+    #[arg(long)]
+    no_vad: bool,
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {

@@ -81,12 +81,15 @@ pub struct LiveTranscriber {
 }
 
 /// Tuning of the live path.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct LiveOptions {
     /// Ring buffer capacity in seconds of audio.
     pub buffer_s: f64,
     /// Silence (CTC blanks) after speech that ends an utterance, in seconds.
     pub end_silence_s: f64,
+    /// With Silero VAD, an utterance also needs the VAD to be out of speech
+    /// before it ends (a pause inside a sentence is not an end).
+    pub vad: Option<crate::vad::Vad>,
 }
 
 impl Default for LiveOptions {
@@ -94,6 +97,7 @@ impl Default for LiveOptions {
         LiveOptions {
             buffer_s: 10.0,
             end_silence_s: 0.6,
+            vad: None,
         }
     }
 }
@@ -112,6 +116,13 @@ impl LiveTranscriber {
         let stream = rec.stream()?;
         let endpointer =
             Endpointer::new((opts.end_silence_s / rec.frame_seconds()).ceil() as usize);
+        let vad = match &opts.vad {
+            Some(v) => Some((
+                v.session()?,
+                crate::vad::Segmenter::new(crate::vad::SegmentOptions::default()),
+            )),
+            None => None,
+        };
         let worker = Worker {
             cons,
             tx,
@@ -119,6 +130,7 @@ impl LiveTranscriber {
             dropped: dropped.clone(),
             stream,
             endpointer,
+            vad,
         };
         let thread = std::thread::Builder::new()
             .name("pulsed-inference".into())
@@ -173,6 +185,7 @@ struct Worker {
     dropped: Arc<AtomicU64>,
     stream: crate::asr::StreamTranscriber,
     endpointer: Endpointer,
+    vad: Option<(crate::vad::VadSession, crate::vad::Segmenter)>,
 }
 
 impl Worker {
@@ -189,6 +202,11 @@ impl Worker {
             let stopping = self.stop.load(Ordering::SeqCst);
             let n = self.cons.pop_slice(&mut buf);
             if n > 0 {
+                if let Some((session, seg)) = &mut self.vad {
+                    for p in session.push(&buf[..n])? {
+                        seg.push(p);
+                    }
+                }
                 let changed = self.stream.push(&buf[..n])?;
                 if changed || self.endpointer.pending() {
                     self.report(false)?;
@@ -219,7 +237,8 @@ impl Worker {
         let last_speech = self.stream.last_token_frame();
         let words = self.endpointer.uncommitted(&t.words).to_vec();
         let at = Instant::now();
-        let ended = end || self.endpointer.utterance_ended(frames, last_speech);
+        let vad_silent = self.vad.as_ref().is_none_or(|(_, seg)| !seg.in_speech());
+        let ended = end || (vad_silent && self.endpointer.utterance_ended(frames, last_speech));
         if words.is_empty() {
             return Ok(());
         }
