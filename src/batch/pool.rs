@@ -19,14 +19,19 @@ pub struct BatchOptions {
     /// Samples read from a file and pushed per step: bounds a worker's audio
     /// memory and how long a stop request waits.
     pub chunk_samples: usize,
+    /// Start the largest files first (by size on disk), so that a long file
+    /// met last does not leave the other workers idle; results then come in
+    /// roughly that order.
+    pub longest_first: bool,
 }
 
 impl Default for BatchOptions {
-    /// One worker per core, 1.28 s chunks (four 320 ms pulses).
+    /// One worker per core, 1.28 s chunks (four 320 ms pulses), files in the given order.
     fn default() -> Self {
         BatchOptions {
             jobs: default_jobs(),
             chunk_samples: 20_480,
+            longest_first: false,
         }
     }
 }
@@ -149,14 +154,22 @@ pub fn run<E>(
     let jobs = opts.jobs.clamp(1, files.len().max(1));
     let chunk = opts.chunk_samples.max(1);
     let next = AtomicUsize::new(0);
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    if opts.longest_first {
+        let sizes: Vec<u64> = files
+            .iter()
+            .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+            .collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
+    }
     let mut summary = Summary::default();
     let mut first_err = None;
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel();
         for _ in 0..jobs {
             let tx = tx.clone();
-            let next = &next;
-            s.spawn(move || worker(rec, files, next, chunk, control, tx));
+            let (next, order) = (&next, &order);
+            s.spawn(move || worker(rec, files, order, next, chunk, control, tx));
         }
         drop(tx);
         for r in rx {
@@ -187,6 +200,7 @@ pub fn run<E>(
 fn worker(
     rec: &Recognizer,
     files: &[PathBuf],
+    order: &[usize],
     next: &AtomicUsize,
     chunk: usize,
     control: &Control,
@@ -195,8 +209,10 @@ fn worker(
     // One session per worker, reused (reset) from file to file.
     let mut stream: Option<StreamTranscriber> = None;
     while !control.is_stopped() {
-        let index = next.fetch_add(1, Ordering::SeqCst);
-        let Some(path) = files.get(index) else { break };
+        let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) else {
+            break;
+        };
+        let path = &files[index];
         let t0 = Instant::now();
         let mut pushed = 0u64;
         let outcome = catch_unwind(AssertUnwindSafe(|| {

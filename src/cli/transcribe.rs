@@ -125,9 +125,10 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         RecognizerOptions { mode, decoding },
     )
     .map_err(|e| e.to_string())?;
-    let opts = BatchOptions {
+    let mut opts = BatchOptions {
         jobs: a.jobs.unwrap_or_else(batch::default_jobs),
         chunk_samples: chunk_samples(mode),
+        longest_first: true,
     };
     if a.bench {
         return bench(&rec, &files, opts);
@@ -163,6 +164,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         } else {
             Order::Input
         });
+    // In input order, a long file started first would hold back every line after it.
+    opts.longest_first = order == Order::Completion;
 
     let control = Arc::new(Control::new());
     let interrupted = Arc::new(AtomicBool::new(false));
