@@ -10,6 +10,7 @@
 
 pub mod asr;
 pub mod audio;
+pub mod batch;
 pub mod decode;
 pub mod error;
 pub mod graph;

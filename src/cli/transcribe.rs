@@ -1,13 +1,22 @@
-//! `pulsed transcribe FILE...`: WAV files to text, JSON lines, SRT or VTT.
+//! `pulsed transcribe FILE|DIR|GLOB... [--manifest FILE]`: WAV files to text,
+//! JSON lines, SRT or VTT, on parallel CPU workers (see [`pulsed::batch`]).
+//!
+//! Exit codes: 0 every file transcribed, 1 some file failed (each has its own
+//! error line), 2 bad arguments or output, 130 stopped by Ctrl-C (the output
+//! then holds only complete lines; `--resume` carries on from it).
 
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
+use pulsed::batch::{self, BatchOptions, Control, FileResult, Outcome};
 use pulsed::output::{
     write_error_line, write_transcript, write_transcript_with, Format, WriteOptions,
 };
@@ -16,9 +25,13 @@ use super::device::Device;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// WAV files or folders (searched for *.wav).
-    #[arg(required = true)]
+    /// WAV files, folders (searched for *.wav recursively) or glob patterns.
+    #[arg(required_unless_present = "manifest")]
     inputs: Vec<PathBuf>,
+    /// A list of files: one path per line, or JSON lines with "audio_filepath" or "file"
+    /// (relative paths are taken from the manifest's folder). May be repeated.
+    #[arg(long)]
+    manifest: Vec<PathBuf>,
     /// Model folder (default: the shipped model).
     #[arg(long)]
     model: Option<PathBuf>,
@@ -28,7 +41,7 @@ pub struct Args {
     /// Input samples per pulse when streaming (a multiple of the model's 640-sample frame).
     #[arg(long, default_value_t = 5120, conflicts_with = "whole")]
     pulse: usize,
-    /// Run the whole utterance at once instead of streaming it in pulses.
+    /// Run the whole utterance at once instead of streaming it in pulses (memory grows with the file).
     #[arg(long)]
     whole: bool,
     /// CTC prefix beam search of this width (greedy when absent).
@@ -36,22 +49,67 @@ pub struct Args {
     beam: Option<usize>,
     #[arg(long, value_enum, default_value = "auto")]
     device: Device,
+    /// Parallel workers, each with its own streaming session (default: one per core).
+    #[arg(long, short)]
+    jobs: Option<usize>,
     /// Write here instead of standard output.
     #[arg(long, short)]
     output: Option<PathBuf>,
     /// Write one `<name>.<format>` file per input into this folder.
     #[arg(long, conflicts_with = "output")]
     output_dir: Option<PathBuf>,
+    /// With `-o FILE --format jsonl`: skip the files FILE already has a complete line for
+    /// (transcript or error) and append the others.
+    #[arg(long, requires = "output")]
+    resume: bool,
+    /// Order of the results: as the inputs were given, or as each file finishes
+    /// (default: input order on standard output, completion order with -o/--output-dir).
+    #[arg(long, value_enum)]
+    order: Option<Order>,
+    /// Print batch throughput with 1 worker and with --jobs workers over the inputs,
+    /// instead of transcripts.
+    #[arg(long, conflicts_with_all = ["output", "output_dir", "resume"])]
+    bench: bool,
+}
+
+/// When results are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Order {
+    /// In the order of the inputs (a finished file waits for the ones before it).
+    Input,
+    /// As each file finishes.
+    Completion,
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
     a.device.resolve()?;
-    let files = expand(&a.inputs)?;
-    if files.len() > 1 && matches!(a.format, Format::Srt | Format::Vtt) && a.output_dir.is_none() {
+    let mut files = batch::expand_inputs(&a.inputs).map_err(|e| e.to_string())?;
+    for m in &a.manifest {
+        files.extend(batch::read_manifest(m).map_err(|e| e.to_string())?);
+    }
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|f| seen.insert(f.clone())); // a file named twice runs once
+    if files.is_empty() {
+        return Err("no input files (the folders hold no *.wav)".into());
+    }
+    let several = files.len() > 1;
+    if several
+        && matches!(a.format, Format::Srt | Format::Vtt)
+        && a.output_dir.is_none()
+        && !a.bench
+    {
         return Err(format!(
             "{} with several files needs --output-dir (one subtitle file per input)",
             a.format
         ));
+    }
+    if a.resume && a.format != Format::Jsonl {
+        return Err(
+            "--resume needs --format jsonl (it reads the file names back from the output)".into(),
+        );
+    }
+    if a.jobs == Some(0) {
+        return Err("--jobs must be at least 1".into());
     }
     let mode = if a.whole {
         Mode::Whole
@@ -63,11 +121,34 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         None => Decoding::Greedy,
     };
     let rec = Recognizer::open(
-        super::model_dir(a.model),
+        super::model_dir(a.model.clone()),
         RecognizerOptions { mode, decoding },
     )
     .map_err(|e| e.to_string())?;
-    let mut out: Box<dyn Write> = match &a.output {
+    let mut opts = BatchOptions {
+        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
+        chunk_samples: chunk_samples(mode),
+        longest_first: true,
+    };
+    if a.bench {
+        return bench(&rec, &files, opts);
+    }
+
+    let out: Box<dyn Write> = match &a.output {
+        Some(p) if a.resume => {
+            let (f, done) =
+                batch::open_for_resume(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let before = files.len();
+            files.retain(|f| !done.files.contains(&f.display().to_string()));
+            if before > files.len() {
+                eprintln!(
+                    "pulsed: resuming {}: {} of {before} files already done",
+                    p.display(),
+                    before - files.len()
+                );
+            }
+            Box::new(BufWriter::new(f))
+        }
         Some(p) => Box::new(BufWriter::new(
             File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
         )),
@@ -76,62 +157,177 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if let Some(d) = &a.output_dir {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    let bar = progress(files.len());
-    let (mut failed, mut audio_s) = (0usize, 0.0f64);
-    let started = Instant::now();
-    let several = files.len() > 1;
-    for path in &files {
-        let name = path.display().to_string();
-        bar.set_message(short_name(path));
-        match transcribe_one(&rec, path) {
-            Ok((t, dur)) => {
-                audio_s += dur;
-                let mut extra = serde_json::Map::new();
-                extra.insert(
-                    "duration_s".into(),
-                    serde_json::json!((dur * 1000.0).round() / 1000.0),
-                );
-                let r = match &a.output_dir {
-                    Some(d) => write_file(d, path, a.format, &name, &t, extra),
-                    None => {
-                        let opts = WriteOptions {
-                            prefix_file_name: several,
-                            ..WriteOptions::default()
-                        };
-                        write_transcript_with(&mut out, a.format, &name, &t, &extra, &opts)
-                    }
-                };
-                r.map_err(|e| format!("writing output: {e}"))?;
+    let order = a
+        .order
+        .unwrap_or(if a.output.is_some() || a.output_dir.is_some() {
+            Order::Completion
+        } else {
+            Order::Input
+        });
+    // In input order, a long file started first would hold back every line after it.
+    opts.longest_first = order == Order::Completion;
+
+    let control = Arc::new(Control::new());
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let (control, interrupted) = (control.clone(), interrupted.clone());
+        // Setting the handler fails only if one is already set; Ctrl-C then keeps its default.
+        let _ = ctrlc::set_handler(move || {
+            if interrupted.swap(true, Ordering::SeqCst) {
+                std::process::exit(130); // second Ctrl-C: leave now (a cut line is dropped by --resume)
             }
-            Err(e) => {
-                failed += 1;
-                if a.format == Format::Jsonl && a.output_dir.is_none() {
-                    write_error_line(&mut out, a.format, &name, &e)
-                        .map_err(|e| format!("writing output: {e}"))?;
-                }
-                bar.suspend(|| eprintln!("pulsed: {name}: {e}"));
-            }
-        }
-        out.flush().map_err(|e| format!("writing output: {e}"))?;
-        let secs = started.elapsed().as_secs_f64().max(1e-9);
-        bar.set_prefix(format!("{:.0} audio s/s", audio_s / secs));
-        bar.inc(1);
+            control.stop();
+            eprintln!(
+                "\npulsed: stopping (files in flight are dropped; Ctrl-C again to quit at once)"
+            );
+        });
     }
-    bar.finish_and_clear();
-    if failed > 0 {
-        eprintln!("pulsed: {failed} of {} files failed", files.len());
+
+    let progress = Progress::new(&files, rec.sample_rate());
+    let mut sink = Sink {
+        out,
+        format: a.format,
+        output_dir: a.output_dir.clone(),
+        several,
+        order,
+        pending: BTreeMap::new(),
+        next: 0,
+        failed: 0,
+        bar: progress.bar.clone(),
+    };
+    let finished = AtomicBool::new(false);
+    let result = std::thread::scope(|s| {
+        s.spawn(|| progress.tick_until(&finished, &control));
+        let r = batch::run(&rec, &files, opts, &control, |r| {
+            progress.file_done(&r);
+            sink.accept(r)
+        })
+        .and_then(|summary| sink.drain().map(|_| summary));
+        finished.store(true, Ordering::SeqCst);
+        r
+    });
+    progress.bar.finish_and_clear();
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        Err(e) => return Err(format!("writing output: {e}")),
+    };
+    if interrupted.load(Ordering::SeqCst) {
+        eprintln!(
+            "pulsed: interrupted: {} transcribed, {} failed, {} not done (run again with --resume to finish)",
+            summary.transcribed,
+            summary.failed,
+            summary.cancelled + summary.not_started
+        );
+        return Ok(ExitCode::from(130));
+    }
+    if several && summary.audio_s > 0.0 {
+        eprintln!(
+            "pulsed: {} files, {:.1} s of audio in {:.1} s ({:.1} audio s/s, {} workers)",
+            summary.transcribed + summary.failed,
+            summary.audio_s,
+            summary.wall_s,
+            summary.audio_s / summary.wall_s.max(1e-9),
+            opts.jobs.min(files.len())
+        );
+    }
+    if sink.failed > 0 {
+        eprintln!("pulsed: {} of {} files failed", sink.failed, files.len());
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn transcribe_one(
-    rec: &Recognizer,
-    path: &Path,
-) -> Result<(pulsed::decode::Transcript, f64), String> {
-    let audio = pulsed::audio::load_wav(path, rec.sample_rate()).map_err(|e| e.to_string())?;
-    let t = rec.transcribe(&audio.samples).map_err(|e| e.to_string())?;
-    Ok((t, audio.duration_s))
+/// Samples read per step: four pulses when streaming (whole mode reads the file at once).
+fn chunk_samples(mode: Mode) -> usize {
+    match mode {
+        Mode::Streamed { pulse } => pulse * 4,
+        Mode::Whole => 1 << 16,
+    }
+}
+
+/// Writes results as they come, in the chosen order, flushing after each.
+struct Sink {
+    out: Box<dyn Write>,
+    format: Format,
+    output_dir: Option<PathBuf>,
+    several: bool,
+    order: Order,
+    /// Input order: finished results waiting for an earlier file.
+    pending: BTreeMap<usize, FileResult>,
+    next: usize,
+    failed: usize,
+    bar: ProgressBar,
+}
+
+impl Sink {
+    fn accept(&mut self, r: FileResult) -> io::Result<()> {
+        if self.order == Order::Completion {
+            return self.write(r);
+        }
+        self.pending.insert(r.index, r);
+        while let Some(r) = self.pending.remove(&self.next) {
+            self.next += 1;
+            self.write(r)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what waits behind files that never finished (a stopped run).
+    fn drain(&mut self) -> io::Result<()> {
+        while let Some((_, r)) = self.pending.pop_first() {
+            self.write(r)?;
+        }
+        self.out.flush()
+    }
+
+    fn write(&mut self, r: FileResult) -> io::Result<()> {
+        let name = r.path.display().to_string();
+        match r.outcome {
+            Outcome::Done {
+                transcript,
+                duration_s,
+            } => {
+                let mut extra = serde_json::Map::new();
+                extra.insert(
+                    "duration_s".into(),
+                    serde_json::json!((duration_s * 1000.0).round() / 1000.0),
+                );
+                match &self.output_dir {
+                    Some(d) => write_file(d, &r.path, self.format, &name, &transcript, extra)?,
+                    None => {
+                        let opts = WriteOptions {
+                            prefix_file_name: self.several,
+                            ..WriteOptions::default()
+                        };
+                        write_transcript_with(
+                            &mut self.out,
+                            self.format,
+                            &name,
+                            &transcript,
+                            &extra,
+                            &opts,
+                        )?
+                    }
+                }
+            }
+            Outcome::Failed(e) => {
+                self.failed += 1;
+                if self.format == Format::Jsonl && self.output_dir.is_none() {
+                    write_error_line(&mut self.out, self.format, &name, &e)?;
+                }
+                // Audio errors start with the path already.
+                let msg = if e.starts_with(&name) {
+                    e
+                } else {
+                    format!("{name}: {e}")
+                };
+                self.bar.suspend(|| eprintln!("pulsed: {msg}"));
+            }
+            Outcome::Cancelled => {}
+        }
+        self.out.flush()
+    }
 }
 
 fn write_file(
@@ -145,58 +341,164 @@ fn write_file(
     let stem = input
         .file_stem()
         .map_or("out".into(), |s| s.to_string_lossy().into_owned());
-    let ext = match format {
-        Format::Text => "txt",
-        Format::Jsonl => "jsonl",
-        Format::Srt => "srt",
-        Format::Vtt => "vtt",
-    };
-    let mut f = BufWriter::new(File::create(dir.join(format!("{stem}.{ext}")))?);
+    let mut f = BufWriter::new(File::create(
+        dir.join(format!("{stem}.{}", format.extension())),
+    )?);
     write_transcript(&mut f, format, name, t, &extra)?;
     f.flush()
 }
 
-/// Files as given, and the `*.wav` files under folders (sorted).
-fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let mut files = Vec::new();
-    for p in inputs {
-        if p.is_dir() {
-            let mut found = Vec::new();
-            walk(p, &mut found).map_err(|e| format!("{}: {e}", p.display()))?;
-            found.sort();
-            files.extend(found);
+/// The progress bar: position in milliseconds of audio, so that the ETA
+/// follows the audio left rather than the file count.
+struct Progress {
+    bar: ProgressBar,
+    /// Each file's length from its header (0 when unreadable).
+    durations: Vec<f64>,
+    files: u64,
+    rate: f64,
+    /// Audio of finished files that was never pushed (failures), in ms.
+    skipped_ms: AtomicU64,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(files: &[PathBuf], rate: u32) -> Progress {
+        let visible = io::stderr().is_terminal();
+        // The header scan is only worth it for a bar someone sees.
+        let durations: Vec<f64> = if visible {
+            files
+                .iter()
+                .map(|f| {
+                    pulsed::audio::WavStream::open(f, rate).map_or(0.0, |w| w.source_duration_s())
+                })
+                .collect()
         } else {
-            files.push(p.clone()); // missing files fail on their own line
+            vec![0.0; files.len()]
+        };
+        let total_ms = (durations.iter().sum::<f64>() * 1000.0) as u64;
+        let bar = if visible && (files.len() > 1 || total_ms > 60_000) {
+            let bar =
+                ProgressBar::with_draw_target(Some(total_ms.max(1)), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template("{bar:30} {percent:>3}% {msg} ETA {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        Progress {
+            bar,
+            durations,
+            files: files.len() as u64,
+            rate: rate as f64,
+            skipped_ms: AtomicU64::new(0),
+            started: Instant::now(),
         }
     }
-    Ok(files)
-}
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        if p.is_dir() {
-            walk(&p, out)?;
-        } else if p.extension().is_some_and(|x| x.eq_ignore_ascii_case("wav")) {
-            out.push(p);
+    fn file_done(&self, r: &FileResult) {
+        let expected = self.durations.get(r.index).copied().unwrap_or(0.0);
+        let unpushed_ms = ((expected - r.audio_s_processed).max(0.0) * 1000.0) as u64;
+        self.skipped_ms.fetch_add(unpushed_ms, Ordering::Relaxed);
+    }
+
+    fn tick_until(&self, finished: &AtomicBool, control: &Control) {
+        if self.bar.is_hidden() {
+            return;
+        }
+        while !finished.load(Ordering::SeqCst) {
+            let audio_s = control.samples_pushed() as f64 / self.rate;
+            let pos = (audio_s * 1000.0) as u64 + self.skipped_ms.load(Ordering::Relaxed);
+            self.bar
+                .set_position(pos.min(self.bar.length().unwrap_or(u64::MAX)));
+            let speed = audio_s / self.started.elapsed().as_secs_f64().max(1e-9);
+            self.bar.set_message(format!(
+                "{}/{} files, {speed:.1} audio s/s",
+                control.files_finished(),
+                self.files
+            ));
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
-    Ok(())
 }
 
-fn progress(n: usize) -> ProgressBar {
-    if n < 2 {
-        return ProgressBar::hidden();
+/// `--bench`: the same files with 1 worker, then with `opts.jobs` workers.
+fn bench(rec: &Recognizer, files: &[PathBuf], opts: BatchOptions) -> Result<ExitCode, String> {
+    println!(
+        "machine: {}, {} cores available",
+        cpu_model(),
+        batch::default_jobs()
+    );
+    println!(
+        "files: {} (pulse {:?}, {:?})",
+        files.len(),
+        rec.options().mode,
+        rec.options().decoding
+    );
+    // warm-up: page in the weights and the allocator on one file
+    let warm = Control::new();
+    let one = BatchOptions { jobs: 1, ..opts };
+    batch::run(rec, &files[..1], one, &warm, |_| Ok::<(), ()>(())).ok();
+    let mut worker_counts = vec![1];
+    if opts.jobs > 1 {
+        worker_counts.push(opts.jobs);
     }
-    let bar = ProgressBar::new(n as u64);
-    let style =
-        ProgressStyle::with_template("{bar:30} {pos}/{len} files, {prefix}, ETA {eta} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_style(style);
-    bar
+    let mut base = None;
+    println!(
+        "{:>8} {:>10} {:>10} {:>12} {:>10} {:>8}",
+        "workers", "audio s", "wall s", "audio s/s", "RTF", "speed-up"
+    );
+    for jobs in worker_counts {
+        let control = Control::new();
+        let mut failed = 0;
+        let s = batch::run(rec, files, BatchOptions { jobs, ..opts }, &control, |r| {
+            failed += matches!(r.outcome, Outcome::Failed(_)) as usize;
+            Ok::<(), ()>(())
+        })
+        .map_err(|_| "benchmark run failed".to_string())?;
+        if s.audio_s <= 0.0 {
+            return Err("no file could be transcribed".into());
+        }
+        let speed = s.audio_s / s.wall_s;
+        let speedup = base.map_or(1.0, |b| speed / b);
+        base.get_or_insert(speed);
+        println!(
+            "{jobs:>8} {:>10.1} {:>10.2} {speed:>12.1} {:>10.4} {speedup:>7.2}x{}",
+            s.audio_s,
+            s.wall_s,
+            s.wall_s / s.audio_s,
+            if failed > 0 {
+                format!("  ({failed} files failed)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    if let Some(kb) = peak_rss_kb() {
+        println!("peak resident memory: {:.1} MiB", kb as f64 / 1024.0);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
-fn short_name(p: &Path) -> String {
-    p.file_name()
-        .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// VmHWM of this process (Linux), in KiB.
+fn peak_rss_kb() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }

@@ -1,0 +1,21 @@
+//! Batch transcription: many files on parallel CPU workers, each streamed in
+//! bounded memory, with results handed back as each file finishes.
+//!
+//! - [`expand_inputs`] / [`read_manifest`] turn paths, folders, glob patterns
+//!   and manifests into a file list.
+//! - [`run`] transcribes the list on [`BatchOptions::jobs`] threads sharing one
+//!   [`crate::asr::Recognizer`] (its model is read-only); each worker keeps one
+//!   [`crate::asr::StreamTranscriber`] and feeds it a [`crate::audio::WavStream`]
+//!   chunk by chunk, so a one-hour file costs no more memory than a short one.
+//! - [`Control`] stops a run from another thread (Ctrl-C) and exposes
+//!   counters for a progress display.
+//! - [`open_for_resume`] reopens a JSON-lines output, dropping a line cut
+//!   short by a killed run, and says which files it already covers.
+
+mod inputs;
+mod pool;
+mod resume;
+
+pub use inputs::{expand_inputs, read_manifest, InputError};
+pub use pool::{default_jobs, run, BatchOptions, Control, FileResult, Outcome, Summary};
+pub use resume::{open_for_resume, read_done, Done};

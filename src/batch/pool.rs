@@ -1,0 +1,318 @@
+//! The worker pool: N threads share one [`Recognizer`], each with its own
+//! streaming session, and hand results back in completion order.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use crate::asr::{Mode, Recognizer, StreamTranscriber};
+use crate::audio::WavStream;
+use crate::decode::Transcript;
+
+/// Settings of a batch run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Worker threads (at least 1; more than the files is pointless).
+    pub jobs: usize,
+    /// Samples read from a file and pushed per step: bounds a worker's audio
+    /// memory and how long a stop request waits.
+    pub chunk_samples: usize,
+    /// Start the largest files first (by size on disk), so that a long file
+    /// met last does not leave the other workers idle; results then come in
+    /// roughly that order.
+    pub longest_first: bool,
+}
+
+impl Default for BatchOptions {
+    /// One worker per core, 1.28 s chunks (four 320 ms pulses), files in the given order.
+    fn default() -> Self {
+        BatchOptions {
+            jobs: default_jobs(),
+            chunk_samples: 20_480,
+            longest_first: false,
+        }
+    }
+}
+
+/// The number of cores this process may use (1 if unknown).
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Shared between a run and whoever watches or stops it (a Ctrl-C handler, a
+/// progress bar); every method may be called from any thread.
+#[derive(Debug, Default)]
+pub struct Control {
+    stop: AtomicBool,
+    samples_pushed: AtomicU64,
+    files_finished: AtomicU64,
+}
+
+impl Control {
+    /// A fresh control: not stopped, nothing counted.
+    pub fn new() -> Control {
+        Control::default()
+    }
+
+    /// Asks the workers to stop: no new file starts, files in flight are
+    /// dropped at their next chunk (reported as [`Outcome::Cancelled`]).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`Control::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Model-rate samples pushed through the model so far, by all workers.
+    pub fn samples_pushed(&self) -> u64 {
+        self.samples_pushed.load(Ordering::Relaxed)
+    }
+
+    /// Files finished so far (transcribed or failed).
+    pub fn files_finished(&self) -> u64 {
+        self.files_finished.load(Ordering::Relaxed)
+    }
+}
+
+/// What became of one file.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Transcribed; `duration_s` is the length of the file's audio.
+    Done {
+        transcript: Transcript,
+        duration_s: f64,
+    },
+    /// Not transcribed, with a one-line reason that names the file.
+    Failed(String),
+    /// Dropped half-way because the run was stopped.
+    Cancelled,
+}
+
+/// One file's result, as a worker finished it.
+#[derive(Debug, Clone)]
+pub struct FileResult {
+    /// Position of the file in the list given to [`run`].
+    pub index: usize,
+    pub path: PathBuf,
+    pub outcome: Outcome,
+    /// Seconds of audio (at the model rate) this file pushed through the model.
+    pub audio_s_processed: f64,
+    /// Wall-clock seconds the worker spent on it.
+    pub elapsed_s: f64,
+}
+
+/// Counts of a finished run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Summary {
+    pub transcribed: usize,
+    pub failed: usize,
+    /// Dropped in flight by a stop.
+    pub cancelled: usize,
+    /// Never started because of a stop.
+    pub not_started: usize,
+    /// Seconds of audio in the transcribed files.
+    pub audio_s: f64,
+    /// Wall-clock seconds of the whole run.
+    pub wall_s: f64,
+}
+
+/// Transcribes `files` on `opts.jobs` threads and calls `on_result` on the
+/// calling thread as each file finishes (completion order). Long files are
+/// streamed chunk by chunk (in [`Mode::Streamed`]), so memory does not grow
+/// with their length. A file that fails, even by a panic in the model, gets a
+/// [`Outcome::Failed`] and the run goes on.
+///
+/// When `on_result` returns an error the run stops (as by
+/// [`Control::stop`]), the remaining results are still drained (not passed
+/// on) and that error is returned.
+///
+/// ```no_run
+/// use pulsed::asr::{Recognizer, RecognizerOptions};
+/// use pulsed::batch::{run, BatchOptions, Control, Outcome};
+/// let rec = Recognizer::open(pulsed::models::ModelDir::default_path(), RecognizerOptions::default())?;
+/// let files = pulsed::batch::expand_inputs(&["recordings/".into()])?;
+/// run(&rec, &files, BatchOptions::default(), &Control::new(), |r| {
+///     if let Outcome::Done { transcript, .. } = &r.outcome {
+///         println!("{}: {}", r.path.display(), transcript.text);
+///     }
+///     Ok::<(), std::io::Error>(())
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run<E>(
+    rec: &Recognizer,
+    files: &[PathBuf],
+    opts: BatchOptions,
+    control: &Control,
+    mut on_result: impl FnMut(FileResult) -> Result<(), E>,
+) -> Result<Summary, E> {
+    let started = Instant::now();
+    let jobs = opts.jobs.clamp(1, files.len().max(1));
+    let chunk = opts.chunk_samples.max(1);
+    let next = AtomicUsize::new(0);
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    if opts.longest_first {
+        let sizes: Vec<u64> = files
+            .iter()
+            .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+            .collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
+    }
+    let mut summary = Summary::default();
+    let mut first_err = None;
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (next, order) = (&next, &order);
+            s.spawn(move || worker(rec, files, order, next, chunk, control, tx));
+        }
+        drop(tx);
+        for r in rx {
+            match &r.outcome {
+                Outcome::Done { duration_s, .. } => {
+                    summary.transcribed += 1;
+                    summary.audio_s += duration_s;
+                }
+                Outcome::Failed(_) => summary.failed += 1,
+                Outcome::Cancelled => summary.cancelled += 1,
+            }
+            if first_err.is_none() {
+                if let Err(e) = on_result(r) {
+                    control.stop();
+                    first_err = Some(e);
+                }
+            }
+        }
+    });
+    summary.not_started = files.len() - (summary.transcribed + summary.failed + summary.cancelled);
+    summary.wall_s = started.elapsed().as_secs_f64();
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(summary),
+    }
+}
+
+fn worker(
+    rec: &Recognizer,
+    files: &[PathBuf],
+    order: &[usize],
+    next: &AtomicUsize,
+    chunk: usize,
+    control: &Control,
+    tx: mpsc::Sender<FileResult>,
+) {
+    // One session per worker, reused (reset) from file to file.
+    let mut stream: Option<StreamTranscriber> = None;
+    while !control.is_stopped() {
+        let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) else {
+            break;
+        };
+        let path = &files[index];
+        let t0 = Instant::now();
+        let mut pushed = 0u64;
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            transcribe_file(rec, &mut stream, path, chunk, control, &mut pushed)
+        }))
+        .unwrap_or_else(|panic| {
+            stream = None; // its state is unknown after a panic
+            Outcome::Failed(format!(
+                "{}: internal error: {}",
+                path.display(),
+                panic_message(&panic)
+            ))
+        });
+        if !matches!(outcome, Outcome::Cancelled) {
+            control.files_finished.fetch_add(1, Ordering::Relaxed);
+        }
+        let r = FileResult {
+            index,
+            path: path.clone(),
+            outcome,
+            audio_s_processed: pushed as f64 / rec.sample_rate() as f64,
+            elapsed_s: t0.elapsed().as_secs_f64(),
+        };
+        if tx.send(r).is_err() {
+            break;
+        }
+    }
+}
+
+fn transcribe_file(
+    rec: &Recognizer,
+    stream: &mut Option<StreamTranscriber>,
+    path: &Path,
+    chunk: usize,
+    control: &Control,
+    pushed: &mut u64,
+) -> Outcome {
+    let name = path.display();
+    if rec.options().mode == Mode::Whole {
+        // The whole utterance at once: the user chose memory for it.
+        let audio = match crate::audio::load_wav(path, rec.sample_rate()) {
+            Ok(a) => a,
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        return match rec.transcribe(&audio.samples) {
+            Ok(transcript) => {
+                *pushed = audio.samples.len() as u64;
+                control.samples_pushed.fetch_add(*pushed, Ordering::Relaxed);
+                Outcome::Done {
+                    transcript,
+                    duration_s: audio.duration_s,
+                }
+            }
+            Err(e) => Outcome::Failed(format!("{name}: {e}")),
+        };
+    }
+    let mut wav = match WavStream::open(path, rec.sample_rate()) {
+        Ok(w) => w,
+        Err(e) => return Outcome::Failed(e.to_string()),
+    };
+    let st = match stream {
+        Some(st) => {
+            st.reset();
+            st
+        }
+        None => match rec.stream() {
+            Ok(st) => stream.insert(st),
+            Err(e) => return Outcome::Failed(format!("{name}: {e}")),
+        },
+    };
+    loop {
+        if control.is_stopped() {
+            return Outcome::Cancelled;
+        }
+        match wav.next_chunk(chunk) {
+            Ok(Some(samples)) => {
+                if let Err(e) = st.push(&samples) {
+                    return Outcome::Failed(format!("{name}: {e}"));
+                }
+                *pushed += samples.len() as u64;
+                control
+                    .samples_pushed
+                    .fetch_add(samples.len() as u64, Ordering::Relaxed);
+            }
+            Ok(None) => break,
+            Err(e) => return Outcome::Failed(e.to_string()),
+        }
+    }
+    match st.finish() {
+        Ok(transcript) => Outcome::Done {
+            transcript,
+            duration_s: wav.source_duration_s(),
+        },
+        Err(e) => Outcome::Failed(format!("{name}: {e}")),
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
