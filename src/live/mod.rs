@@ -186,6 +186,7 @@ struct Worker {
     stream: crate::asr::StreamTranscriber,
     endpointer: Endpointer,
     vad: Option<(crate::vad::VadSession, crate::vad::Segmenter)>,
+    last_partial: String,
 }
 
 impl Worker {
@@ -249,8 +250,12 @@ impl Worker {
             .join(" ");
         let event = if ended {
             self.endpointer.commit(words.len());
+            self.last_partial.clear();
             LiveEvent::Final { text, words, at }
+        } else if text == self.last_partial {
+            return Ok(()); // nothing new to show
         } else {
+            self.last_partial.clone_from(&text);
             LiveEvent::Partial { text, words, at }
         };
         let _ = self.tx.send(event);
