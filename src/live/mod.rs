@@ -131,6 +131,7 @@ impl LiveTranscriber {
             stream,
             endpointer,
             vad,
+            last_partial: String::new(),
         };
         let thread = std::thread::Builder::new()
             .name("pulsed-inference".into())
