@@ -2,6 +2,9 @@
 //! truncated, non-WAV and oddly formatted files; `--resume`; manifests;
 //! globs; Ctrl-C.
 
+mod common;
+
+use common::{pulsed, temp_dir};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -10,25 +13,6 @@ use std::time::{Duration, Instant};
 use pulsed::asr::{Recognizer, RecognizerOptions};
 
 const HELDOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/asr/heldout");
-
-fn pulsed(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pulsed-batch-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn heldout(i: usize) -> PathBuf {
     Path::new(HELDOUT).join(format!("{i:02}.wav"))

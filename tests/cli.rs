@@ -1,27 +1,10 @@
 //! The `pulsed` binary as a user runs it.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+
+use common::{pulsed, temp_dir};
 
 const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/asr/hello.wav");
-
-fn pulsed(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pulsed-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 #[test]
 fn transcribes_the_shipped_wav_as_text() {

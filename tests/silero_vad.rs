@@ -3,6 +3,9 @@
 //! fetched by scripts/fetch_silero.sh (run here when they are missing); with
 //! no network these tests fail and say so.
 
+mod common;
+
+use common::pulsed;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -152,18 +155,6 @@ fn pulsed_graph_reads_one_chunk_per_step() {
         dump.contains("Delay") && dump.contains("PulsedLstm"),
         "{dump}"
     );
-}
-
-fn pulsed(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
 }
 
 fn write_wav(path: &Path, rate: u32, channels: u16, samples: &[f32]) {
