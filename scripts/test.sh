@@ -4,5 +4,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Silero VAD v6 weights (PyPI wheel, not committed) for the VAD tests
 bash scripts/fetch_silero.sh
+# NVRTC from PyPI (CUDA 13.0, as the GPU machine's driver) into the ignored
+# third_party/nvrtc, so that tests/gpu_nvrtc.rs compiles every .cu kernel with
+# no GPU; that test fails when libnvrtc.so.13 is not on LD_LIBRARY_PATH.
+NVRTC_LIB=third_party/nvrtc/nvidia/cu13/lib
+if [ ! -s "$NVRTC_LIB/libnvrtc.so.13" ]; then
+    python3 -m pip install --quiet --no-deps --only-binary=:all: \
+        --target third_party/nvrtc "nvidia-cuda-nvrtc==13.0.88" >&2 || {
+        echo "test.sh: could not install nvidia-cuda-nvrtc from PyPI (no network?)" >&2
+        exit 1
+    }
+    [ -s "$NVRTC_LIB/libnvrtc.so.13" ] || { echo "test.sh: no libnvrtc.so.13 in $NVRTC_LIB" >&2; exit 1; }
+fi
+export LD_LIBRARY_PATH="$PWD/$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo test --release --all-targets
 cargo test --release --doc

@@ -14,6 +14,8 @@ pub mod batch;
 pub mod decode;
 pub mod error;
 pub mod graph;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod live;
 pub mod models;
 pub mod ops;

@@ -1,0 +1,175 @@
+//! Opening a CUDA device without ever panicking.
+//!
+//! cudarc loads libcuda lazily and panics when it is missing, so every entry
+//! point checks for the library first and turns "no driver" and "no device"
+//! into a [`GpuError`]; a `catch_unwind` backs that up for driver libraries
+//! that lack a symbol cudarc expects.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaModule, CudaStream};
+
+use super::compile::{compile_for_device, kernel_source, nvrtc_available, nvrtc_version, Compiled};
+
+/// Why the GPU cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuError {
+    /// libcuda cannot be opened.
+    #[error("no CUDA driver (libcuda.so could not be opened)")]
+    NoDriver,
+    /// The driver is there but sees no device (or not this ordinal).
+    #[error("no CUDA device{0}")]
+    NoDevice(String),
+    /// libnvrtc cannot be opened, so no kernel can be compiled.
+    #[error("NVRTC missing (libnvrtc.so.13 could not be opened; put it on LD_LIBRARY_PATH)")]
+    NoNvrtc,
+    /// NVRTC failed; holds the compiler's log.
+    #[error("NVRTC: {0}")]
+    Nvrtc(String),
+    /// A CUDA driver call failed.
+    #[error("CUDA driver: {0}")]
+    Driver(String),
+    /// A kernel was asked for something it does not do.
+    #[error("GPU kernel: {0}")]
+    Kernel(String),
+}
+
+impl From<cudarc::driver::DriverError> for GpuError {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        GpuError::Driver(format!("{e}"))
+    }
+}
+
+/// Runs `f`, turning a cudarc panic into a driver error.
+pub(crate) fn no_panic<T>(f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(GpuError::Driver(format!("cudarc panicked: {msg}")))
+        }
+    }
+}
+
+/// Whether libcuda can be opened.
+pub fn driver_available() -> bool {
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The number of CUDA devices (0 without a driver).
+pub fn device_count() -> Result<usize, GpuError> {
+    if !driver_available() {
+        return Err(GpuError::NoDriver);
+    }
+    no_panic(|| match CudaContext::device_count() {
+        Ok(n) => Ok(n.max(0) as usize),
+        // CUDA_ERROR_NO_DEVICE comes from cuInit when the driver sees nothing
+        Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+        Err(e) => Err(e.into()),
+    })
+}
+
+/// One device: its context and the non-default stream all work goes on
+/// (the legacy default stream cannot be captured into a CUDA graph).
+#[derive(Debug)]
+pub struct GpuContext {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+}
+
+impl GpuContext {
+    /// Opens device `ordinal`, or says why not; never panics.
+    pub fn new(ordinal: usize) -> Result<GpuContext, GpuError> {
+        let n = device_count()?;
+        if n == 0 {
+            return Err(GpuError::NoDevice(String::new()));
+        }
+        if ordinal >= n {
+            return Err(GpuError::NoDevice(format!(
+                " with ordinal {ordinal} ({n} found)"
+            )));
+        }
+        no_panic(|| {
+            let ctx = CudaContext::new(ordinal)?;
+            // cudarc's automatic cross-stream events are not capture-safe
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream()?;
+            Ok(GpuContext { ctx, stream })
+        })
+    }
+
+    /// The cudarc context.
+    pub fn ctx(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every launch and copy goes on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> Result<String, GpuError> {
+        no_panic(|| Ok(self.ctx.name()?))
+    }
+
+    /// (major, minor) compute capability.
+    pub fn compute_capability(&self) -> Result<(i32, i32), GpuError> {
+        no_panic(|| Ok(self.ctx.compute_capability()?))
+    }
+
+    /// Total device memory in bytes.
+    pub fn total_mem(&self) -> Result<usize, GpuError> {
+        no_panic(|| Ok(self.ctx.total_mem()?))
+    }
+
+    /// One line: name, compute capability, memory.
+    pub fn describe(&self) -> Result<String, GpuError> {
+        let (maj, min) = self.compute_capability()?;
+        Ok(format!(
+            "{} (sm_{maj}{min}, {:.1} GiB)",
+            self.name()?,
+            self.total_mem()? as f64 / (1u64 << 30) as f64
+        ))
+    }
+
+    /// Compiles the shipped module `name` for this device (CUBIN, else PTX)
+    /// and loads it.
+    pub fn load_module(&self, name: &str) -> Result<(Arc<CudaModule>, Compiled), GpuError> {
+        let src = kernel_source(name)
+            .ok_or_else(|| GpuError::Kernel(format!("no kernel module named {name}")))?;
+        self.load_source(name, src)
+    }
+
+    /// Compiles `src` for this device and loads it.
+    pub fn load_source(
+        &self,
+        name: &str,
+        src: &str,
+    ) -> Result<(Arc<CudaModule>, Compiled), GpuError> {
+        let compiled = compile_for_device(name, src, self.compute_capability()?)?;
+        let module = no_panic(|| Ok(self.ctx.load_module(compiled.to_cudarc())?))?;
+        Ok((module, compiled))
+    }
+
+    /// Waits for everything queued on the stream.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        no_panic(|| Ok(self.stream.synchronize()?))
+    }
+}
+
+/// Describes the first device if the GPU backend could run on it (driver,
+/// device and NVRTC all present), or says why not.
+pub fn probe() -> Result<String, GpuError> {
+    let gpu = GpuContext::new(0)?;
+    if !nvrtc_available() {
+        return Err(GpuError::NoNvrtc);
+    }
+    let (maj, min) = nvrtc_version()?;
+    Ok(format!("{}, NVRTC {maj}.{min}", gpu.describe()?))
+}
