@@ -13,9 +13,9 @@ pub mod audio;
 pub mod batch;
 pub mod decode;
 pub mod error;
-pub mod graph;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod graph;
 pub mod live;
 pub mod models;
 pub mod ops;

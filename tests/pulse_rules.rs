@@ -274,23 +274,26 @@ fn pulse_not_a_multiple_of_the_stride_is_a_named_error() {
     assert!(e.contains("conv") && e.contains("multiple"), "{e}");
 }
 
-#[test]
-fn reflect_padding_of_the_stream_is_not_streamable() {
-    let mut b = GraphBuilder::new();
-    let x = frames_input(&mut b, 2);
-    let y = b
-        .op(
-            "pad",
-            Pad {
-                pads: vec![(2, 0), (0, 0)],
-                mode: PadMode::Reflect,
-            },
-            &[x],
-        )
-        .unwrap();
-    b.output("y", y);
-    let e = pulsify(&b.build().unwrap(), 4)
-        .expect_err("must fail")
-        .to_string();
-    assert!(e.contains("`pad`") && e.contains("future"), "{e}");
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn reflect_padding_of_the_stream_streams(seed in 1u64..10_000, before in 0usize..5, after in 0usize..5,
+                                             pulse in 1usize..6, s in 1usize..30, conv_first in any::<bool>()) {
+        prop_assume!(before + after > 0 && before < s && after < s);
+        let mut rng = Rng(seed);
+        let mut b = GraphBuilder::new();
+        let mut x = frames_input(&mut b, 2);
+        if conv_first {
+            // a stream that already has warm-up frames
+            let w = b.constant("w", rng.tensor(&[2, 2, 2])).unwrap();
+            let c = Conv1d { stride: 1, dilation: 1, pad: (1, 0), groups: 1, layout: ConvLayout::ChannelsLast };
+            x = b.op("conv", c, &[x, w]).unwrap();
+        }
+        let y = b.op("pad", Pad { pads: vec![(before, after), (0, 1)], mode: PadMode::Reflect }, &[x]).unwrap();
+        let y = b.op("sq", Binary::Mul, &[y, y]).unwrap();
+        b.output("y", y);
+        let g = b.build().unwrap();
+        let x = rng.tensor(&[s, 2]);
+        check(&g, pulse, &x, &[rng.below(5) + 1, 2], 1e-6)?;
+    }
 }

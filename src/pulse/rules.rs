@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::batch_conv::conv1d_batch;
 use super::lstm::lstm;
 use super::pulsifier::{not_streamable, stream, Ctx, Pulsed};
+use super::reflect::ReflectPulsePad;
 use super::unfold::unfold;
 use super::window::{pulsify_window, Window};
 use super::{PulsePad, PulsedLimitedAttention, PulsedSameAxisConcat, StreamInfo, StreamPosition};
@@ -156,13 +157,8 @@ fn pad(cx: &mut Ctx, node: &Node, ins: &[Pulsed]) -> Result<Option<Vec<Pulsed>>>
     let mut others = op.pads.clone();
     others[s.axis] = (0, 0);
     let value = match op.mode {
-        PadMode::Constant(v) => v,
-        PadMode::Reflect => {
-            return Err(not_streamable(
-                node,
-                "reflect padding of the streaming axis needs frames from the future".into(),
-            ))
-        }
+        PadMode::Constant(v) => Some(v),
+        PadMode::Reflect => None,
     };
     if s.overlap > 0 {
         return Err(not_streamable(node, "input carries overlap frames".into()));
@@ -180,6 +176,25 @@ fn pad(cx: &mut Ctx, node: &Node, ins: &[Pulsed]) -> Result<Option<Vec<Pulsed>>>
     }
     // shifted by `before`, padded frame p sits where input frame p - before
     // would: in padded coordinates the stream keeps the input's delay
+    let Some(value) = value else {
+        let len = node.facts[0].shape[s.axis];
+        let op = ReflectPulsePad {
+            axis: s.axis,
+            pulse: s.pulse,
+            in_delay: s.delay,
+            before,
+            after,
+            len: s.len,
+        };
+        let out = StreamInfo {
+            len,
+            delay: s.delay + before,
+            ..s
+        };
+        return cx
+            .add(&node.name, Arc::new(op), &[x.0], &[Some(out)])
+            .map(Some);
+    };
     let x = cx.delay(&node.name, &x, before, 0)?;
     let len = node.facts[0].shape[s.axis];
     let delay = s.delay;
