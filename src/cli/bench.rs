@@ -59,14 +59,12 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         )
         .map_err(|e| e.to_string())?;
         rec.transcribe(&audio.samples).map_err(|e| e.to_string())?; // warm-up
-        let times: Vec<f64> = (0..reps)
-            .map(|_| {
-                let t = Instant::now();
-                let r = rec.transcribe(&audio.samples);
-                (t.elapsed().as_secs_f64(), r.is_ok())
-            })
-            .map(|(t, _)| t)
-            .collect();
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            rec.transcribe(&audio.samples).map_err(|e| e.to_string())?;
+            times.push(t.elapsed().as_secs_f64());
+        }
         let t = median(times);
         println!(
             "{label:>9}: {:8.2} ms per file, real-time factor {:.4}",

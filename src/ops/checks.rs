@@ -99,3 +99,36 @@ pub fn axis(axis: isize, rank: usize) -> OpResult<usize> {
 pub fn facts_of(inputs: &[&Tensor]) -> Vec<TypedFact> {
     inputs.iter().map(|t| TypedFact::of(t)).collect()
 }
+
+/// An optional bias (input 2) must be `[n]`: the fact check.
+pub fn bias_fact(inputs: &[&TypedFact], n: usize) -> OpResult<()> {
+    if let Some(b) = inputs.get(2) {
+        rank(b, 2, 1)?;
+        if b.shape[0] != Dim::n(n as i64) {
+            return Err(OpError::Shape(format!(
+                "bias {b} does not match {n} outputs"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The same check on a concrete bias, without allocating.
+pub fn bias_tensor(inputs: &[&Tensor], n: usize) -> OpResult<()> {
+    if let Some(b) = inputs.get(2) {
+        if b.rank() != 1 {
+            return Err(OpError::Rank {
+                input: 2,
+                expected: "1".into(),
+                got: b.rank(),
+            });
+        }
+        if b.shape()[0] != n {
+            return Err(OpError::Shape(format!(
+                "bias {:?} does not match {n} outputs",
+                b.shape()
+            )));
+        }
+    }
+    Ok(())
+}

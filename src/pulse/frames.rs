@@ -31,3 +31,21 @@ impl FrameLayout {
         (o * self.frames + f) * self.inner
     }
 }
+
+/// Checks that an op gets one input with exactly `pulse` frames on `axis`.
+pub fn one_pulse_input(
+    op: &str,
+    inputs: &[&crate::ops::TypedFact],
+    axis: usize,
+    pulse: usize,
+) -> OpResult<()> {
+    crate::ops::checks::input_count(inputs, 1)?;
+    crate::ops::checks::rank_at_least(inputs[0], 0, axis + 1)?;
+    if inputs[0].shape[axis] != crate::ops::Dim::n(pulse as i64) {
+        return Err(OpError::Shape(format!(
+            "{op} expects pulse {pulse} on axis {axis}, got {}",
+            inputs[0]
+        )));
+    }
+    Ok(())
+}

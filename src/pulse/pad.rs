@@ -25,14 +25,7 @@ impl Op for PulsePad {
     op_common!("PulsePad");
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
-        checks::input_count(inputs, 1)?;
-        checks::rank_at_least(inputs[0], 0, self.axis + 1)?;
-        if inputs[0].shape[self.axis] != Dim::n(self.pulse as i64) {
-            return Err(OpError::Shape(format!(
-                "PulsePad expects pulse {} on axis {}, got {}",
-                self.pulse, self.axis, inputs[0]
-            )));
-        }
+        super::frames::one_pulse_input("PulsePad", inputs, self.axis, self.pulse)?;
         Ok(vec![inputs[0].clone()])
     }
 

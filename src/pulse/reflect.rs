@@ -34,15 +34,8 @@ impl Op for ReflectPulsePad {
     op_common!("ReflectPulsePad");
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
-        checks::input_count(inputs, 1)?;
-        checks::rank_at_least(inputs[0], 0, self.axis + 1)?;
+        super::frames::one_pulse_input("ReflectPulsePad", inputs, self.axis, self.pulse)?;
         checks::dtype(inputs[0], 0, DType::F32)?;
-        if inputs[0].shape[self.axis] != Dim::n(self.pulse as i64) {
-            return Err(OpError::Shape(format!(
-                "expects pulse {} on axis {}, got {}",
-                self.pulse, self.axis, inputs[0]
-            )));
-        }
         Ok(vec![inputs[0].clone()])
     }
 
