@@ -13,9 +13,23 @@ use cudarc::nvrtc::{result, sys};
 use super::GpuError;
 
 /// Every kernel module: (name, CUDA C source). A new `.cu` file is added here
-/// and is then covered by the NVRTC test automatically.
-pub const KERNEL_SOURCES: &[(&str, &str)] =
-    &[("elementwise", include_str!("kernels/elementwise.cu"))];
+/// and is then covered by the NVRTC test automatically. Each is compiled
+/// after [`PRELUDE`].
+pub const KERNEL_SOURCES: &[(&str, &str)] = &[
+    ("elementwise", include_str!("kernels/elementwise.cu")),
+    ("copy", include_str!("kernels/copy.cu")),
+    ("pulse", include_str!("kernels/pulse.cu")),
+    ("norm", include_str!("kernels/norm.cu")),
+    ("conv", include_str!("kernels/conv.cu")),
+    ("stft", include_str!("kernels/stft.cu")),
+    ("attention", include_str!("kernels/attention.cu")),
+    ("ctc", include_str!("kernels/ctc.cu")),
+    ("lstm", include_str!("kernels/lstm.cu")),
+];
+
+/// Shared definitions (bf16 conversions, typed loads and stores, block
+/// reductions) compiled in front of every module.
+pub const PRELUDE: &str = include_str!("kernels/common.cuh");
 
 /// The virtual architecture CI compiles for (Hopper, the GPU machine's H100).
 pub const CI_ARCH: &str = "compute_90";
@@ -108,7 +122,8 @@ pub fn compile(name: &str, src: &str, arch: &str) -> Result<Compiled, GpuError> 
         return Err(GpuError::NoNvrtc);
     }
     let cubin = arch.starts_with("sm_");
-    let c_src = CString::new(src)
+    let full = format!("{PRELUDE}\n#line 1 \"{name}.cu\"\n{src}");
+    let c_src = CString::new(full)
         .map_err(|_| GpuError::Nvrtc(format!("{name}: the source contains a NUL byte")))?;
     let c_name = CString::new(format!("{name}.cu"))
         .map_err(|_| GpuError::Nvrtc(format!("{name}: the name contains a NUL byte")))?;

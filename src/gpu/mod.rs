@@ -1,11 +1,21 @@
-//! The CUDA backend (issue 6), so far its foundation: opening a device without
-//! panicking, NVRTC compilation of the shipped `.cu` kernels, and the
-//! element-wise kernels. The graph translator is not built yet.
+//! The CUDA backend: a device with its compiled kernels and cuBLAS
+//! ([`GpuDevice`]), device tensors and the memory plan, the GPU forms of the
+//! ops ([`ops`]), the translator that places every node on the GPU or, with
+//! explicit transfers, on the CPU, and the runner that captures each chunk
+//! step as a CUDA graph and replays it.
 
+pub mod blas;
 pub mod compile;
 pub mod context;
-pub mod elementwise;
+pub mod device;
+pub mod library;
+pub mod memory;
+pub mod op;
+pub mod ops;
+pub mod tensor;
+pub mod testing;
 
 pub use compile::{compile, compile_for_device, nvrtc_available, Compiled, Image, KERNEL_SOURCES};
 pub use context::{device_count, driver_available, probe, GpuContext, GpuError};
-pub use elementwise::{Elementwise, GpuFloat};
+pub use device::GpuDevice;
+pub use tensor::{DevTensor, Precision};

@@ -90,6 +90,11 @@ impl Dim {
         Dim { a, b, d, c }
     }
 
+    /// `(a, b, d, c)` of `(a*S + b).div_euclid(d) + c`, for evaluating on a device.
+    pub fn parts(&self) -> (i64, i64, i64, i64) {
+        (self.a, self.b, self.d, self.c)
+    }
+
     /// The value for a concrete stream length.
     pub fn eval(&self, s: i64) -> i64 {
         (self.a * s + self.b).div_euclid(self.d) + self.c

@@ -1,63 +1,71 @@
-// Element-wise kernels: f32 and bf16 (stored as raw bits, computed in f32).
+// Element-wise kernels over float storage (f32, or bf16 computed in f32).
 //
-// Binary ops broadcast a trailing vector: `b` has `nb` elements, `nb` divides
-// `n`, and element i of `a` meets element i % nb of `b` (nb == n: same shape;
-// nb == 1: a scalar; otherwise a vector over the innermost axes, like a bias).
-// Every kernel is a grid-stride loop, so any launch size covers any `n`.
-//
-// No headers: NVRTC needs no include path, and bf16 is converted by hand with
-// round-to-nearest-even, exactly as the `half` crate does on the CPU.
+// Binary ops broadcast trailing blocks: output element i meets a[i % na] and
+// b[i % nb], where na and nb divide n (n: same shape; 1: a scalar; otherwise
+// a vector over the innermost axes, like a bias). The op is a code (the
+// `BIN_*` / `UN_*` numbers in gpu/ops/elementwise.rs) so one kernel serves
+// every op; the switch is uniform across a launch and costs nothing next to
+// the memory traffic. Same formulas as pulsed::ops on the CPU (expf, not
+// __expf; erff for GELU).
 
-typedef unsigned short bf16_t;
-
-__device__ __forceinline__ float bf16_to_f32(bf16_t h) {
-    return __uint_as_float(((unsigned int)h) << 16);
+__device__ __forceinline__ float bin_op(int code, float a, float b) {
+    switch (code) {
+        case 0: return a + b;
+        case 1: return a - b;
+        case 2: return a * b;
+        case 3: return a / b;
+        case 4: return fminf(a, b);
+        case 5: return fmaxf(a, b);
+        default: return powf(a, b);
+    }
 }
 
-__device__ __forceinline__ bf16_t f32_to_bf16(float f) {
-    unsigned int u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return (bf16_t)((u >> 16) | 0x0040u);  // quiet NaN, sign kept
+__device__ __forceinline__ float un_op(int code, float x) {
+    switch (code) {
+        case 0: return sqrtf(x);
+        case 1: return expf(x);
+        case 2: return logf(x);
+        case 3: return fabsf(x);
+        case 4: return -x;
+        case 5: return fmaxf(x, 0.0f);
+        case 6: return 1.0f / (1.0f + expf(-x));
+        case 7: return tanhf(x);
+        case 8: return x / (1.0f + expf(-x));
+        case 9: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+        case 10: return 1.0f / x;
+        default: return x * x;
     }
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (bf16_t)(u >> 16);
 }
 
-__device__ __forceinline__ float load_f32(const float* p, unsigned long long i) { return p[i]; }
-__device__ __forceinline__ void store_f32(float* p, unsigned long long i, float v) { p[i] = v; }
-__device__ __forceinline__ float load_bf16(const bf16_t* p, unsigned long long i) { return bf16_to_f32(p[i]); }
-__device__ __forceinline__ void store_bf16(bf16_t* p, unsigned long long i, float v) { p[i] = f32_to_bf16(v); }
+template <typename T>
+__device__ void binary_impl(const T* a, const T* b, T* out, u64 n, u64 na, u64 nb, int code) {
+    GRID_STRIDE(i, n) { st(out, i, bin_op(code, ld(a, i % na), ld(b, i % nb))); }
+}
 
-__device__ __forceinline__ float op_add(float a, float b) { return a + b; }
-__device__ __forceinline__ float op_mul(float a, float b) { return a * b; }
-// Same formulas as pulsed::ops::Unary on the CPU (expf, not __expf).
-__device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float op_silu(float x) { return x / (1.0f + expf(-x)); }
+template <typename T>
+__device__ void unary_impl(const T* x, T* out, u64 n, int code) {
+    GRID_STRIDE(i, n) { st(out, i, un_op(code, ld(x, i))); }
+}
 
-#define GRID_STRIDE(i, n) \
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; \
-         i < (n); i += (unsigned long long)blockDim.x * gridDim.x)
-
-#define BINARY(NAME, OP, T, SUFFIX)                                              \
-    extern "C" __global__ void NAME##_##SUFFIX(const T* a, const T* b, T* out,  \
-                                               unsigned long long n,             \
-                                               unsigned long long nb) {          \
-        GRID_STRIDE(i, n) {                                                      \
-            store_##SUFFIX(out, i, OP(load_##SUFFIX(a, i), load_##SUFFIX(b, i % nb))); \
-        }                                                                        \
+// out = act(x + bias[i % nb]) in place or not: the bias and activation a
+// Linear's GEMM leaves to do (act -1: none).
+template <typename T>
+__device__ void bias_act_impl(const T* x, const T* bias, T* out, u64 n, u64 nb, int act) {
+    GRID_STRIDE(i, n) {
+        float v = ld(x, i) + ld(bias, i % nb);
+        st(out, i, act < 0 ? v : un_op(act, v));
     }
+}
 
-#define UNARY(NAME, OP, T, SUFFIX)                                               \
-    extern "C" __global__ void NAME##_##SUFFIX(const T* x, T* out,              \
-                                               unsigned long long n) {           \
-        GRID_STRIDE(i, n) { store_##SUFFIX(out, i, OP(load_##SUFFIX(x, i))); }   \
-    }
-
-BINARY(add, op_add, float, f32)
-BINARY(mul, op_mul, float, f32)
-BINARY(add, op_add, bf16_t, bf16)
-BINARY(mul, op_mul, bf16_t, bf16)
-UNARY(sigmoid, op_sigmoid, float, f32)
-UNARY(silu, op_silu, float, f32)
-UNARY(sigmoid, op_sigmoid, bf16_t, bf16)
-UNARY(silu, op_silu, bf16_t, bf16)
+FLOAT_KERNELS(binary,
+    (const float* a, const float* b, float* out, u64 n, u64 na, u64 nb, int code),
+    (const bf16_t* a, const bf16_t* b, bf16_t* out, u64 n, u64 na, u64 nb, int code),
+    (a, b, out, n, na, nb, code))
+FLOAT_KERNELS(unary,
+    (const float* x, float* out, u64 n, int code),
+    (const bf16_t* x, bf16_t* out, u64 n, int code),
+    (x, out, n, code))
+FLOAT_KERNELS(bias_act,
+    (const float* x, const float* bias, float* out, u64 n, u64 nb, int act),
+    (const bf16_t* x, const bf16_t* bias, bf16_t* out, u64 n, u64 nb, int act),
+    (x, bias, out, n, nb, act))

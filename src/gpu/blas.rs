@@ -1,0 +1,157 @@
+//! cuBLAS for every matmul: one handle on the plan's stream, its workspace
+//! set up front (cuBLAS would otherwise allocate one inside a capture), and
+//! plain f32 maths (no TF32) so f32 results match the CPU.
+
+use std::ffi::c_void;
+
+use cudarc::cublas::{result, sys, CudaBlas};
+
+use super::context::no_panic;
+use super::memory::DeviceBuffer;
+use super::{GpuContext, GpuError};
+use crate::ops::DType;
+
+/// Workspace size recommended for Hopper.
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A cuBLAS handle bound to the context's stream, with its workspace.
+#[derive(Debug)]
+pub struct Blas {
+    blas: CudaBlas,
+    _workspace: DeviceBuffer,
+    /// Whether f32 GEMMs may use TF32 tensor cores (off unless asked for).
+    pub tf32: bool,
+}
+
+/// One row-major GEMM: `C[b] = A[b] · B[b]` (each optionally transposed),
+/// `batch` matrices `stride_*` elements apart; f32 accumulation.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemm {
+    pub dtype: DType,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// A is stored `[k, m]` (transposed) instead of `[m, k]`.
+    pub trans_a: bool,
+    /// B is stored `[n, k]` (transposed, a Linear weight) instead of `[k, n]`.
+    pub trans_b: bool,
+    pub lda: usize,
+    pub ldb: usize,
+    pub ldc: usize,
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
+    pub alpha: f32,
+    /// 0 overwrites C; 1 adds to it.
+    pub beta: f32,
+}
+
+impl Gemm {
+    /// `C[m,n] = A[m,k] · W[n,k]ᵀ`, the Linear layout, contiguous.
+    pub fn linear(dtype: DType, m: usize, n: usize, k: usize) -> Gemm {
+        Gemm {
+            dtype,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: true,
+            lda: k,
+            ldb: k,
+            ldc: n,
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+            alpha: 1.0,
+            beta: 0.0,
+        }
+    }
+}
+
+impl Blas {
+    /// A handle on `gpu`'s stream with its workspace set.
+    pub fn new(gpu: &GpuContext) -> Result<Blas, GpuError> {
+        let workspace = DeviceBuffer::alloc(gpu, WORKSPACE_BYTES)?;
+        no_panic(|| {
+            let blas = CudaBlas::new(gpu.stream().clone())
+                .map_err(|e| GpuError::Driver(format!("cuBLAS: {e:?}")))?;
+            let h = *blas.handle();
+            unsafe {
+                sys::cublasSetWorkspace_v2(h, workspace.ptr() as *mut c_void, WORKSPACE_BYTES)
+                    .result()
+                    .map_err(|e| GpuError::Driver(format!("cublasSetWorkspace: {e:?}")))?;
+                sys::cublasSetMathMode(h, sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
+                    .result()
+                    .map_err(|e| GpuError::Driver(format!("cublasSetMathMode: {e:?}")))?;
+            }
+            Ok(Blas {
+                blas,
+                _workspace: workspace,
+                tf32: false,
+            })
+        })
+    }
+
+    /// Runs `g` on device addresses `a`, `b`, `c`; row-major throughout.
+    pub fn gemm(&self, g: &Gemm, a: u64, b: u64, c: u64) -> Result<(), GpuError> {
+        let ty = match g.dtype {
+            DType::F32 => sys::cudaDataType::CUDA_R_32F,
+            DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+            DType::F16 => sys::cudaDataType::CUDA_R_16F,
+            d => return Err(GpuError::Kernel(format!("no GEMM for {d}"))),
+        };
+        let compute = if g.dtype == DType::F32 && !self.tf32 {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC
+        } else if g.dtype == DType::F32 {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        };
+        let int = |v: usize, what: &str| {
+            i32::try_from(v).map_err(|_| GpuError::Kernel(format!("GEMM {what} {v} too large")))
+        };
+        let op = |t: bool| {
+            if t {
+                sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: swap the operands.
+        let (m, n, k) = (int(g.n, "n")?, int(g.m, "m")?, int(g.k, "k")?);
+        let (lda, ldb, ldc) = (int(g.ldb, "ldb")?, int(g.lda, "lda")?, int(g.ldc, "ldc")?);
+        let alpha = g.alpha;
+        let beta = g.beta;
+        let h = *self.blas.handle();
+        unsafe {
+            result::gemm_strided_batched_ex(
+                h,
+                op(g.trans_b),
+                op(g.trans_a),
+                m,
+                n,
+                k,
+                (&alpha as *const f32).cast(),
+                b as *const c_void,
+                ty,
+                lda,
+                g.stride_b as i64,
+                a as *const c_void,
+                ty,
+                ldb,
+                g.stride_a as i64,
+                (&beta as *const f32).cast(),
+                c as *mut c_void,
+                ty,
+                ldc,
+                g.stride_c as i64,
+                int(g.batch, "batch")?,
+                compute,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| GpuError::Driver(format!("cuBLAS GEMM: {e:?}")))
+    }
+}

@@ -1,0 +1,1 @@
+// attention kernels: to be written.

@@ -1,0 +1,71 @@
+// Prelude prepended to every kernel module (see compile.rs): storage types,
+// f32 <-> bf16 conversions and typed load/store, so each kernel is written
+// once as a template over its storage type and computes in f32.
+//
+// No headers: NVRTC needs no include path, and bf16 is converted by hand with
+// round-to-nearest-even, exactly as the `half` crate does on the CPU.
+
+typedef unsigned short bf16_t;
+typedef unsigned long long u64;
+typedef long long i64;
+
+__device__ __forceinline__ float bf16_to_f32(bf16_t h) {
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+
+__device__ __forceinline__ bf16_t f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (bf16_t)((u >> 16) | 0x0040u);  // quiet NaN, sign kept
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float ld(const float* p, u64 i) { return p[i]; }
+__device__ __forceinline__ float ld(const bf16_t* p, u64 i) { return bf16_to_f32(p[i]); }
+__device__ __forceinline__ void st(float* p, u64 i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(bf16_t* p, u64 i, float v) { p[i] = f32_to_bf16(v); }
+
+// Kept for kernels written before the overloads.
+__device__ __forceinline__ float load_f32(const float* p, u64 i) { return p[i]; }
+__device__ __forceinline__ void store_f32(float* p, u64 i, float v) { p[i] = v; }
+__device__ __forceinline__ float load_bf16(const bf16_t* p, u64 i) { return bf16_to_f32(p[i]); }
+__device__ __forceinline__ void store_bf16(bf16_t* p, u64 i, float v) { p[i] = f32_to_bf16(v); }
+
+#define GRID_STRIDE(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (u64)(n); \
+         i += (u64)blockDim.x * gridDim.x)
+
+// Block-wide sum of one float per thread (blockDim.x a multiple of 32, at
+// most 1024); every thread gets the total. `scratch` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = lane < nw ? scratch[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Block-wide max, like block_sum.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = lane < nw ? scratch[lane] : __int_as_float(0xff800000);
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Instantiates `extern "C"` entry points NAME_f32 and NAME_bf16 of a
+// template kernel body `NAME##_impl<T>` taking PARAMS and forwarding ARGS.
+#define FLOAT_KERNELS(NAME, PARAMS_F32, PARAMS_BF16, ARGS) \
+    extern "C" __global__ void NAME##_f32 PARAMS_F32 { NAME##_impl<float> ARGS; } \
+    extern "C" __global__ void NAME##_bf16 PARAMS_BF16 { NAME##_impl<bf16_t> ARGS; }

@@ -1,0 +1,1 @@
+// conv kernels: to be written.

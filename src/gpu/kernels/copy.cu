@@ -1,0 +1,1 @@
+// copy kernels: to be written.

@@ -1,0 +1,1 @@
+// ctc kernels: to be written.

@@ -1,0 +1,1 @@
+// lstm kernels: to be written.

@@ -1,0 +1,1 @@
+// pulse kernels: to be written.

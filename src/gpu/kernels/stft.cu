@@ -1,0 +1,1 @@
+// stft kernels: to be written.

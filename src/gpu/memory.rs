@@ -1,0 +1,186 @@
+//! Device and pinned host memory, every allocation counted.
+//!
+//! The backend allocates device memory only through [`DeviceBuffer::alloc`],
+//! which counts each attempt and refuses (with an error, never a panic) any
+//! attempt made while a CUDA graph is being captured: capture-time allocations
+//! either fail the capture or bake a temporary address into the graph.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cudarc::driver::{result, sys};
+
+use super::context::no_panic;
+use super::{GpuContext, GpuError};
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static CAPTURE_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static CAPTURING: AtomicBool = const { AtomicBool::new(false) };
+}
+
+/// Device allocations attempted by this process (all threads).
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Device allocations attempted while a capture was open on the calling
+/// thread's streams; tests assert it stays zero.
+pub fn capture_allocations() -> u64 {
+    CAPTURE_ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Marks the calling thread as capturing (or not); see [`capture_allocations`].
+pub(crate) fn set_capturing(on: bool) {
+    CAPTURING.with(|c| c.store(on, Ordering::Relaxed));
+}
+
+fn capturing() -> bool {
+    CAPTURING.with(|c| c.load(Ordering::Relaxed))
+}
+
+/// Rounds a byte offset up so every buffer starts 256-byte aligned (what
+/// cuBLAS and vector loads like).
+pub fn align(bytes: usize) -> usize {
+    bytes.div_ceil(256) * 256
+}
+
+/// An owned block of device memory.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+// The pointer is a device address owned by this value alone.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// Allocates `bytes` (at least 1) of device memory, zeroed.
+    pub fn alloc(gpu: &GpuContext, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        if capturing() {
+            CAPTURE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            return Err(GpuError::Driver(format!(
+                "refused to allocate {bytes} bytes during CUDA-graph capture"
+            )));
+        }
+        let bytes = bytes.max(1);
+        no_panic(|| {
+            gpu.ctx().bind_to_thread()?;
+            let ptr = unsafe { result::malloc_sync(bytes) }?;
+            unsafe { result::memset_d8_sync(ptr, 0, bytes) }?;
+            Ok(DeviceBuffer { ptr, bytes })
+        })
+    }
+
+    /// Allocates and fills with `data`.
+    pub fn from_bytes(gpu: &GpuContext, data: &[u8]) -> Result<DeviceBuffer, GpuError> {
+        let b = DeviceBuffer::alloc(gpu, data.len())?;
+        if !data.is_empty() {
+            no_panic(|| Ok(unsafe { result::memcpy_htod_sync(b.ptr, data) }?))?;
+        }
+        Ok(b)
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // A failed free (context already gone) leaks; nothing better in drop.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+/// Page-locked host memory, so copies to and from the device are real DMA
+/// and can sit inside a captured graph.
+#[derive(Debug)]
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    bytes: usize,
+}
+
+unsafe impl Send for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub fn alloc(gpu: &GpuContext, bytes: usize) -> Result<PinnedBuffer, GpuError> {
+        let bytes = bytes.max(1);
+        no_panic(|| {
+            gpu.ctx().bind_to_thread()?;
+            let ptr = unsafe { result::malloc_host(bytes, 0) }? as *mut u8;
+            unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+            Ok(PinnedBuffer { ptr, bytes })
+        })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        let _ = unsafe { result::free_host(self.ptr.cast()) };
+    }
+}
+
+/// Copies device memory into `dst` and waits for it.
+pub fn copy_to_host(gpu: &GpuContext, src: u64, dst: &mut [u8]) -> Result<(), GpuError> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    no_panic(|| {
+        let s = gpu.stream().cu_stream();
+        unsafe { result::memcpy_dtoh_async(dst, src, s) }?;
+        unsafe { result::stream::synchronize(s) }?;
+        Ok(())
+    })
+}
+
+/// Copies `src` to device memory at `dst` (stream-ordered; `src` must stay
+/// alive and unchanged until the stream reaches the copy, or be pageable
+/// memory, which the driver stages before returning).
+pub fn copy_to_device(gpu: &GpuContext, src: &[u8], dst: u64) -> Result<(), GpuError> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    no_panic(|| {
+        unsafe { result::memcpy_htod_async(dst, src, gpu.stream().cu_stream()) }?;
+        Ok(())
+    })
+}
+
+/// Stream-ordered device-to-device copy.
+pub fn copy_device(gpu: &GpuContext, src: u64, dst: u64, bytes: usize) -> Result<(), GpuError> {
+    if bytes == 0 || src == dst {
+        return Ok(());
+    }
+    no_panic(|| {
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, gpu.stream().cu_stream()) }?;
+        Ok(())
+    })
+}
+
+/// Stream-ordered zeroing of `bytes` at `ptr`.
+pub fn zero(gpu: &GpuContext, ptr: u64, bytes: usize) -> Result<(), GpuError> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    no_panic(|| {
+        unsafe { result::memset_d8_async(ptr, 0, bytes, gpu.stream().cu_stream()) }?;
+        Ok(())
+    })
+}

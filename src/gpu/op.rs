@@ -1,0 +1,202 @@
+//! The GPU form of an op: built once per node by the translator (with the
+//! node's device-side facts), launched every step with device addresses.
+
+use std::fmt;
+
+use cudarc::driver::{result, CudaFunction};
+
+use super::blas::Blas;
+use super::library::KernelLibrary;
+use super::tensor::{DevTensor, Precision};
+use super::{GpuContext, GpuError};
+use crate::ops::{Op, Tensor, TypedFact};
+
+/// What a GPU op is built from: the node's device-side facts (concrete
+/// shapes, storage dtypes) and the host values of its constant inputs.
+pub struct BuildCx<'a> {
+    pub lib: &'a KernelLibrary,
+    pub precision: Precision,
+    /// Device-side facts of the inputs.
+    pub inputs: &'a [TypedFact],
+    /// Device-side facts the outputs must have.
+    pub outputs: &'a [TypedFact],
+    /// For each input, its host value when it is a constant.
+    pub consts: &'a [Option<&'a Tensor>],
+}
+
+impl BuildCx<'_> {
+    /// The float kernel variant (`"f32"` / `"bf16"`) of input `i`'s dtype.
+    pub fn suffix(&self, i: usize) -> Result<&'static str, GpuError> {
+        super::tensor::float_suffix(self.inputs[i].dtype)
+    }
+
+    /// Concrete shape of input `i`.
+    pub fn shape(&self, i: usize) -> Result<Vec<usize>, GpuError> {
+        self.inputs[i]
+            .concrete_shape()
+            .ok_or_else(|| GpuError::Kernel(format!("input {i} is not concrete: {}", self.inputs[i])))
+    }
+
+    /// Concrete shape of output `i`.
+    pub fn out_shape(&self, i: usize) -> Result<Vec<usize>, GpuError> {
+        self.outputs[i]
+            .concrete_shape()
+            .ok_or_else(|| GpuError::Kernel(format!("output {i} is not concrete: {}", self.outputs[i])))
+    }
+}
+
+/// What a launch gets besides its tensors.
+pub struct LaunchCx<'a> {
+    pub gpu: &'a GpuContext,
+    pub blas: &'a Blas,
+    /// Device address of the plan's step counter (`u64`): steps completed
+    /// before this one. Kernels read it; only the plan advances it, with a
+    /// kernel at the end of each step, so a captured graph stays valid.
+    pub step: u64,
+    /// Device address of the known stream length (`i64`, -1 while unknown).
+    pub stream_len: u64,
+}
+
+/// The device memory of one launch.
+pub struct Io<'a> {
+    pub ins: &'a [DevTensor],
+    pub outs: &'a [DevTensor],
+    /// The op's zero-initialised persistent state ([`GpuOp::state_bytes`]), 0 if none.
+    pub state: u64,
+    /// The op's scratch ([`GpuOp::scratch_bytes`]), 0 if none; contents unspecified.
+    pub scratch: u64,
+}
+
+/// An op's GPU implementation for one node.
+pub trait GpuOp: fmt::Debug + Send {
+    /// A short description (the kernel names), for `inspect --device cuda`.
+    fn describe(&self) -> String;
+
+    /// Queues the op's kernels on the stream. Must not allocate device
+    /// memory or synchronise: it may be running inside a graph capture.
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError>;
+
+    /// Bytes of persistent state (ring buffers); zeroed at start and on reset.
+    fn state_bytes(&self) -> usize {
+        0
+    }
+
+    /// Bytes of scratch used within one launch.
+    fn scratch_bytes(&self) -> usize {
+        0
+    }
+
+    /// `Some((input, byte_offset))` when output 0 is a view of that input's
+    /// memory (a reshape): no launch, the planner aliases the buffers.
+    fn alias(&self) -> Option<(usize, usize)> {
+        None
+    }
+}
+
+/// Builds the GPU form of `op`: `None` when this builder does not handle the
+/// op, `Some(Err)` when it does but not these facts (the node falls back).
+pub type Builder = fn(&dyn Op, &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>>;
+
+/// One kernel argument. Each is passed by address from a 64-bit slot, which
+/// holds any of these (the driver reads only the parameter's own size, and
+/// the slot is little-endian).
+#[derive(Debug, Clone, Copy)]
+pub enum Arg {
+    /// A device address (`T*` in the kernel).
+    Ptr(u64),
+    U64(u64),
+    I64(i64),
+    I32(i32),
+    U32(u32),
+    F32(f32),
+}
+
+impl Arg {
+    fn slot(self) -> u64 {
+        match self {
+            Arg::Ptr(p) | Arg::U64(p) => p,
+            Arg::I64(v) => v as u64,
+            Arg::I32(v) => v as u32 as u64,
+            Arg::U32(v) => v as u64,
+            Arg::F32(v) => v.to_bits() as u64,
+        }
+    }
+}
+
+const MAX_ARGS: usize = 32;
+
+/// A launch geometry.
+#[derive(Debug, Clone, Copy)]
+pub struct Grid {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+}
+
+impl Grid {
+    /// 1-D grid-stride geometry for `n` elements.
+    pub fn linear(n: usize) -> Grid {
+        const BLOCK: u32 = 256;
+        let blocks = (n as u64).div_ceil(BLOCK as u64).clamp(1, 65_535) as u32;
+        Grid {
+            grid: (blocks, 1, 1),
+            block: (BLOCK, 1, 1),
+            shared_bytes: 0,
+        }
+    }
+
+    /// `blocks` blocks of `threads` threads.
+    pub fn blocks(blocks: u32, threads: u32) -> Grid {
+        Grid {
+            grid: (blocks.max(1), 1, 1),
+            block: (threads, 1, 1),
+            shared_bytes: 0,
+        }
+    }
+
+    pub fn with_shared(mut self, bytes: u32) -> Grid {
+        self.shared_bytes = bytes;
+        self
+    }
+}
+
+/// Launches `f` on the context's stream; allocation-free.
+pub fn launch(cx: &LaunchCx, f: &CudaFunction, grid: Grid, args: &[Arg]) -> Result<(), GpuError> {
+    if args.len() > MAX_ARGS {
+        return Err(GpuError::Kernel(format!(
+            "{} kernel arguments (at most {MAX_ARGS})",
+            args.len()
+        )));
+    }
+    let mut slots = [0u64; MAX_ARGS];
+    for (s, a) in slots.iter_mut().zip(args) {
+        *s = a.slot();
+    }
+    let mut ptrs = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];
+    for (p, s) in ptrs.iter_mut().zip(slots.iter_mut()) {
+        *p = (s as *mut u64).cast();
+    }
+    unsafe {
+        result::launch_kernel(
+            f.cu_function(),
+            grid.grid,
+            grid.block,
+            grid.shared_bytes,
+            cx.gpu.stream().cu_stream(),
+            &mut ptrs[..args.len()],
+        )
+    }
+    .map_err(|e| GpuError::Driver(format!("launch: {e}")))
+}
+
+/// Checks a launch got the tensors it was built for.
+pub fn expect_io(what: &str, io: &Io, ins: usize, outs: usize) -> Result<(), GpuError> {
+    if io.ins.len() < ins || io.outs.len() != outs {
+        return Err(GpuError::Kernel(format!(
+            "{what}: launched with {} inputs and {} outputs, built for {ins} and {outs}",
+            io.ins.len(),
+            io.outs.len()
+        )));
+    }
+    Ok(())
+}

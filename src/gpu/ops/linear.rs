@@ -1,0 +1,151 @@
+//! Linear and MatMul through cuBLAS; a Linear's bias is one more kernel.
+
+use cudarc::driver::CudaFunction;
+
+use crate::gpu::blas::Gemm;
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::GpuError;
+use crate::ops::matmul::{Linear, MatMul};
+use crate::ops::Op;
+
+#[derive(Debug)]
+struct LinearGpu {
+    gemm: Gemm,
+    /// `bias_act_*` when there is a bias.
+    bias: Option<CudaFunction>,
+}
+
+impl GpuOp for LinearGpu {
+    fn describe(&self) -> String {
+        let g = &self.gemm;
+        format!(
+            "cuBLAS GEMM {}x{}x{} {}{}",
+            g.m,
+            g.n,
+            g.k,
+            g.dtype,
+            if self.bias.is_some() { " + bias" } else { "" }
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("linear", io, 2, 1)?;
+        let y = io.outs[0].ptr;
+        if io.outs[0].is_empty() {
+            return Ok(());
+        }
+        cx.blas.gemm(&self.gemm, io.ins[0].ptr, io.ins[1].ptr, y)?;
+        if let (Some(f), Some(b)) = (&self.bias, io.ins.get(2)) {
+            let n = io.outs[0].len();
+            launch(
+                cx,
+                f,
+                Grid::linear(n),
+                &[
+                    Arg::Ptr(y),
+                    Arg::Ptr(b.ptr),
+                    Arg::Ptr(y),
+                    Arg::U64(n as u64),
+                    Arg::U64(self.gemm.n as u64),
+                    Arg::I32(-1),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct MatMulGpu {
+    gemm: Gemm,
+}
+
+impl GpuOp for MatMulGpu {
+    fn describe(&self) -> String {
+        let g = &self.gemm;
+        format!("cuBLAS GEMM {}x{}x{} x{} {}", g.m, g.n, g.k, g.batch, g.dtype)
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("matmul", io, 2, 1)?;
+        if io.outs[0].is_empty() {
+            return Ok(());
+        }
+        cx.blas
+            .gemm(&self.gemm, io.ins[0].ptr, io.ins[1].ptr, io.outs[0].ptr)
+    }
+}
+
+pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+    if op.as_any().is::<Linear>() {
+        return Some(build_linear(cx));
+    }
+    if let Some(m) = op.as_any().downcast_ref::<MatMul>() {
+        return Some(build_matmul(m, cx));
+    }
+    None
+}
+
+fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let suffix = cx.suffix(0)?;
+    let x = cx.shape(0)?;
+    let w = cx.shape(1)?;
+    let k = *x.last().ok_or_else(|| GpuError::Kernel("linear: scalar input".into()))?;
+    let m = x[..x.len() - 1].iter().product();
+    let n = w[0];
+    let bias = if cx.inputs.len() > 2 {
+        Some(cx.lib.function("elementwise", &format!("bias_act_{suffix}"))?)
+    } else {
+        None
+    };
+    Ok(Box::new(LinearGpu {
+        gemm: Gemm::linear(cx.inputs[0].dtype, m, n, k),
+        bias,
+    }))
+}
+
+fn build_matmul(op: &MatMul, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    cx.suffix(0)?;
+    let (a, b) = (cx.shape(0)?, cx.shape(1)?);
+    let (ra, rb) = (a.len(), b.len());
+    let (m, ka) = if op.transpose_a {
+        (a[ra - 1], a[ra - 2])
+    } else {
+        (a[ra - 2], a[ra - 1])
+    };
+    let n = if op.transpose_b { b[rb - 2] } else { b[rb - 1] };
+    let batch_a: usize = a[..ra - 2].iter().product();
+    let batch_b: usize = b[..rb - 2].iter().product();
+    let out = cx.out_shape(0)?;
+    let batch: usize = out[..out.len() - 2].iter().product();
+    // Strided batches cover equal batch shapes and a shared (unbatched) B or A.
+    let stride = |bat: usize, elems: usize, what: &str| -> Result<usize, GpuError> {
+        if bat == batch {
+            Ok(elems)
+        } else if bat == 1 {
+            Ok(0)
+        } else {
+            Err(GpuError::Kernel(format!(
+                "matmul: {what} batch {bat} broadcasts in a way strided GEMM does not cover (output batch {batch})"
+            )))
+        }
+    };
+    let gemm = Gemm {
+        dtype: cx.inputs[0].dtype,
+        m,
+        n,
+        k: ka,
+        trans_a: op.transpose_a,
+        trans_b: op.transpose_b,
+        lda: a[ra - 1],
+        ldb: b[rb - 1],
+        ldc: n,
+        batch,
+        stride_a: stride(batch_a, m * ka, "A")?,
+        stride_b: stride(batch_b, ka * n, "B")?,
+        stride_c: m * n,
+        alpha: 1.0,
+        beta: 0.0,
+    };
+    Ok(Box::new(MatMulGpu { gemm }))
+}
