@@ -12,6 +12,7 @@ pub mod asr;
 pub mod audio;
 pub mod batch;
 pub mod decode;
+pub mod engine;
 pub mod error;
 #[cfg(feature = "cuda")]
 pub mod gpu;

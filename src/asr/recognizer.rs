@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::StreamTranscriber;
 use crate::decode::{prefix_beam_search, FrameTiming, GreedyDecoder, Tokens, Transcript};
-use crate::graph::{Graph, Runner};
+use crate::engine::Engine;
+use crate::graph::Graph;
 use crate::models::conformer::{Head, Taps};
 use crate::models::ModelDir;
 use crate::ops::Tensor;
@@ -63,6 +64,7 @@ pub struct Recognizer {
     options: RecognizerOptions,
     graph: Arc<Graph>,
     pulsed: Option<Arc<PulsedModel>>,
+    engine: Engine,
 }
 
 impl Recognizer {
@@ -118,7 +120,19 @@ impl Recognizer {
             options,
             graph,
             pulsed,
+            engine: Engine::Cpu,
         })
+    }
+
+    /// Runs the encoder on `engine` (the CPU by default).
+    pub fn with_engine(mut self, engine: Engine) -> Recognizer {
+        self.engine = engine;
+        self
+    }
+
+    /// Where the encoder runs.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     pub fn options(&self) -> RecognizerOptions {
@@ -172,7 +186,7 @@ impl Recognizer {
             ));
         };
         StreamTranscriber::new(
-            model.clone(),
+            self.engine.session(model.clone())?,
             self.tokens.clone(),
             self.options.decoding,
             self.timing(),
@@ -190,8 +204,11 @@ impl Recognizer {
             // shorter than one feature hop: no output frame exists
             return Ok(GreedyDecoder::new(self.tokens.clone(), self.timing())?.finish());
         }
-        let mut runner = Runner::new(self.graph.clone())?;
-        let outs = runner.run(&[Tensor::from_slice(samples)])?;
+        let mut runner = self.engine.runner(self.graph.clone(), Some(samples.len() as i64))?;
+        runner.step(&[&Tensor::from_slice(samples)])?;
+        let outs: Vec<Tensor> = (0..self.graph.outputs.len())
+            .map(|i| runner.output(i).clone())
+            .collect();
         decode_outputs(&self.tokens, self.options.decoding, self.timing(), &outs)
     }
 }

@@ -1,11 +1,9 @@
 //! Streaming transcription: samples in as they arrive, partial text out.
 
-use std::sync::Arc;
-
 use super::recognizer::beam;
 use super::Decoding;
 use crate::decode::{FrameTiming, GreedyDecoder, Tokens, Transcript};
-use crate::pulse::{PulsedModel, StreamingSession};
+use crate::pulse::StreamingSession;
 use crate::Result;
 
 /// Feeds samples through a [`StreamingSession`] and decodes as frames come out.
@@ -23,14 +21,13 @@ pub struct StreamTranscriber {
 
 impl StreamTranscriber {
     pub(super) fn new(
-        model: Arc<PulsedModel>,
+        session: StreamingSession,
         tokens: Tokens,
         decoding: Decoding,
         timing: FrameTiming,
     ) -> Result<Self> {
         let vocab = tokens.len();
         let greedy = GreedyDecoder::new(tokens.clone(), timing)?;
-        let session = StreamingSession::new(model)?;
         Ok(StreamTranscriber {
             session,
             tokens,

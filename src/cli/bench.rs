@@ -20,6 +20,10 @@ pub struct Args {
     /// Timed repetitions (the median is printed).
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// With cuda: also time the GPU (per-chunk latency eager vs captured, f32 vs
+    /// bf16, whole-file throughput) side by side with the CPU.
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: super::device::Device,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -28,7 +32,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    let dir = super::model_dir(a.model);
+    let gpu = a.device != super::device::Device::Cpu;
+    let dir = super::model_dir(a.model.clone());
     let file = a.file.unwrap_or_else(|| {
         PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -109,5 +114,95 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         p * 1000.0 / pulses as f64,
         (p - b) / b * 100.0
     );
+    if gpu {
+        #[cfg(feature = "cuda")]
+        gpu_bench(&rec, &audio.samples, dur, reps)?;
+        #[cfg(not(feature = "cuda"))]
+        return Err("this build has no CUDA backend".into());
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Per-chunk latency (eager vs captured, f32 vs bf16) and whole-file
+/// throughput on the GPU. A chunk step is timed from the pulse's copy in to
+/// its outputs back on the host (the host waits for the GPU every step).
+#[cfg(feature = "cuda")]
+fn gpu_bench(
+    rec: &Recognizer,
+    samples: &[f32],
+    dur: f64,
+    reps: usize,
+) -> Result<(), String> {
+    use pulsed::engine::Engine;
+    use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Launches, Precision};
+    let device = GpuDevice::shared().map_err(|e| format!("--device cuda: {e}"))?;
+    println!(
+        "GPU: {} (kernels compiled and loaded in {:.0} ms)",
+        device.ctx.describe().map_err(|e| e.to_string())?,
+        device.lib.load_millis
+    );
+    let pm = rec.pulsed_model().ok_or("no pulsed model")?.clone();
+    let pulse = pm.input_stream().map_err(|e| e.to_string())?.pulse;
+    const STEPS: usize = 200;
+    let mut captured_f32 = 0.0;
+    for precision in [Precision::F32, Precision::Bf16] {
+        let mut line = Vec::new();
+        for launches in [Launches::Eager, Launches::Captured] {
+            let mut options = GpuRunnerOptions::new(precision);
+            options.launches = launches;
+            let engine = Engine::Gpu {
+                device: device.clone(),
+                options,
+            };
+            let mut s = engine.session(pm.clone()).map_err(|e| e.to_string())?;
+            s.push(&samples[..pulse.min(samples.len()) - 1])
+                .map_err(|e| e.to_string())?;
+            for _ in 0..3 {
+                s.step_only().map_err(|e| e.to_string())?; // warm-up and capture
+            }
+            let mut times = Vec::with_capacity(STEPS);
+            for _ in 0..STEPS {
+                let t = Instant::now();
+                s.step_only().map_err(|e| e.to_string())?;
+                times.push(t.elapsed().as_secs_f64());
+            }
+            let t = median(times);
+            if precision == Precision::F32 && launches == Launches::Captured {
+                captured_f32 = t;
+            }
+            line.push((launches, t));
+        }
+        let (eager, captured) = (line[0].1, line[1].1);
+        println!(
+            "  {precision:?} chunk step (median of {STEPS}): eager {:.3} ms, captured {:.3} ms ({:.2}x)",
+            eager * 1e3,
+            captured * 1e3,
+            eager / captured
+        );
+        let r = Recognizer::new(rec.model().clone(), rec.options())
+            .map_err(|e| e.to_string())?
+            .with_engine(Engine::Gpu {
+                device: device.clone(),
+                options: GpuRunnerOptions::new(precision),
+            });
+        r.transcribe(samples).map_err(|e| e.to_string())?;
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            r.transcribe(samples).map_err(|e| e.to_string())?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        let t = median(times);
+        println!(
+            "  {precision:?} streamed file: {:.2} ms, {:.0} audio seconds per second (one stream)",
+            t * 1e3,
+            dur / t
+        );
+    }
+    println!(
+        "  one stream's captured f32 chunk step: {:.3} ms for {:.0} ms of audio",
+        captured_f32 * 1e3,
+        pulse as f64 * 1000.0 / rec.sample_rate() as f64
+    );
+    Ok(())
 }

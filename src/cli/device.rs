@@ -1,6 +1,7 @@
-//! `--device cpu|cuda|auto`.
+//! `--device cpu|cuda|auto` and `--precision f32|bf16`.
 
 use clap::ValueEnum;
+use pulsed::engine::Engine;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Device {
@@ -9,40 +10,63 @@ pub enum Device {
     Auto,
 }
 
-/// A description of the usable GPU, or the one-line reason there is none.
+/// How floats are stored on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    Bf16,
+}
+
 #[cfg(feature = "cuda")]
-fn probe_gpu() -> Result<String, String> {
-    pulsed::gpu::probe().map_err(|e| e.to_string())
+fn gpu_engine(precision: Precision) -> Result<Engine, String> {
+    use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision as P};
+    let device = GpuDevice::shared().map_err(|e| e.to_string())?;
+    let p = match precision {
+        Precision::F32 => P::F32,
+        Precision::Bf16 => P::Bf16,
+    };
+    Ok(Engine::Gpu {
+        device,
+        options: GpuRunnerOptions::new(p),
+    })
 }
 
 #[cfg(not(feature = "cuda"))]
-fn probe_gpu() -> Result<String, String> {
+fn gpu_engine(_: Precision) -> Result<Engine, String> {
     Err("this build of pulsed has no CUDA backend (built without the `cuda` feature)".into())
 }
 
 impl Device {
-    /// Resolves the choice to a device this build can run on, or why not.
-    /// Until the graph translator exists (issue 6) every run is on the CPU:
-    /// `auto` says so when a GPU is there, `cuda` refuses rather than pretend.
-    pub fn resolve(self) -> Result<Device, String> {
+    /// The engine this choice runs on, or the one-line reason it cannot:
+    /// `auto` takes the GPU when one is usable (and says so) and the CPU
+    /// otherwise; `cuda` fails when there is no usable GPU.
+    pub fn engine(self, precision: Precision) -> Result<Engine, String> {
         match self {
-            Device::Cpu => Ok(Device::Cpu),
-            Device::Auto => {
-                if let Ok(gpu) = probe_gpu() {
-                    eprintln!(
-                        "device: CUDA {gpu} found; the GPU backend runs only element-wise \
-                         kernels so far, so this run uses the CPU"
-                    );
+            Device::Cpu => Ok(Engine::Cpu),
+            Device::Auto => match gpu_engine(precision) {
+                Ok(e) => {
+                    eprintln!("device: {}", describe(&e));
+                    Ok(e)
                 }
-                Ok(Device::Cpu)
-            }
-            Device::Cuda => match probe_gpu() {
-                Err(why) => Err(format!("--device cuda: {why}; use --device cpu or auto")),
-                Ok(gpu) => Err(format!(
-                    "--device cuda: CUDA {gpu} found, but the GPU graph translator is not \
-                     built yet (issue 6); use --device cpu or auto"
-                )),
+                Err(_) => Ok(Engine::Cpu),
             },
+            Device::Cuda => gpu_engine(precision)
+                .map_err(|why| format!("--device cuda: {why}; use --device cpu or auto")),
         }
+    }
+}
+
+/// One line naming the engine's device.
+pub fn describe(e: &Engine) -> String {
+    match e {
+        Engine::Cpu => "CPU".into(),
+        #[cfg(feature = "cuda")]
+        Engine::Gpu { device, options } => format!(
+            "CUDA {} ({:?}, kernels compiled in {:.0} ms)",
+            device.ctx.describe().unwrap_or_else(|e| e.to_string()),
+            options.translate.precision,
+            device.lib.load_millis
+        ),
     }
 }

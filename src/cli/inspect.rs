@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use pulsed::models::conformer::{Head, Taps};
 use pulsed::models::ModelDir;
 
-use super::device::Device;
+use super::device::{describe, Device, Precision};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -18,13 +18,16 @@ pub struct Args {
     /// Output `log_probs` instead of the fused greedy CTC head.
     #[arg(long)]
     log_probs: bool,
-    /// Where nodes would run.
+    /// With cuda: translate for the GPU and show where each node runs (and why not on the GPU).
     #[arg(long, value_enum, default_value = "cpu")]
     device: Device,
+    /// GPU storage precision for --device cuda.
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: Precision,
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    a.device.resolve()?;
+    let engine = a.device.engine(a.precision)?;
     let dir = super::model_dir(a.model);
     let model = ModelDir::open(&dir).map_err(|e| e.to_string())?;
     let head = if a.log_probs {
@@ -55,6 +58,64 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             text
         }
     };
+    let text = match &engine {
+        pulsed::engine::Engine::Cpu => text,
+        #[cfg(feature = "cuda")]
+        pulsed::engine::Engine::Gpu { device, options } => {
+            let (g, s) = match a.pulse {
+                Some(p) => (
+                    pulsed::pulse::pulsify(&graph, p)
+                        .map_err(|e| e.to_string())?
+                        .graph,
+                    None,
+                ),
+                None => (graph, Some(model.config.sample_rate as i64)),
+            };
+            placement(device.clone(), g, s, options, &describe(&engine))?
+        }
+    };
     super::print_all(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where each node runs on the GPU (whole graphs typed for one second of audio).
+#[cfg(feature = "cuda")]
+fn placement(
+    device: std::sync::Arc<pulsed::gpu::GpuDevice>,
+    graph: pulsed::graph::Graph,
+    s: Option<i64>,
+    options: &pulsed::gpu::GpuRunnerOptions,
+    device_line: &str,
+) -> Result<String, String> {
+    use pulsed::gpu::translator::Placement;
+    let runner =
+        pulsed::gpu::GpuRunner::new(device, graph, s, options).map_err(|e| e.to_string())?;
+    let tr = runner.translation();
+    let mut out = format!("device: {device_line}\n");
+    if s.is_some() {
+        out.push_str("whole graph typed for 1 s of audio (S = 16000)\n");
+    }
+    for (id, node) in runner.graph().nodes.iter().enumerate() {
+        if matches!(tr.placements[id], Placement::Const) {
+            continue;
+        }
+        out.push_str(&format!(
+            "#{id:<4} {:<36} {:<22} {}\n",
+            node.name,
+            node.op.name(),
+            tr.placements[id]
+        ));
+    }
+    let (gpu, cpu) = runner.placement_counts();
+    let m = runner.memory;
+    out.push_str(&format!(
+        "{gpu} nodes on the GPU, {cpu} on the CPU; device memory: activations {:.1} KiB \
+         (arena, {:.1} KiB without reuse), state {:.1} KiB, weights {:.1} MiB, scratch {:.1} KiB\n",
+        m.arena as f64 / 1024.0,
+        m.unshared as f64 / 1024.0,
+        m.state as f64 / 1024.0,
+        m.consts as f64 / (1 << 20) as f64,
+        m.scratch as f64 / 1024.0
+    ));
+    Ok(out)
 }

@@ -21,7 +21,7 @@ use pulsed::output::{
     write_error_line, write_transcript, write_transcript_with, Format, WriteOptions,
 };
 
-use super::device::Device;
+use super::device::{Device, Precision};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -47,8 +47,13 @@ pub struct Args {
     /// CTC prefix beam search of this width (greedy when absent).
     #[arg(long)]
     beam: Option<usize>,
+    /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: Device,
+    /// How the GPU stores weights and activations (bf16: half the memory traffic,
+    /// f32 accumulation).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: Precision,
     /// Parallel workers, each with its own streaming session (default: one per core).
     #[arg(long, short)]
     jobs: Option<usize>,
@@ -82,7 +87,7 @@ enum Order {
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    a.device.resolve()?;
+    let engine = a.device.engine(a.precision)?;
     let mut files = batch::expand_inputs(&a.inputs).map_err(|e| e.to_string())?;
     for m in &a.manifest {
         files.extend(batch::read_manifest(m).map_err(|e| e.to_string())?);
@@ -124,9 +129,14 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         super::model_dir(a.model.clone()),
         RecognizerOptions { mode, decoding },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())?
+    .with_engine(engine);
+    let gpu = rec.engine().name() != "cpu";
+    if gpu && a.jobs.is_some_and(|j| j > 1) {
+        eprintln!("note: GPU runs use one worker (GPU sessions share one stream)");
+    }
     let mut opts = BatchOptions {
-        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
+        jobs: if gpu { 1 } else { a.jobs.unwrap_or_else(batch::default_jobs) },
         chunk_samples: chunk_samples(mode),
         longest_first: true,
     };

@@ -5,6 +5,7 @@
 //! step as a CUDA graph and replays it.
 
 pub mod blas;
+pub mod compare;
 pub mod compile;
 pub mod context;
 pub mod device;
@@ -12,10 +13,14 @@ pub mod library;
 pub mod memory;
 pub mod op;
 pub mod ops;
+pub mod plan;
+pub mod runner;
 pub mod tensor;
 pub mod testing;
+pub mod translator;
 
 pub use compile::{compile, compile_for_device, nvrtc_available, Compiled, Image, KERNEL_SOURCES};
 pub use context::{device_count, driver_available, probe, GpuContext, GpuError};
 pub use device::GpuDevice;
+pub use runner::{GpuRunner, GpuRunnerOptions, Launches};
 pub use tensor::{DevTensor, Precision};

@@ -7,4 +7,5 @@ mod runner;
 
 pub use builder::GraphBuilder;
 pub use model::{Graph, Node, OutletId};
-pub use runner::Runner;
+pub(crate) use runner::check_input;
+pub use runner::{Runner, StepRunner};

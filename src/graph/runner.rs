@@ -150,8 +150,46 @@ impl Runner {
     }
 }
 
+/// What a streaming session needs from whatever runs its graph (the CPU
+/// [`Runner`], or the GPU runner of the `cuda` feature).
+pub trait StepRunner: Send {
+    /// Runs one step on these inputs.
+    fn step(&mut self, inputs: &[&Tensor]) -> Result<()>;
+    /// The `i`-th graph output of the last step.
+    fn output(&self, i: usize) -> &Tensor;
+    /// Back to a fresh stream (zeroed state).
+    fn reset(&mut self);
+    /// Tells stateful ops the total input length once it is known.
+    fn set_stream_len(&mut self, s: Option<i64>);
+    /// Any node output of the last step, copied to the host (per-node comparisons).
+    fn value(&self, o: OutletId) -> Option<Tensor>;
+    /// Where this runner runs, for messages (`"cpu"`, `"cuda"`).
+    fn device(&self) -> &'static str;
+}
+
+impl StepRunner for Runner {
+    fn step(&mut self, inputs: &[&Tensor]) -> Result<()> {
+        Runner::step(self, inputs)
+    }
+    fn output(&self, i: usize) -> &Tensor {
+        Runner::output(self, i)
+    }
+    fn reset(&mut self) {
+        Runner::reset(self)
+    }
+    fn set_stream_len(&mut self, s: Option<i64>) {
+        Runner::set_stream_len(self, s)
+    }
+    fn value(&self, o: OutletId) -> Option<Tensor> {
+        Runner::value(self, o).cloned()
+    }
+    fn device(&self) -> &'static str {
+        "cpu"
+    }
+}
+
 /// Checks a concrete input against its fact, solving `S` from symbolic sizes.
-fn check_input(name: &str, fact: &TypedFact, t: &Tensor, s: &mut Option<i64>) -> Result<()> {
+pub(crate) fn check_input(name: &str, fact: &TypedFact, t: &Tensor, s: &mut Option<i64>) -> Result<()> {
     let bad = |reason: String| Error::Input {
         name: name.to_string(),
         reason,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{PulsedModel, StreamInfo};
-use crate::graph::Runner;
+use crate::graph::{Runner, StepRunner};
 use crate::ops::{DType, Tensor};
 use crate::{Error, Result};
 
@@ -41,7 +41,7 @@ pub enum SessionError {
 /// ```
 pub struct StreamingSession {
     model: Arc<PulsedModel>,
-    runner: Runner,
+    runner: Box<dyn StepRunner>,
     input: StreamInfo,
     frame: usize,
     pulse_in: Tensor,
@@ -53,7 +53,19 @@ pub struct StreamingSession {
 }
 
 impl StreamingSession {
+    /// A session on the CPU.
     pub fn new(model: impl Into<Arc<PulsedModel>>) -> Result<StreamingSession> {
+        let model: Arc<PulsedModel> = model.into();
+        let runner = Runner::new(model.graph.clone())?;
+        StreamingSession::with_runner(model, Box::new(runner))
+    }
+
+    /// A session whose steps run on `runner` (made for `model.graph`, e.g. a
+    /// [`crate::gpu::GpuRunner`]).
+    pub fn with_runner(
+        model: impl Into<Arc<PulsedModel>>,
+        runner: Box<dyn StepRunner>,
+    ) -> Result<StreamingSession> {
         let model: Arc<PulsedModel> = model.into();
         if model.graph.inputs.len() != 1 {
             return Err(Error::Graph(format!(
@@ -77,7 +89,6 @@ impl StreamingSession {
             )));
         }
         let frame = shape[input.axis + 1..].iter().product();
-        let runner = Runner::new(model.graph.clone())?;
         let n_out = model.graph.outputs.len();
         Ok(StreamingSession {
             model,
@@ -122,8 +133,8 @@ impl StreamingSession {
     }
 
     /// The runner, to read any node's output of the last step.
-    pub fn runner(&self) -> &Runner {
-        &self.runner
+    pub fn runner(&self) -> &dyn StepRunner {
+        self.runner.as_ref()
     }
 
     /// Steps run so far.

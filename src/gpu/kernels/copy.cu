@@ -1,1 +1,36 @@
-// copy kernels: to be written.
+// Data movement by element size, whatever the dtype: a strided N-d copy
+// (slices that are not contiguous, permutations, concat into a block of the
+// output), up to rank 6. dims/strides are in elements; the destination index
+// is strided too, so one kernel writes into any sub-block of a tensor.
+
+#define STRIDED_COPY(NAME, T)                                                              \
+    extern "C" __global__ void NAME(const T* src, T* dst, u64 n, int rank,                \
+                                    u64 d0, u64 d1, u64 d2, u64 d3, u64 d4, u64 d5,       \
+                                    i64 s0, i64 s1, i64 s2, i64 s3, i64 s4, i64 s5,       \
+                                    i64 t0, i64 t1, i64 t2, i64 t3, i64 t4, i64 t5) {     \
+        const u64 d[6] = {d0, d1, d2, d3, d4, d5};                                        \
+        const i64 s[6] = {s0, s1, s2, s3, s4, s5};                                        \
+        const i64 t[6] = {t0, t1, t2, t3, t4, t5};                                        \
+        GRID_STRIDE(i, n) {                                                               \
+            u64 rest = i;                                                                 \
+            i64 from = 0, to = 0;                                                         \
+            for (int a = rank - 1; a >= 0; --a) {                                         \
+                u64 idx = rest % d[a];                                                    \
+                rest /= d[a];                                                             \
+                from += (i64)idx * s[a];                                                  \
+                to += (i64)idx * t[a];                                                    \
+            }                                                                             \
+            dst[to] = src[from];                                                          \
+        }                                                                                 \
+    }
+
+STRIDED_COPY(strided_copy_1, unsigned char)
+STRIDED_COPY(strided_copy_2, unsigned short)
+STRIDED_COPY(strided_copy_4, unsigned int)
+STRIDED_COPY(strided_copy_8, u64)
+
+// Advances the plan's step counter once every kernel of a step is queued:
+// captured into the graph, so a replay needs no host-side update.
+extern "C" __global__ void advance_step(u64* step) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *step += 1;
+}

@@ -1,10 +1,174 @@
-//! (to be written)
+//! Delay and PulsePad over zero-initialised device state (`kernels/pulse.cu`).
 
-use crate::gpu::op::{BuildCx, GpuOp};
+use cudarc::driver::CudaFunction;
+
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
 use crate::ops::Op;
+use crate::pulse::{Delay, FrameLayout, PulsePad};
 
-/// Builds the GPU form of the ops this file handles.
-pub fn build(_op: &dyn Op, _cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+fn layout(shape: &[usize], axis: usize) -> Result<FrameLayout, GpuError> {
+    FrameLayout::of(shape, axis).map_err(|e| GpuError::Kernel(e.to_string()))
+}
+
+#[derive(Debug)]
+struct DelayGpu {
+    out: CudaFunction,
+    ring: CudaFunction,
+    lay: FrameLayout,
+    b: usize,
+    pout: usize,
+    elem: usize,
+}
+
+impl GpuOp for DelayGpu {
+    fn describe(&self) -> String {
+        format!(
+            "delay ring of {} frames x {} rows x {} values",
+            self.b, self.lay.outer, self.lay.inner
+        )
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.lay.outer * self.b * self.lay.inner * self.elem
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("delay", io, 1, 1)?;
+        let FrameLayout {
+            outer,
+            frames: p,
+            inner,
+        } = self.lay;
+        let n_out = outer * self.pout * inner;
+        if n_out > 0 {
+            launch(
+                cx,
+                &self.out,
+                Grid::linear(n_out),
+                &[
+                    Arg::Ptr(io.ins[0].ptr),
+                    Arg::Ptr(io.state),
+                    Arg::Ptr(io.outs[0].ptr),
+                    Arg::Ptr(cx.step),
+                    Arg::U64(outer as u64),
+                    Arg::U64(p as u64),
+                    Arg::U64(inner as u64),
+                    Arg::U64(self.b as u64),
+                    Arg::U64(self.pout as u64),
+                ],
+            )?;
+        }
+        let n_ring = outer * p.min(self.b) * inner;
+        if n_ring > 0 {
+            launch(
+                cx,
+                &self.ring,
+                Grid::linear(n_ring),
+                &[
+                    Arg::Ptr(io.ins[0].ptr),
+                    Arg::Ptr(io.state),
+                    Arg::Ptr(cx.step),
+                    Arg::U64(outer as u64),
+                    Arg::U64(p as u64),
+                    Arg::U64(inner as u64),
+                    Arg::U64(self.b as u64),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct PulsePadGpu {
+    f: CudaFunction,
+    lay: FrameLayout,
+    op: PulsePad,
+}
+
+impl GpuOp for PulsePadGpu {
+    fn describe(&self) -> String {
+        format!("pulse pad begin {} (step counter on the device)", self.op.begin)
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("pulse pad", io, 1, 1)?;
+        let FrameLayout {
+            outer,
+            frames: p,
+            inner,
+        } = self.lay;
+        let n = outer * p * inner;
+        if n == 0 {
+            return Ok(());
+        }
+        let (has_end, (ea, eb, ed, ec)) = match self.op.end {
+            Some(e) => (1, e.parts()),
+            None => (0, (0, 0, 1, 0)),
+        };
+        launch(
+            cx,
+            &self.f,
+            Grid::linear(n),
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::Ptr(cx.step),
+                Arg::Ptr(cx.stream_len),
+                Arg::U64(outer as u64),
+                Arg::U64(p as u64),
+                Arg::U64(inner as u64),
+                Arg::I64(self.op.delay as i64),
+                Arg::I64(self.op.begin as i64),
+                Arg::I32(has_end),
+                Arg::I64(ea),
+                Arg::I64(eb),
+                Arg::I64(ed),
+                Arg::I64(ec),
+                Arg::F32(self.op.value),
+            ],
+        )
+    }
+}
+
+pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+    if let Some(d) = op.as_any().downcast_ref::<Delay>() {
+        return Some(build_delay(d, cx));
+    }
+    if let Some(p) = op.as_any().downcast_ref::<PulsePad>() {
+        return Some(build_pad(p, cx));
+    }
     None
+}
+
+fn build_delay(d: &Delay, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let lay = layout(&cx.shape(0)?, d.axis)?;
+    let elem = cx.inputs[0].dtype.size_of();
+    if ![1, 2, 4, 8].contains(&elem) {
+        return Err(GpuError::Kernel(format!("delay: {elem}-byte elements")));
+    }
+    Ok(Box::new(DelayGpu {
+        out: cx.lib.function("pulse", &format!("delay_out_{elem}"))?,
+        ring: cx.lib.function("pulse", &format!("delay_ring_{elem}"))?,
+        lay,
+        b: d.delay + d.overlap,
+        pout: lay.frames + d.overlap,
+        elem,
+    }))
+}
+
+fn build_pad(p: &PulsePad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let suffix = cx.suffix(0)?;
+    let lay = layout(&cx.shape(0)?, p.axis)?;
+    if let Some(e) = p.end {
+        if e.parts().2 <= 0 {
+            return Err(GpuError::Kernel(format!("pulse pad: end {e} divides by a non-positive number")));
+        }
+    }
+    Ok(Box::new(PulsePadGpu {
+        f: cx.lib.function("pulse", &format!("pulse_pad_{suffix}"))?,
+        lay,
+        op: p.clone(),
+    }))
 }

@@ -1,10 +1,212 @@
-//! (to be written)
+//! Shape ops. Reshapes, squeezes and slices that stay contiguous are views
+//! (the planner aliases the memory, for every dtype); other slices,
+//! permutations and concatenations are one strided copy (`kernels/copy.cu`).
 
-use crate::gpu::op::{BuildCx, GpuOp};
+use cudarc::driver::CudaFunction;
+
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
+use crate::ops::shape::{MoveAxis, Permute, Reshape, Slice, Squeeze, Unsqueeze};
+use crate::ops::concat::Concat;
 use crate::ops::Op;
 
-/// Builds the GPU form of the ops this file handles.
-pub fn build(_op: &dyn Op, _cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+const MAX_RANK: usize = 6;
+
+/// A view of input 0 at a byte offset.
+#[derive(Debug)]
+struct View {
+    offset: usize,
+}
+
+impl GpuOp for View {
+    fn describe(&self) -> String {
+        format!("view (offset {} bytes, no kernel)", self.offset)
+    }
+
+    fn launch(&self, _: &LaunchCx, _: &Io) -> Result<(), GpuError> {
+        Ok(())
+    }
+
+    fn alias(&self) -> Option<(usize, usize)> {
+        Some((0, self.offset))
+    }
+}
+
+/// One strided copy: `dims` walked in order, source and destination strides
+/// in elements, plus element offsets.
+#[derive(Debug, Clone)]
+struct Copy {
+    dims: Vec<usize>,
+    src: Vec<i64>,
+    dst: Vec<i64>,
+    src_offset: usize,
+    dst_offset: usize,
+}
+
+/// Strided copies (one per input for a concat).
+#[derive(Debug)]
+struct CopyGpu {
+    f: CudaFunction,
+    elem: usize,
+    copies: Vec<(usize, Copy)>,
+}
+
+fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
+    let mut s = vec![1i64; shape.len()];
+    for a in (0..shape.len().saturating_sub(1)).rev() {
+        s[a] = s[a + 1] * shape[a + 1] as i64;
+    }
+    s
+}
+
+impl GpuOp for CopyGpu {
+    fn describe(&self) -> String {
+        format!("strided copy x{}", self.copies.len())
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("copy", io, 1, 1)?;
+        for (input, c) in &self.copies {
+            let n: usize = c.dims.iter().product();
+            if n == 0 {
+                continue;
+            }
+            let src = io
+                .ins
+                .get(*input)
+                .ok_or_else(|| GpuError::Kernel("copy: missing input".into()))?;
+            let mut args = [Arg::U64(0); 4 + 3 * MAX_RANK];
+            args[0] = Arg::Ptr(src.ptr + (c.src_offset * self.elem) as u64);
+            args[1] = Arg::Ptr(io.outs[0].ptr + (c.dst_offset * self.elem) as u64);
+            args[2] = Arg::U64(n as u64);
+            args[3] = Arg::I32(c.dims.len() as i32);
+            for a in 0..MAX_RANK {
+                args[4 + a] = Arg::U64(c.dims.get(a).copied().unwrap_or(1) as u64);
+                args[4 + MAX_RANK + a] = Arg::I64(c.src.get(a).copied().unwrap_or(0));
+                args[4 + 2 * MAX_RANK + a] = Arg::I64(c.dst.get(a).copied().unwrap_or(0));
+            }
+            launch(cx, &self.f, Grid::linear(n), &args)?;
+        }
+        Ok(())
+    }
+}
+
+pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+    let any = op.as_any();
+    if any.is::<Reshape>() || any.is::<Squeeze>() || any.is::<Unsqueeze>() {
+        return Some(Ok(Box::new(View { offset: 0 })));
+    }
+    if let Some(s) = any.downcast_ref::<Slice>() {
+        return Some(build_slice(s, cx));
+    }
+    if let Some(p) = any.downcast_ref::<Permute>() {
+        return Some(build_permute(&p.axes, cx));
+    }
+    if let Some(m) = any.downcast_ref::<MoveAxis>() {
+        return Some(move_axis_perm(m, cx).and_then(|axes| build_permute(&axes, cx)));
+    }
+    if let Some(c) = any.downcast_ref::<Concat>() {
+        return Some(build_concat(c, cx));
+    }
     None
+}
+
+fn copier(cx: &BuildCx, copies: Vec<(usize, Copy)>) -> Result<Box<dyn GpuOp>, GpuError> {
+    let elem = cx.inputs[0].dtype.size_of();
+    if copies.iter().any(|(_, c)| c.dims.len() > MAX_RANK) {
+        return Err(GpuError::Kernel(format!("copy: rank above {MAX_RANK}")));
+    }
+    Ok(Box::new(CopyGpu {
+        f: cx.lib.function("copy", &format!("strided_copy_{elem}"))?,
+        elem,
+        copies,
+    }))
+}
+
+fn build_slice(s: &Slice, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let x = cx.shape(0)?;
+    let out = cx.out_shape(0)?;
+    let axis = s.axis;
+    if axis >= x.len() || out.len() != x.len() {
+        return Err(GpuError::Kernel(format!("slice: axis {axis} of {x:?}")));
+    }
+    // the start the CPU op resolves to, from the output length
+    let n = x[axis] as i64;
+    let start = if s.start < 0 { (s.start + n).max(0) } else { s.start.min(n) } as usize;
+    if start + out[axis] > x[axis] {
+        return Err(GpuError::Kernel(format!("slice: {start}+{} beyond {}", out[axis], x[axis])));
+    }
+    let inner: usize = x[axis + 1..].iter().product();
+    let elem = cx.inputs[0].dtype.size_of();
+    if x[..axis].iter().all(|&d| d == 1) {
+        return Ok(Box::new(View {
+            offset: start * inner * elem,
+        }));
+    }
+    let copy = Copy {
+        src: contiguous_strides(&x),
+        dst: contiguous_strides(&out),
+        dims: out.clone(),
+        src_offset: start * inner,
+        dst_offset: 0,
+    };
+    copier(cx, vec![(0, copy)])
+}
+
+fn build_permute(axes: &[usize], cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let x = cx.shape(0)?;
+    let out = cx.out_shape(0)?;
+    if axes.len() != x.len() || axes.iter().any(|&a| a >= x.len()) {
+        return Err(GpuError::Kernel(format!("permute {axes:?} of {x:?}")));
+    }
+    let xs = contiguous_strides(&x);
+    let copy = Copy {
+        src: axes.iter().map(|&a| xs[a]).collect(),
+        dst: contiguous_strides(&out),
+        dims: out.clone(),
+        src_offset: 0,
+        dst_offset: 0,
+    };
+    copier(cx, vec![(0, copy)])
+}
+
+fn move_axis_perm(m: &MoveAxis, cx: &BuildCx) -> Result<Vec<usize>, GpuError> {
+    let r = cx.shape(0)?.len();
+    if m.from >= r || m.to >= r {
+        return Err(GpuError::Kernel(format!("move axis {} -> {} of rank {r}", m.from, m.to)));
+    }
+    let mut axes: Vec<usize> = (0..r).filter(|&a| a != m.from).collect();
+    axes.insert(m.to, m.from);
+    Ok(axes)
+}
+
+fn build_concat(c: &Concat, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let out = cx.out_shape(0)?;
+    let r = out.len() as isize;
+    let axis = if c.axis < 0 { c.axis + r } else { c.axis };
+    if axis < 0 || axis >= r {
+        return Err(GpuError::Kernel(format!("concat axis {} of rank {r}", c.axis)));
+    }
+    let axis = axis as usize;
+    if cx.inputs.iter().any(|f| f.dtype != cx.outputs[0].dtype) {
+        return Err(GpuError::Kernel("concat: mixed dtypes".into()));
+    }
+    let os = contiguous_strides(&out);
+    let mut at = 0usize;
+    let mut copies = Vec::new();
+    for i in 0..cx.inputs.len() {
+        let x = cx.shape(i)?;
+        copies.push((
+            i,
+            Copy {
+                src: contiguous_strides(&x),
+                dst: os.clone(),
+                dims: x.clone(),
+                src_offset: 0,
+                dst_offset: at * os[axis] as usize,
+            },
+        ));
+        at += x[axis];
+    }
+    copier(cx, copies)
 }

@@ -1,0 +1,684 @@
+//! The GPU runner: a translated graph with every buffer planned up front,
+//! run step by step. The first step launches kernels one by one (warm-up);
+//! the second captures each run of consecutive GPU nodes as a CUDA graph;
+//! later steps replay the graphs. Nodes left on the CPU split the step into
+//! segments, with explicit copies around them.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::CudaFunction;
+
+use super::device::GpuDevice;
+use super::memory::{copy_to_device, copy_to_host, set_capturing, zero, DeviceBuffer, PinnedBuffer};
+use super::op::{launch, Arg, Grid, Io, LaunchCx};
+use super::plan::{place, Interval};
+use super::tensor::{host_bytes, tensor_from_bytes, DevTensor, Precision};
+use super::translator::{translate, Placement, TranslateOptions, Translation};
+use super::GpuError;
+use crate::graph::check_input;
+use crate::graph::{Graph, OutletId, StepRunner};
+use crate::ops::{Const, DType, OpError, OpState, Scratch, Tensor};
+use crate::{Error, Result};
+
+/// How the runner launches its GPU segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launches {
+    /// Kernel by kernel, every step.
+    Eager,
+    /// One eager warm-up step, then CUDA graphs captured and replayed.
+    Captured,
+}
+
+/// Options of a [`GpuRunner`].
+#[derive(Debug, Clone)]
+pub struct GpuRunnerOptions {
+    pub translate: TranslateOptions,
+    pub launches: Launches,
+}
+
+impl GpuRunnerOptions {
+    /// Captured launches, `precision`, switches from the environment.
+    pub fn new(precision: Precision) -> GpuRunnerOptions {
+        GpuRunnerOptions {
+            translate: TranslateOptions::from_env(precision),
+            launches: Launches::Captured,
+        }
+    }
+}
+
+/// A CUDA graph of one segment. cudarc's graph is not `Send`; a runner (and
+/// its graphs) is used by one thread at a time, which CUDA allows.
+struct Captured(cudarc::driver::CudaGraph);
+unsafe impl Send for Captured {}
+
+#[derive(Debug)]
+enum Segment {
+    /// Consecutive GPU nodes; the last segment also advances the step counter.
+    Gpu { nodes: Vec<usize>, advance: bool },
+    /// Consecutive CPU nodes.
+    Host(Vec<usize>),
+}
+
+/// Runs a graph on the GPU (with CPU fallback per node).
+pub struct GpuRunner {
+    dev: Arc<GpuDevice>,
+    graph: Arc<Graph>,
+    tr: Translation,
+    segments: Vec<Segment>,
+    /// Device tensor of every outlet that lives on the device.
+    dev_values: Vec<Vec<Option<DevTensor>>>,
+    /// Host copy of every outlet the host needs (CPU inputs, graph outputs).
+    host_values: Vec<Vec<Tensor>>,
+    /// Which outlets a CPU node or the graph's outputs read from the device.
+    needs_host: Vec<Vec<bool>>,
+    /// Which outlets produced on the host a GPU node reads.
+    needs_device: Vec<Vec<bool>>,
+    state_offsets: Vec<usize>,
+    cpu_states: Vec<Option<Box<dyn OpState>>>,
+    cpu_scratch: Vec<Scratch>,
+    graphs: Vec<Option<Captured>>,
+    advance: CudaFunction,
+    launches: Launches,
+    capture_failed: bool,
+    steps: u64,
+    stream_len: Option<i64>,
+    staging: PinnedBuffer,
+    // the memory, kept alive for the raw addresses above
+    _arena: DeviceBuffer,
+    _consts: Vec<DeviceBuffer>,
+    state: DeviceBuffer,
+    scratch: DeviceBuffer,
+    /// `[step: u64, stream_len: i64]`.
+    params: DeviceBuffer,
+    /// Bytes of activations, state and constants on the device.
+    pub memory: MemoryReport,
+}
+
+/// Where the device memory of a plan goes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemoryReport {
+    pub arena: usize,
+    /// Sum of every activation's size, had none been reused.
+    pub unshared: usize,
+    pub state: usize,
+    pub consts: usize,
+    pub scratch: usize,
+}
+
+fn gpu_err(node: &str, op: &'static str, e: GpuError) -> Error {
+    Error::node(node, op, OpError::Other(format!("GPU: {e}")))
+}
+
+impl GpuRunner {
+    /// Translates and plans `graph` (facts concrete, or made concrete by
+    /// `s`, the stream length of a whole-utterance run).
+    pub fn new(
+        dev: Arc<GpuDevice>,
+        graph: impl Into<Arc<Graph>>,
+        s: Option<i64>,
+        opts: &GpuRunnerOptions,
+    ) -> Result<GpuRunner> {
+        let graph: Arc<Graph> = graph.into();
+        graph.validate()?;
+        let order = graph.topo_order()?;
+        let tr = translate(&graph, &dev, s, &opts.translate)?;
+        let gpu = &dev.ctx;
+        let p = tr.precision;
+        let n = graph.nodes.len();
+        let on_gpu = |id: usize| tr.placements[id].is_gpu();
+        let is_const = |id: usize| matches!(tr.placements[id], Placement::Const);
+
+        // who reads what
+        let mut needs_host: Vec<Vec<bool>> =
+            graph.nodes.iter().map(|nd| vec![false; nd.facts.len()]).collect();
+        let mut needs_device = needs_host.clone();
+        let mut last_use: Vec<Vec<usize>> =
+            graph.nodes.iter().map(|nd| vec![0; nd.facts.len()]).collect();
+        let pos: Vec<usize> = {
+            let mut pos = vec![0; n];
+            for (t, &id) in order.iter().enumerate() {
+                pos[id] = t;
+            }
+            pos
+        };
+        for &id in &order {
+            let node = &graph.nodes[id];
+            for o in &node.inputs {
+                if on_gpu(id) {
+                    if !on_gpu(o.node) {
+                        needs_device[o.node][o.slot] = true;
+                    }
+                } else if on_gpu(o.node) {
+                    needs_host[o.node][o.slot] = true;
+                }
+                let l = &mut last_use[o.node][o.slot];
+                *l = (*l).max(pos[id]);
+            }
+        }
+        for (_, o) in &graph.outputs {
+            if on_gpu(o.node) {
+                needs_host[o.node][o.slot] = true;
+            }
+            last_use[o.node][o.slot] = usize::MAX;
+        }
+
+        // constants read by GPU nodes: their own buffers, in storage dtype
+        let mut dev_values: Vec<Vec<Option<DevTensor>>> =
+            graph.nodes.iter().map(|nd| vec![None; nd.facts.len()]).collect();
+        let mut consts = Vec::new();
+        let mut const_bytes = 0;
+        for id in 0..n {
+            if !(is_const(id) && needs_device[id][0]) {
+                continue;
+            }
+            let c = graph.nodes[id]
+                .op
+                .as_any()
+                .downcast_ref::<Const>()
+                .expect("placement says Const");
+            let dt = p.storage(c.value.dtype());
+            let buf = DeviceBuffer::from_bytes(gpu, &host_bytes(&c.value, dt))?;
+            const_bytes += buf.bytes();
+            dev_values[id][0] = Some(DevTensor {
+                ptr: buf.ptr(),
+                dtype: dt,
+                shape: c.value.shape().to_vec(),
+            });
+            consts.push(buf);
+        }
+
+        // activations: roots (values with their own memory) and views of them
+        let mut root: Vec<Vec<Option<(OutletId, usize)>>> =
+            graph.nodes.iter().map(|nd| vec![None; nd.facts.len()]).collect();
+        let mut intervals: Vec<Interval> = Vec::new();
+        let mut interval_of: Vec<Vec<Option<usize>>> =
+            graph.nodes.iter().map(|nd| vec![None; nd.facts.len()]).collect();
+        let mut unshared = 0usize;
+        for &id in &order {
+            let lives_on_device = |slot: usize| {
+                on_gpu(id) || (!is_const(id) && needs_device[id][slot])
+            };
+            for slot in 0..graph.nodes[id].facts.len() {
+                if is_const(id) || !lives_on_device(slot) {
+                    continue;
+                }
+                let fact = p.device_fact(&tr.facts[id][slot]);
+                let bytes = fact.concrete_shape().map_or(0, |s| s.iter().product::<usize>())
+                    * fact.dtype.size_of();
+                if let Placement::Gpu(op) = &tr.placements[id] {
+                    if let (Some((input, offset)), 0) = (op.alias(), slot) {
+                        let src = graph.nodes[id].inputs[input];
+                        let r = root[src.node][src.slot].unwrap_or((src, 0));
+                        root[id][slot] = Some((r.0, r.1 + offset));
+                        if let Some(iv) = interval_of[r.0.node][r.0.slot] {
+                            let l = last_use[id][slot].max(pos[id]);
+                            intervals[iv].last = intervals[iv].last.max(l);
+                        }
+                        continue;
+                    }
+                }
+                let first = if matches!(tr.placements[id], Placement::Input) { 0 } else { pos[id] };
+                interval_of[id][slot] = Some(intervals.len());
+                unshared += bytes;
+                intervals.push(Interval {
+                    bytes,
+                    first,
+                    last: last_use[id][slot].max(pos[id]),
+                });
+            }
+        }
+        // graph inputs stay put for the whole step (they are copied in first)
+        for &id in &graph.inputs {
+            if let Some(iv) = interval_of[id][0] {
+                intervals[iv].first = 0;
+            }
+        }
+        let (offsets, arena_bytes) = place(&intervals);
+        let arena = DeviceBuffer::alloc(gpu, arena_bytes)?;
+        for &id in &order {
+            for slot in 0..graph.nodes[id].facts.len() {
+                let fact = p.device_fact(&tr.facts[id][slot]);
+                let shape = fact.concrete_shape().unwrap_or_default();
+                let ptr = if let Some(iv) = interval_of[id][slot] {
+                    arena.ptr() + offsets[iv] as u64
+                } else if let Some((r, off)) = root[id][slot] {
+                    let base = match interval_of[r.node][r.slot] {
+                        Some(iv) => arena.ptr() + offsets[iv] as u64,
+                        None => match &dev_values[r.node][r.slot] {
+                            Some(t) => t.ptr,
+                            None => continue,
+                        },
+                    };
+                    base + off as u64
+                } else {
+                    continue;
+                };
+                dev_values[id][slot] = Some(DevTensor {
+                    ptr,
+                    dtype: fact.dtype,
+                    shape,
+                });
+            }
+        }
+
+        // state and scratch
+        let mut state_offsets = vec![0usize; n];
+        let mut state_bytes = 0usize;
+        let mut scratch_bytes = 0usize;
+        for id in 0..n {
+            if let Placement::Gpu(op) = &tr.placements[id] {
+                state_offsets[id] = state_bytes;
+                state_bytes += super::memory::align(op.state_bytes());
+                scratch_bytes = scratch_bytes.max(op.scratch_bytes());
+            }
+        }
+        let state = DeviceBuffer::alloc(gpu, state_bytes)?;
+        let scratch = DeviceBuffer::alloc(gpu, scratch_bytes)?;
+        let params = DeviceBuffer::from_bytes(gpu, &[0u64.to_le_bytes(), (-1i64).to_le_bytes()].concat())?;
+
+        // segments in execution order
+        let mut segments: Vec<Segment> = Vec::new();
+        for &id in &order {
+            match &tr.placements[id] {
+                Placement::Input | Placement::Const => {}
+                Placement::Gpu(_) => match segments.last_mut() {
+                    Some(Segment::Gpu { nodes, .. }) => nodes.push(id),
+                    _ => segments.push(Segment::Gpu {
+                        nodes: vec![id],
+                        advance: false,
+                    }),
+                },
+                Placement::Cpu(_) => match segments.last_mut() {
+                    Some(Segment::Host(nodes)) => nodes.push(id),
+                    _ => segments.push(Segment::Host(vec![id])),
+                },
+            }
+        }
+        match segments.last_mut() {
+            Some(Segment::Gpu { advance, .. }) => *advance = true,
+            _ => segments.push(Segment::Gpu {
+                nodes: Vec::new(),
+                advance: true,
+            }),
+        }
+
+        // host mirrors
+        let mut host_values: Vec<Vec<Tensor>> = graph
+            .nodes
+            .iter()
+            .map(|nd| nd.facts.iter().map(|_| Tensor::empty()).collect())
+            .collect();
+        for id in 0..n {
+            if let Some(c) = graph.nodes[id].op.as_any().downcast_ref::<Const>() {
+                host_values[id][0] = c.value.clone();
+            }
+        }
+        let cpu_states = (0..n)
+            .map(|id| match tr.placements[id] {
+                Placement::Cpu(_) => graph.nodes[id].op.state(),
+                _ => None,
+            })
+            .collect();
+        let staging_bytes = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(id, nd)| (0..nd.facts.len()).map(move |s| (id, s)))
+            .filter_map(|(id, s)| dev_values[id][s].as_ref().map(|t| t.bytes()))
+            .max()
+            .unwrap_or(0);
+        let staging = PinnedBuffer::alloc(gpu, staging_bytes)?;
+        let advance = dev.lib.function("copy", "advance_step")?;
+        let memory = MemoryReport {
+            arena: arena_bytes,
+            unshared,
+            state: state_bytes,
+            consts: const_bytes,
+            scratch: scratch_bytes,
+        };
+        let graphs = segments.iter().map(|_| None).collect();
+        Ok(GpuRunner {
+            dev,
+            graph,
+            tr,
+            segments,
+            dev_values,
+            host_values,
+            needs_host,
+            needs_device,
+            state_offsets,
+            cpu_states,
+            cpu_scratch: (0..n).map(|_| Scratch::default()).collect(),
+            graphs,
+            advance,
+            launches: opts.launches,
+            capture_failed: false,
+            steps: 0,
+            stream_len: None,
+            staging,
+            _arena: arena,
+            _consts: consts,
+            state,
+            scratch,
+            params,
+            memory,
+        })
+    }
+
+    /// The translation (placement of every node).
+    pub fn translation(&self) -> &Translation {
+        &self.tr
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Nodes on the GPU and on the CPU (constants and inputs not counted).
+    pub fn placement_counts(&self) -> (usize, usize) {
+        let gpu = self.tr.placements.iter().filter(|p| p.is_gpu()).count();
+        let cpu = self
+            .tr
+            .placements
+            .iter()
+            .filter(|p| matches!(p, Placement::Cpu(_)))
+            .count();
+        (gpu, cpu)
+    }
+
+    /// Number of CUDA graphs replayed per step (0 before capture or when eager).
+    pub fn captured_graphs(&self) -> usize {
+        self.graphs.iter().filter(|g| g.is_some()).count()
+    }
+
+    /// Whether a capture failed and the runner fell back to eager launches.
+    pub fn capture_failed(&self) -> bool {
+        self.capture_failed
+    }
+
+    /// Steps run since the start or the last reset.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn launch_nodes(&self, nodes: &[usize], advance: bool) -> Result<()> {
+        let cx = LaunchCx {
+            gpu: &self.dev.ctx,
+            blas: &self.dev.blas,
+            step: self.params.ptr(),
+            stream_len: self.params.ptr() + 8,
+        };
+        let mut ins: Vec<DevTensor> = Vec::with_capacity(8);
+        for &id in nodes {
+            let node = &self.graph.nodes[id];
+            let Placement::Gpu(op) = &self.tr.placements[id] else {
+                continue;
+            };
+            ins.clear();
+            for o in &node.inputs {
+                match &self.dev_values[o.node][o.slot] {
+                    Some(t) => ins.push(t.clone()),
+                    None => {
+                        return Err(gpu_err(
+                            &node.name,
+                            node.op.name(),
+                            GpuError::Kernel(format!(
+                                "input {} is not on the device",
+                                self.graph.outlet_name(*o)
+                            )),
+                        ))
+                    }
+                }
+            }
+            let outs: Vec<DevTensor> = self.dev_values[id].iter().flatten().cloned().collect();
+            let io = Io {
+                ins: &ins,
+                outs: &outs,
+                state: if op.state_bytes() > 0 {
+                    self.state.ptr() + self.state_offsets[id] as u64
+                } else {
+                    0
+                },
+                scratch: if op.scratch_bytes() > 0 { self.scratch.ptr() } else { 0 },
+            };
+            op.launch(&cx, &io)
+                .map_err(|e| gpu_err(&node.name, node.op.name(), e))?;
+        }
+        if advance {
+            launch(&cx, &self.advance, Grid::blocks(1, 32), &[Arg::Ptr(self.params.ptr())])
+                .map_err(Error::Gpu)?;
+        }
+        Ok(())
+    }
+
+    /// Captures a segment and launches the graph; on any failure, says so
+    /// once, ends the capture and launches the segment eagerly from now on.
+    fn capture(&mut self, k: usize, nodes: &[usize], advance: bool) -> Result<()> {
+        let stream = self.dev.ctx.stream().clone();
+        let begun = stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| GpuError::Driver(format!("begin capture: {e}")));
+        let result = begun.and_then(|_| {
+            set_capturing(true);
+            let r = self.launch_nodes(nodes, advance);
+            set_capturing(false);
+            let g = stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .map_err(|e| GpuError::Driver(format!("end capture: {e}")));
+            match (r, g) {
+                (Ok(()), Ok(Some(g))) => Ok(g),
+                (Err(e), _) => Err(GpuError::Driver(format!("while capturing: {e}"))),
+                (_, Err(e)) => Err(e),
+                (_, Ok(None)) => Err(GpuError::Driver("capture gave no graph".into())),
+            }
+        });
+        match result {
+            Ok(g) => {
+                g.launch()
+                    .map_err(|e| Error::Gpu(GpuError::Driver(format!("graph launch: {e}"))))?;
+                self.graphs[k] = Some(Captured(g));
+                Ok(())
+            }
+            Err(e) => {
+                eprintln!("warning: CUDA-graph capture failed ({e}); launching kernels one by one");
+                self.capture_failed = true;
+                self.launch_nodes(nodes, advance)
+            }
+        }
+    }
+
+    fn upload(&self, id: usize, slot: usize) -> Result<()> {
+        if let Some(t) = &self.dev_values[id][slot] {
+            let bytes = host_bytes(&self.host_values[id][slot], t.dtype);
+            copy_to_device(&self.dev.ctx, &bytes, t.ptr)?;
+        }
+        Ok(())
+    }
+
+    fn download(&mut self, id: usize, slot: usize) -> Result<()> {
+        let Some(t) = self.dev_values[id][slot].clone() else {
+            return Ok(());
+        };
+        let logical = self.tr.facts[id][slot].dtype;
+        let bytes = &mut self.staging.as_bytes_mut()[..t.bytes()];
+        copy_to_host(&self.dev.ctx, t.ptr, bytes)?;
+        let host = &mut self.host_values[id][slot];
+        if t.dtype == logical && logical == DType::F32 {
+            host.ensure(DType::F32, &t.shape);
+            let dst = host.as_slice_mut::<f32>()?;
+            bytemuck::cast_slice_mut::<f32, u8>(dst).copy_from_slice(bytes);
+        } else {
+            *host = tensor_from_bytes(bytes, t.dtype, logical, &t.shape)?;
+        }
+        Ok(())
+    }
+
+    fn run_host(&mut self, nodes: &[usize]) -> Result<()> {
+        self.dev.ctx.synchronize()?;
+        for &id in nodes {
+            let node = self.graph.nodes[id].clone();
+            for o in &node.inputs {
+                if self.needs_host[o.node][o.slot] && self.tr.placements[o.node].is_gpu() {
+                    self.download(o.node, o.slot)?;
+                }
+            }
+            let mut outs = std::mem::take(&mut self.host_values[id]);
+            let ins: Vec<&Tensor> = node
+                .inputs
+                .iter()
+                .map(|o| &self.host_values[o.node][o.slot])
+                .collect();
+            let r = match &mut self.cpu_states[id] {
+                Some(st) => st.eval(&ins, &mut outs, &mut self.cpu_scratch[id]),
+                None => node.op.eval(&ins, &mut outs, &mut self.cpu_scratch[id]),
+            };
+            self.host_values[id] = outs;
+            r.map_err(|e| Error::node(&node.name, node.op.name(), e))?;
+            for slot in 0..node.facts.len() {
+                if self.needs_device[id][slot] {
+                    self.upload(id, slot)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn step_inner(&mut self, inputs: &[&Tensor]) -> Result<()> {
+        let graph = self.graph.clone();
+        if inputs.len() != graph.inputs.len() {
+            return Err(Error::Graph(format!(
+                "graph has {} inputs, {} were given",
+                graph.inputs.len(),
+                inputs.len()
+            )));
+        }
+        self.dev.ctx.ctx().bind_to_thread().map_err(GpuError::from)?;
+        for (&id, t) in graph.inputs.iter().zip(inputs) {
+            let node = &graph.nodes[id];
+            let mut s = None;
+            check_input(&node.name, &self.tr.facts[id][0], t, &mut s)?;
+            self.host_values[id][0].copy_from(t);
+            if let Some(d) = self.dev_values[id][0].clone() {
+                let buf = &mut self.staging.as_bytes_mut()[..d.bytes()];
+                to_storage(t, d.dtype, buf)?;
+                copy_to_device(&self.dev.ctx, buf, d.ptr)?;
+                if graph.inputs.len() > 1 {
+                    // the next input reuses the staging buffer
+                    self.dev.ctx.synchronize()?;
+                }
+            }
+        }
+        let segments = std::mem::take(&mut self.segments);
+        let r = self.run_segments(&segments);
+        self.segments = segments;
+        r?;
+        for (_, o) in graph.outputs.iter() {
+            if self.tr.placements[o.node].is_gpu() {
+                self.download(o.node, o.slot)?;
+            }
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    fn run_segments(&mut self, segments: &[Segment]) -> Result<()> {
+        for (k, seg) in segments.iter().enumerate() {
+            match seg {
+                Segment::Host(nodes) => self.run_host(nodes)?,
+                Segment::Gpu { nodes, advance } => {
+                    if let Some(g) = &self.graphs[k] {
+                        g.0.launch()
+                            .map_err(|e| GpuError::Driver(format!("graph launch: {e}")))?;
+                    } else if self.launches == Launches::Captured
+                        && self.steps >= 1
+                        && !self.capture_failed
+                    {
+                        self.capture(k, nodes, *advance)?;
+                    } else {
+                        self.launch_nodes(nodes, *advance)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes `t` as `storage` bytes into `out` (f32 copied, bf16 rounded).
+fn to_storage(t: &Tensor, storage: DType, out: &mut [u8]) -> Result<()> {
+    match (t.dtype(), storage) {
+        (DType::F32, DType::F32) => {
+            let c = crate::ops::contig(t);
+            out.copy_from_slice(bytemuck::cast_slice(c.as_slice::<f32>()?));
+        }
+        (DType::F32, DType::BF16) => {
+            let c = crate::ops::contig(t);
+            for (o, v) in out.chunks_exact_mut(2).zip(c.as_slice::<f32>()?) {
+                o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+            }
+        }
+        _ => out.copy_from_slice(&host_bytes(t, storage)),
+    }
+    Ok(())
+}
+
+impl StepRunner for GpuRunner {
+    fn step(&mut self, inputs: &[&Tensor]) -> Result<()> {
+        self.step_inner(inputs)
+    }
+
+    fn output(&self, i: usize) -> &Tensor {
+        let o = self.graph.outputs[i].1;
+        &self.host_values[o.node][o.slot]
+    }
+
+    fn reset(&mut self) {
+        // The state, the step counter and the CPU nodes' states back to zero;
+        // captured graphs stay valid (same addresses).
+        let gpu = &self.dev.ctx;
+        let _ = gpu.ctx().bind_to_thread();
+        let r = zero(gpu, self.state.ptr(), self.state.bytes())
+            .and_then(|_| copy_to_device(gpu, &0u64.to_le_bytes(), self.params.ptr()))
+            .and_then(|_| copy_to_device(gpu, &(-1i64).to_le_bytes(), self.params.ptr() + 8))
+            .and_then(|_| gpu.synchronize());
+        if let Err(e) = r {
+            eprintln!("warning: GPU reset failed: {e}");
+        }
+        for s in self.cpu_states.iter_mut().flatten() {
+            s.reset();
+            s.set_stream_len(None);
+        }
+        self.stream_len = None;
+        self.steps = 0;
+    }
+
+    fn set_stream_len(&mut self, s: Option<i64>) {
+        self.stream_len = s;
+        let gpu = &self.dev.ctx;
+        let v = s.unwrap_or(-1);
+        if let Err(e) = copy_to_device(gpu, &v.to_le_bytes(), self.params.ptr() + 8)
+            .and_then(|_| gpu.synchronize())
+        {
+            eprintln!("warning: could not set the stream length on the GPU: {e}");
+        }
+        for st in self.cpu_states.iter_mut().flatten() {
+            st.set_stream_len(s);
+        }
+    }
+
+    fn value(&self, o: OutletId) -> Option<Tensor> {
+        if let Some(t) = self.dev_values.get(o.node)?.get(o.slot)?.clone() {
+            if self.tr.placements[o.node].is_gpu() || matches!(self.tr.placements[o.node], Placement::Input) {
+                let mut bytes = vec![0u8; t.bytes()];
+                copy_to_host(&self.dev.ctx, t.ptr, &mut bytes).ok()?;
+                return tensor_from_bytes(&bytes, t.dtype, self.tr.facts[o.node][o.slot].dtype, &t.shape).ok();
+            }
+        }
+        Some(self.host_values.get(o.node)?.get(o.slot)?.clone())
+    }
+
+    fn device(&self) -> &'static str {
+        "cuda"
+    }
+}

@@ -1,0 +1,236 @@
+//! The translator: decides, node by node, whether a graph runs on the GPU.
+//!
+//! A node gets its GPU form only when (1) it is not forced to the CPU
+//! (`PULSED_FORCE_CPU`), (2) its CPU `output_facts`, given the device-side
+//! input facts (storage dtypes; host inputs treated as device facts), give
+//! exactly the node's device-side facts, and (3) a GPU builder takes it.
+//! Anything else runs its CPU op with explicit transfers; a translation never
+//! fails because of one node. `PULSED_TRANSLATE_DEBUG=1` prints every
+//! rejected node with the reason.
+
+use std::fmt;
+
+use super::device::GpuDevice;
+use super::op::{BuildCx, GpuOp};
+use super::ops::BUILDERS;
+use super::tensor::Precision;
+use super::GpuError;
+use crate::graph::Graph;
+use crate::ops::{Const, Source, Tensor, TypedFact};
+
+/// Environment variable: comma-separated node names, op kinds (`Conv1d`) or
+/// name prefixes ending in `*` (`blocks.0.*`) to run on the CPU.
+pub const FORCE_CPU_ENV: &str = "PULSED_FORCE_CPU";
+/// Environment variable: `1` prints each node the translator rejects.
+pub const DEBUG_ENV: &str = "PULSED_TRANSLATE_DEBUG";
+
+/// Where a node runs.
+#[derive(Debug)]
+pub enum Placement {
+    /// A graph input, filled by the runner.
+    Input,
+    /// A constant: on the host, and uploaded once if a GPU node reads it.
+    Const,
+    /// Its GPU form.
+    Gpu(Box<dyn GpuOp>),
+    /// Its CPU op, and why.
+    Cpu(String),
+}
+
+impl Placement {
+    pub fn is_gpu(&self) -> bool {
+        matches!(self, Placement::Gpu(_))
+    }
+}
+
+/// The translator's choice for every node, in node order.
+#[derive(Debug)]
+pub struct Translation {
+    pub placements: Vec<Placement>,
+    /// Concrete node facts as the graph will run (logical dtypes).
+    pub facts: Vec<Vec<TypedFact>>,
+    pub precision: Precision,
+}
+
+/// Which nodes a user forced to the CPU.
+#[derive(Debug, Clone, Default)]
+pub struct ForceCpu(Vec<String>);
+
+impl ForceCpu {
+    /// From [`FORCE_CPU_ENV`].
+    pub fn from_env() -> ForceCpu {
+        ForceCpu::parse(&std::env::var(FORCE_CPU_ENV).unwrap_or_default())
+    }
+
+    /// From a comma-separated list.
+    pub fn parse(list: &str) -> ForceCpu {
+        ForceCpu(
+            list.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        )
+    }
+
+    /// Whether the node `name` of kind `kind` is forced to the CPU.
+    pub fn matches(&self, name: &str, kind: &str) -> bool {
+        self.0.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => p == name || p == kind,
+        })
+    }
+}
+
+/// Translation options.
+#[derive(Debug, Clone, Default)]
+pub struct TranslateOptions {
+    pub precision: Precision,
+    pub force_cpu: ForceCpu,
+    /// Print rejected nodes (defaults from [`DEBUG_ENV`]).
+    pub debug: bool,
+}
+
+impl TranslateOptions {
+    /// The precision given, forced nodes and debug from the environment.
+    pub fn from_env(precision: Precision) -> TranslateOptions {
+        TranslateOptions {
+            precision,
+            force_cpu: ForceCpu::from_env(),
+            debug: std::env::var(DEBUG_ENV).as_deref() == Ok("1"),
+        }
+    }
+}
+
+/// Translates `graph` whose facts are concrete (a pulsed graph), or made
+/// concrete with `s` (a whole-utterance graph for an input of length `s`).
+pub fn translate(
+    graph: &Graph,
+    dev: &GpuDevice,
+    s: Option<i64>,
+    opts: &TranslateOptions,
+) -> Result<Translation, GpuError> {
+    let p = opts.precision;
+    let mut facts = Vec::with_capacity(graph.nodes.len());
+    for n in &graph.nodes {
+        let mut fs = Vec::new();
+        for f in &n.facts {
+            let f = match s {
+                Some(s) => f.concretize(s),
+                None => f.clone(),
+            };
+            if f.concrete_shape().is_none() {
+                return Err(GpuError::Kernel(format!(
+                    "node `{}` has a symbolic shape {f}: give the stream length",
+                    n.name
+                )));
+            }
+            fs.push(f);
+        }
+        facts.push(fs);
+    }
+    let mut placements = Vec::with_capacity(graph.nodes.len());
+    for (id, node) in graph.nodes.iter().enumerate() {
+        let any = node.op.as_any();
+        if any.is::<Source>() {
+            placements.push(Placement::Input);
+            continue;
+        }
+        if any.is::<Const>() {
+            placements.push(Placement::Const);
+            continue;
+        }
+        let placement = match choose(graph, dev, &facts, id, opts) {
+            Ok(op) => Placement::Gpu(op),
+            Err(why) => {
+                if opts.debug {
+                    eprintln!(
+                        "translate: `{}` ({}) stays on the CPU: {why}",
+                        node.name,
+                        node.op.name()
+                    );
+                }
+                Placement::Cpu(why)
+            }
+        };
+        placements.push(placement);
+    }
+    Ok(Translation {
+        placements,
+        facts,
+        precision: p,
+    })
+}
+
+fn choose(
+    graph: &Graph,
+    dev: &GpuDevice,
+    facts: &[Vec<TypedFact>],
+    id: usize,
+    opts: &TranslateOptions,
+) -> Result<Box<dyn GpuOp>, String> {
+    let node = &graph.nodes[id];
+    let kind = node.op.name();
+    if opts.force_cpu.matches(&node.name, kind) {
+        return Err(format!("forced by {FORCE_CPU_ENV}"));
+    }
+    let p = opts.precision;
+    let dev_in: Vec<TypedFact> = node
+        .inputs
+        .iter()
+        .map(|o| p.device_fact(&facts[o.node][o.slot]))
+        .collect();
+    let dev_out: Vec<TypedFact> = facts[id].iter().map(|f| p.device_fact(f)).collect();
+    // pre-check: the op must type its device-side inputs to the device-side outputs
+    let refs: Vec<&TypedFact> = dev_in.iter().collect();
+    let typed = node
+        .op
+        .output_facts(&refs)
+        .map_err(|e| format!("pre-check: output_facts on device facts failed: {e}"))?;
+    if typed != dev_out {
+        return Err(format!(
+            "pre-check: output_facts on device facts give {} instead of {}",
+            list(&typed),
+            list(&dev_out)
+        ));
+    }
+    let consts: Vec<Option<&Tensor>> = node
+        .inputs
+        .iter()
+        .map(|o| {
+            graph.nodes[o.node]
+                .op
+                .as_any()
+                .downcast_ref::<Const>()
+                .map(|c| &c.value)
+        })
+        .collect();
+    let cx = BuildCx {
+        lib: &dev.lib,
+        precision: p,
+        inputs: &dev_in,
+        outputs: &dev_out,
+        consts: &consts,
+    };
+    for b in BUILDERS {
+        if let Some(r) = b(node.op.as_ref(), &cx) {
+            return r.map_err(|e| format!("GPU form rejected: {e}"));
+        }
+    }
+    Err(format!("no GPU kernel for {kind}"))
+}
+
+fn list(fs: &[TypedFact]) -> String {
+    let v: Vec<String> = fs.iter().map(|f| f.to_string()).collect();
+    v.join(", ")
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Placement::Input => write!(f, "input"),
+            Placement::Const => write!(f, "const"),
+            Placement::Gpu(op) => write!(f, "GPU  {}", op.describe()),
+            Placement::Cpu(why) => write!(f, "CPU  {why}"),
+        }
+    }
+}
