@@ -1,1 +1,156 @@
-// attention kernels: to be written.
+// Fused attention: one block per (query row, head or batch), the row's scores
+// in shared memory, softmax in f32. Same formulas as the CPU ops
+// (ops/limited_attention.rs `attend`, ops/attention Geometry::run): scores
+// q.k * scale (+ mask), max-subtracted expf, weights e / sum; a row with no
+// key to attend to gives zeros.
+//
+// Shared memory (dynamic): 32 floats for block reductions, the query row
+// (d floats), then one score per key of the row's window.
+
+#define ATTN_NEG_INF __int_as_float(0xff800000)
+
+// Mask of one query row: none, bool bytes (0 = masked) or additive floats.
+// `stride` steps from key j to key j + 1.
+template <typename T>
+struct RowMask {
+    int kind;  // 0 none, 1 bool, 2 float
+    const unsigned char* b;
+    const T* f;
+    i64 stride;
+};
+
+// Attends query row `qrow` (d values) to keys lo..=hi of `k` (rows ldk apart)
+// and `v` (rows ldv apart, dv values each), writing `orow` (dv values).
+template <typename T>
+__device__ void attend_row(const T* qrow, const T* k, const T* v, T* orow, u64 ldk, u64 ldv,
+                           int d, int dv, i64 lo, i64 hi, float scale, RowMask<T> mask,
+                           float* sh) {
+    float* red = sh;
+    float* qs = sh + 32;
+    float* sc = qs + d;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int n = hi >= lo ? (int)(hi - lo + 1) : 0;
+    if (n == 0) {
+        for (int c = tid; c < dv; c += nt) st(orow, c, 0.0f);
+        return;
+    }
+    for (int c = tid; c < d; c += nt) qs[c] = ld(qrow, c);
+    __syncthreads();
+    // scores: one warp per key, lanes across the width
+    const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    for (int j = warp; j < n; j += nw) {
+        const i64 key = lo + j;
+        float add = 0.0f;
+        bool masked = false;
+        if (mask.kind == 1) {
+            masked = mask.b[key * mask.stride] == 0;
+        } else if (mask.kind == 2) {
+            add = ld(mask.f, (u64)(key * mask.stride));
+            masked = add == ATTN_NEG_INF;
+        }
+        float s = ATTN_NEG_INF;
+        if (!masked) {
+            const T* kr = k + (u64)key * ldk;
+            float acc = 0.0f;
+            for (int c = lane; c < d; c += 32) acc += qs[c] * ld(kr, c);
+            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            s = acc * scale + add;
+        }
+        if (lane == 0) sc[j] = s;
+    }
+    __syncthreads();
+    float m = ATTN_NEG_INF;
+    for (int j = tid; j < n; j += nt) m = fmaxf(m, sc[j]);
+    m = block_max(m, red);
+    if (m == ATTN_NEG_INF) {  // every key masked: zeros, not 0/0
+        for (int c = tid; c < dv; c += nt) st(orow, c, 0.0f);
+        return;
+    }
+    float sum = 0.0f;
+    for (int j = tid; j < n; j += nt) {
+        float e = expf(sc[j] - m);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, red);  // its barriers publish sc[] too
+    for (int c = tid; c < dv; c += nt) {
+        float acc = 0.0f;
+        const T* vc = v + (u64)lo * ldv + c;
+        for (int j = 0; j < n; ++j) acc += (sc[j] / sum) * ld(vc, (u64)j * ldv);
+        st(orow, c, acc);
+    }
+}
+
+// LimitedAttention (step == 0) and PulsedLimitedAttention (step = the device
+// step counter). q [tq, width], k and v [tk, width], heads side by side;
+// block (row i, head h). Whole: row i sees keys max(i - lc, 0) ..= i.
+// Pulsed: row i is stream position first + i with first = step * pulse -
+// delay; key row m is position first - lc + m; rows before the stream start
+// give zeros and keys before it are masked.
+template <typename T>
+__device__ void limited_attention_impl(const T* q, const T* k, const T* v, T* out,
+                                       const u64* step, i64 tk, int width, int dh, i64 lc,
+                                       float scale, i64 pulse, i64 delay) {
+    extern __shared__ float sh[];
+    const i64 i = blockIdx.x;
+    const int h = blockIdx.y;
+    i64 lo, hi;
+    if (step != 0) {
+        const i64 first = (i64)(*step) * pulse - delay;
+        if (first + i < 0) {
+            lo = 1;
+            hi = 0;
+        } else {
+            lo = i > lc - first ? i : lc - first;
+            hi = i + lc;
+        }
+    } else {
+        lo = i - lc;
+        hi = i;
+    }
+    if (lo < 0) lo = 0;
+    if (hi > tk - 1) hi = tk - 1;
+    RowMask<T> none = {0, 0, 0, 0};
+    const u64 off = (u64)h * dh;
+    attend_row(q + (u64)i * width + off, k + off, v + off, out + (u64)i * width + off,
+               (u64)width, (u64)width, dh, dh, lo, hi, scale, none, sh);
+}
+
+FLOAT_KERNELS(limited_attention,
+    (const float* q, const float* k, const float* v, float* out, const u64* step, i64 tk,
+     int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
+    (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step, i64 tk,
+     int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
+    (q, k, v, out, step, tk, width, dh, lc, scale, pulse, delay))
+
+// Scaled dot-product attention with broadcast batch axes, collapsed on the
+// host to (outer, inner); strides count whole matrices for q, k, v and
+// elements for the mask (over [batch.., tq, tk]). Block (row i, batch b).
+template <typename T>
+__device__ void sdpa_impl(const T* q, const T* k, const T* v, const void* mask, T* out,
+                          int tq, i64 tk, int d, int dv, i64 inner, i64 sq0, i64 sq1,
+                          i64 sk0, i64 sk1, i64 sv0, i64 sv1, i64 sm0, i64 sm1, i64 smq,
+                          i64 smk, float scale, int mask_kind) {
+    extern __shared__ float sh[];
+    const i64 i = blockIdx.x;
+    const i64 b = blockIdx.y;
+    const i64 bo = b / inner, bi = b % inner;
+    const i64 bq = bo * sq0 + bi * sq1, bk = bo * sk0 + bi * sk1, bv = bo * sv0 + bi * sv1;
+    const i64 mrow = bo * sm0 + bi * sm1 + i * smq;
+    RowMask<T> m = {mask_kind, 0, 0, smk};
+    if (mask_kind == 1) m.b = (const unsigned char*)mask + mrow;
+    if (mask_kind == 2) m.f = (const T*)mask + mrow;
+    attend_row(q + (u64)(bq * tq + i) * d, k + (u64)(bk * tk) * d, v + (u64)(bv * tk) * dv,
+               out + (u64)(b * tq + i) * dv, (u64)d, (u64)dv, d, dv, (i64)0, tk - 1, scale, m,
+               sh);
+}
+
+FLOAT_KERNELS(sdpa,
+    (const float* q, const float* k, const float* v, const void* mask, float* out, int tq,
+     i64 tk, int d, int dv, i64 inner, i64 sq0, i64 sq1, i64 sk0, i64 sk1, i64 sv0, i64 sv1,
+     i64 sm0, i64 sm1, i64 smq, i64 smk, float scale, int mask_kind),
+    (const bf16_t* q, const bf16_t* k, const bf16_t* v, const void* mask, bf16_t* out, int tq,
+     i64 tk, int d, int dv, i64 inner, i64 sq0, i64 sq1, i64 sk0, i64 sk1, i64 sv0, i64 sv1,
+     i64 sm0, i64 sm1, i64 smq, i64 smk, float scale, int mask_kind),
+    (q, k, v, mask, out, tq, tk, d, dv, inner, sq0, sq1, sk0, sk1, sv0, sv1, sm0, sm1, smq, smk,
+     scale, mask_kind))

@@ -1,10 +1,456 @@
-//! (to be written)
+//! Attention (`kernels/attention.cu`): LimitedAttention, its pulsed form and
+//! scaled dot-product attention, each one fused kernel with a block per
+//! (query row, head or batch) and the row's scores in shared memory.
 
-use crate::gpu::op::{BuildCx, GpuOp};
+use cudarc::driver::CudaFunction;
+
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
-use crate::ops::Op;
+use crate::ops::attention::Attention;
+use crate::ops::limited_attention::LimitedAttention;
+use crate::ops::{DType, Op};
+use crate::pulse::PulsedLimitedAttention;
+
+/// Threads per block: four warps share a row's keys.
+const THREADS: u32 = 128;
+/// Dynamic shared memory a block may use without an opt-in.
+const MAX_SHARED: usize = 48 * 1024;
+/// Largest grid y (heads or batch).
+const MAX_GRID_Y: usize = 65_535;
+
+fn err(msg: String) -> GpuError {
+    GpuError::Kernel(msg)
+}
+
+/// Shared bytes for a row of width `d` and `keys` scores, or why not.
+fn shared_bytes(what: &str, d: usize, keys: usize) -> Result<u32, GpuError> {
+    let bytes = (32 + d + keys) * 4;
+    if bytes > MAX_SHARED {
+        return Err(err(format!(
+            "{what}: a row of width {d} with {keys} keys needs {bytes} bytes of shared memory \
+             (at most {MAX_SHARED})"
+        )));
+    }
+    Ok(bytes as u32)
+}
+
+fn int(what: &str, v: usize) -> Result<i32, GpuError> {
+    i32::try_from(v).map_err(|_| err(format!("{what} {v} is beyond i32")))
+}
+
+fn long(what: &str, v: usize) -> Result<i64, GpuError> {
+    i64::try_from(v).map_err(|_| err(format!("{what} {v} is beyond i64")))
+}
+
+#[derive(Debug)]
+struct LimitedGpu {
+    f: CudaFunction,
+    grid: Grid,
+    pulsed: bool,
+    tq: usize,
+    tk: i64,
+    width: i32,
+    dh: i32,
+    lc: i64,
+    scale: f32,
+    pulse: i64,
+    delay: i64,
+}
+
+impl GpuOp for LimitedGpu {
+    fn describe(&self) -> String {
+        format!(
+            "{}limited_attention {}x{} keys, {} heads of {}, left context {}",
+            if self.pulsed { "pulsed " } else { "" },
+            self.tq,
+            self.tk,
+            self.grid.grid.1,
+            self.dh,
+            self.lc
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("limited attention", io, 3, 1)?;
+        if self.tq == 0 {
+            return Ok(());
+        }
+        launch(
+            cx,
+            &self.f,
+            self.grid,
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(io.ins[1].ptr),
+                Arg::Ptr(io.ins[2].ptr),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::Ptr(if self.pulsed { cx.step } else { 0 }),
+                Arg::I64(self.tk),
+                Arg::I32(self.width),
+                Arg::I32(self.dh),
+                Arg::I64(self.lc),
+                Arg::F32(self.scale),
+                Arg::I64(self.pulse),
+                Arg::I64(self.delay),
+            ],
+        )
+    }
+}
 
 /// Builds the GPU form of the ops this file handles.
-pub fn build(_op: &dyn Op, _cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+    let any = op.as_any();
+    if let Some(p) = any.downcast_ref::<PulsedLimitedAttention>() {
+        return Some(build_limited(&p.attn, Some((p.pulse, p.delay)), cx));
+    }
+    if let Some(a) = any.downcast_ref::<LimitedAttention>() {
+        return Some(build_limited(a, None, cx));
+    }
+    if let Some(a) = any.downcast_ref::<Attention>() {
+        return Some(build_sdpa(a, cx));
+    }
     None
+}
+
+/// `pulsed`: `(pulse, delay)` of a [`PulsedLimitedAttention`].
+fn build_limited(
+    op: &LimitedAttention,
+    pulsed: Option<(usize, usize)>,
+    cx: &BuildCx,
+) -> Result<Box<dyn GpuOp>, GpuError> {
+    let what = "limited attention";
+    if cx.inputs.len() != 3 || cx.outputs.len() != 1 {
+        return Err(err(format!(
+            "{what}: {} inputs and {} outputs, expected 3 and 1",
+            cx.inputs.len(),
+            cx.outputs.len()
+        )));
+    }
+    let suffix = cx.suffix(0)?;
+    let dt = cx.inputs[0].dtype;
+    if cx.inputs.iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
+        return Err(err(format!("{what}: mixed dtypes")));
+    }
+    let (q, k, v, out) = (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?, cx.out_shape(0)?);
+    if q.len() != 2 || k.len() != 2 || k != v || out != q || k[1] != q[1] {
+        return Err(err(format!(
+            "{what}: q {q:?}, k {k:?}, v {v:?}, out {out:?} are not [tq, d], [tk, d], [tk, d], [tq, d]"
+        )));
+    }
+    let (tq, tk, width) = (q[0], k[0], q[1]);
+    if op.heads == 0 || width % op.heads != 0 || op.heads > MAX_GRID_Y {
+        return Err(err(format!(
+            "{what}: width {width} in {} heads (at most {MAX_GRID_Y})",
+            op.heads
+        )));
+    }
+    let dh = width / op.heads;
+    let lc = op.left_context;
+    match pulsed {
+        Some((p, _)) if tq != p || Some(tk) != p.checked_add(lc) => {
+            return Err(err(format!(
+                "{what}: pulse {p} and left context {lc} need q of {p} rows and k of {} rows, \
+                 got {q:?} and {k:?}",
+                p.saturating_add(lc)
+            )))
+        }
+        None if tq != tk => {
+            return Err(err(format!("{what}: q {q:?} and k {k:?} differ in length")))
+        }
+        _ => {}
+    }
+    // a row sees at most lc + 1 keys
+    let keys = lc.saturating_add(1).min(tk);
+    let shared = shared_bytes(what, dh, keys)?;
+    let (pulse, delay) = pulsed.unwrap_or((0, 0));
+    let rows = int("query rows", tq)?;
+    Ok(Box::new(LimitedGpu {
+        f: cx
+            .lib
+            .function("attention", &format!("limited_attention_{suffix}"))?,
+        grid: Grid {
+            grid: ((rows as u32).max(1), op.heads as u32, 1),
+            block: (THREADS, 1, 1),
+            shared_bytes: shared,
+        },
+        pulsed: pulsed.is_some(),
+        tq,
+        tk: long("keys", tk)?,
+        width: int("width", width)?,
+        dh: int("head width", dh)?,
+        lc: long("left context", lc)?,
+        scale: op.scale.unwrap_or(1.0 / (dh as f32).sqrt()),
+        pulse: long("pulse", pulse)?,
+        delay: long("delay", delay)?,
+    }))
+}
+
+#[derive(Debug)]
+struct SdpaGpu {
+    f: CudaFunction,
+    grid: Grid,
+    /// 0 none, 1 bool, 2 float.
+    mask_kind: i32,
+    tq: i32,
+    tk: i64,
+    d: i32,
+    dv: i32,
+    inner: i64,
+    /// Outer and inner batch strides of q, k, v (matrices) and the mask (elements).
+    strides: [[i64; 2]; 4],
+    /// Mask element strides along the query and key axes.
+    smq: i64,
+    smk: i64,
+    scale: f32,
+    empty: bool,
+}
+
+impl GpuOp for SdpaGpu {
+    fn describe(&self) -> String {
+        format!(
+            "sdpa {}x{} keys, width {}/{}, {} batches{}",
+            self.tq,
+            self.tk,
+            self.d,
+            self.dv,
+            self.grid.grid.1,
+            ["", ", bool mask", ", float mask"][self.mask_kind as usize]
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        let n_in = if self.mask_kind > 0 { 4 } else { 3 };
+        expect_io("sdpa", io, n_in, 1)?;
+        if self.empty {
+            return Ok(());
+        }
+        let mask = if self.mask_kind > 0 { io.ins[3].ptr } else { 0 };
+        let [sq, sk, sv, sm] = self.strides;
+        launch(
+            cx,
+            &self.f,
+            self.grid,
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(io.ins[1].ptr),
+                Arg::Ptr(io.ins[2].ptr),
+                Arg::Ptr(mask),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::I32(self.tq),
+                Arg::I64(self.tk),
+                Arg::I32(self.d),
+                Arg::I32(self.dv),
+                Arg::I64(self.inner),
+                Arg::I64(sq[0]),
+                Arg::I64(sq[1]),
+                Arg::I64(sk[0]),
+                Arg::I64(sk[1]),
+                Arg::I64(sv[0]),
+                Arg::I64(sv[1]),
+                Arg::I64(sm[0]),
+                Arg::I64(sm[1]),
+                Arg::I64(self.smq),
+                Arg::I64(self.smk),
+                Arg::F32(self.scale),
+                Arg::I32(self.mask_kind),
+            ],
+        )
+    }
+}
+
+/// Strides (in units of `unit` elements per index) with which an operand of
+/// shape `shape` is read at every index of `full`, right-aligned; 0 where it
+/// broadcasts. `None` when it does not broadcast to `full`.
+fn broadcast_strides(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
+    if shape.len() > full.len() {
+        return None;
+    }
+    let lead = full.len() - shape.len();
+    let mut strides = vec![0; full.len()];
+    let mut acc = 1usize;
+    for (a, &s) in shape.iter().enumerate().rev() {
+        let f = full[lead + a];
+        if s == f && s != 1 {
+            strides[lead + a] = acc;
+        } else if s != 1 {
+            return None;
+        }
+        acc = acc.checked_mul(s)?;
+    }
+    Some(strides)
+}
+
+/// Batch axes of `dims` with each operand's strides, without size-1 axes and
+/// with adjacent axes merged where every operand allows it: (dims, strides
+/// per operand), outermost first.
+fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut out_dims: Vec<usize> = Vec::new();
+    let mut out_strides: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
+    for a in (0..dims.len()).rev() {
+        if dims[a] == 1 {
+            continue;
+        }
+        // merge into the axis inside it (the last one pushed) when contiguous over it
+        let merge = out_dims.last().is_some_and(|&inner| {
+            strides
+                .iter()
+                .zip(&out_strides)
+                .all(|(s, o)| s[a] == o.last().copied().unwrap_or(0) * inner)
+        });
+        if merge {
+            if let Some(inner) = out_dims.last_mut() {
+                *inner *= dims[a];
+            }
+        } else {
+            out_dims.push(dims[a]);
+            for (o, s) in out_strides.iter_mut().zip(strides) {
+                o.push(s[a]);
+            }
+        }
+    }
+    out_dims.reverse();
+    for o in &mut out_strides {
+        o.reverse();
+    }
+    (out_dims, out_strides)
+}
+
+fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let what = "sdpa";
+    let n_in = cx.inputs.len();
+    if !(3..=4).contains(&n_in) || cx.outputs.len() != 1 {
+        return Err(err(format!(
+            "{what}: {n_in} inputs and {} outputs, expected 3 or 4 and 1",
+            cx.outputs.len()
+        )));
+    }
+    let suffix = cx.suffix(0)?;
+    let dt = cx.inputs[0].dtype;
+    if cx.inputs[..3].iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
+        return Err(err(format!("{what}: mixed dtypes")));
+    }
+    let mask_kind = match cx.inputs.get(3).map(|f| f.dtype) {
+        None => 0,
+        Some(DType::Bool) => 1,
+        Some(m) if m == dt => 2,
+        Some(m) => {
+            return Err(err(format!(
+                "{what}: mask of {m} with {dt} inputs (bool or the inputs' dtype)"
+            )))
+        }
+    };
+    let (q, k, v, out) = (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?, cx.out_shape(0)?);
+    let (rq, rk, rv, ro) = (q.len(), k.len(), v.len(), out.len());
+    if rq < 2 || rk < 2 || rv < 2 || ro < 2 {
+        return Err(err(format!("{what}: ranks below 2")));
+    }
+    let (tq, d, tk, dv) = (q[rq - 2], q[rq - 1], k[rk - 2], v[rv - 1]);
+    if k[rk - 1] != d || v[rv - 2] != tk || out[ro - 2] != tq || out[ro - 1] != dv {
+        return Err(err(format!(
+            "{what}: q {q:?}, k {k:?}, v {v:?}, out {out:?} do not fit"
+        )));
+    }
+    let batch = &out[..ro - 2];
+    let bad = |name: &str, s: &[usize]| {
+        err(format!(
+            "{what}: {name} {s:?} does not broadcast to {out:?}"
+        ))
+    };
+    let mut strides = Vec::new();
+    for (name, s) in [("q", &q), ("k", &k), ("v", &v)] {
+        strides.push(broadcast_strides(&s[..s.len() - 2], batch).ok_or_else(|| bad(name, s))?);
+    }
+    let (mut smq, mut smk) = (0, 0);
+    if mask_kind > 0 {
+        let m = cx.shape(3)?;
+        let mut full = batch.to_vec();
+        full.extend([tq, tk]);
+        let ms = broadcast_strides(&m, &full).ok_or_else(|| bad("mask", &m))?;
+        smq = ms[ms.len() - 2];
+        smk = ms[ms.len() - 1];
+        strides.push(ms[..ms.len() - 2].to_vec());
+    } else {
+        strides.push(vec![0; batch.len()]);
+    }
+    let (dims, strides) = collapse(batch, &strides);
+    if dims.len() > 2 {
+        return Err(err(format!(
+            "{what}: batch axes {batch:?} broadcast in a way that does not collapse to two"
+        )));
+    }
+    let pad = 2 - dims.len();
+    let inner = dims.last().copied().unwrap_or(1);
+    let n_batch: usize = dims.iter().product();
+    if n_batch > MAX_GRID_Y {
+        return Err(err(format!(
+            "{what}: {n_batch} batch matrices (at most {MAX_GRID_Y})"
+        )));
+    }
+    let mut st = [[0i64; 2]; 4];
+    for (o, s) in st.iter_mut().zip(&strides) {
+        for (a, &v) in s.iter().enumerate() {
+            o[pad + a] = long("stride", v)?;
+        }
+    }
+    let shared = shared_bytes(what, d, tk)?;
+    let scale = op.scale.unwrap_or(1.0 / (d as f32).sqrt());
+    if !scale.is_finite() {
+        return Err(err(format!("{what}: scale {scale} is not finite")));
+    }
+    let tq_i = int("query rows", tq)?;
+    Ok(Box::new(SdpaGpu {
+        f: cx.lib.function("attention", &format!("sdpa_{suffix}"))?,
+        grid: Grid {
+            grid: ((tq_i as u32).max(1), (n_batch as u32).max(1), 1),
+            block: (THREADS, 1, 1),
+            shared_bytes: shared,
+        },
+        mask_kind,
+        tq: tq_i,
+        tk: long("keys", tk)?,
+        d: int("width", d)?,
+        dv: int("value width", dv)?,
+        inner: long("batch", inner)?,
+        strides: st,
+        smq: long("stride", smq)?,
+        smk: long("stride", smk)?,
+        scale,
+        empty: out.iter().product::<usize>() == 0,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{broadcast_strides, collapse};
+
+    #[test]
+    fn strides_broadcast_right_aligned() {
+        assert_eq!(broadcast_strides(&[2, 3], &[2, 3]), Some(vec![3, 1]));
+        assert_eq!(broadcast_strides(&[3], &[2, 3]), Some(vec![0, 1]));
+        assert_eq!(broadcast_strides(&[1, 3], &[2, 3]), Some(vec![0, 1]));
+        assert_eq!(broadcast_strides(&[2, 1], &[2, 3]), Some(vec![1, 0]));
+        assert_eq!(broadcast_strides(&[], &[2, 3]), Some(vec![0, 0]));
+        assert_eq!(broadcast_strides(&[4], &[2, 3]), None);
+        assert_eq!(broadcast_strides(&[1, 2, 3], &[2, 3]), None);
+    }
+
+    #[test]
+    fn batch_axes_collapse() {
+        // q, k, v [2, 3, ..] and a mask [2, 1, ..]: two axes stay
+        let s = vec![vec![3, 1], vec![3, 1], vec![3, 1], vec![1, 0]];
+        assert_eq!(collapse(&[2, 3], &s).0, vec![2, 3]);
+        // all full: one axis
+        let s = vec![vec![3, 1]; 4];
+        assert_eq!(collapse(&[2, 3], &s), (vec![6], vec![vec![1]; 4]));
+        // q and k broadcast along the outer axis only: no merge
+        let s = vec![vec![0, 1], vec![0, 1], vec![0, 0], vec![0, 0]];
+        assert_eq!(collapse(&[2, 3], &s).0, vec![2, 3]);
+        // size-1 axes drop
+        let s = vec![vec![3, 3, 1]; 4];
+        assert_eq!(collapse(&[2, 1, 3], &s), (vec![6], vec![vec![1]; 4]));
+        assert_eq!(
+            collapse(&[], &[vec![], vec![]]),
+            (vec![], vec![vec![], vec![]])
+        );
+    }
 }
