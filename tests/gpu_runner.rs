@@ -17,6 +17,8 @@ use pulsed::graph::StepRunner;
 use pulsed::models::conformer::{Head, Taps};
 use pulsed::models::ModelDir;
 use pulsed::ops::matmul::{Linear, MatMul};
+use pulsed::ops::concat::Concat;
+use pulsed::ops::pad::{Pad, PadMode};
 use pulsed::ops::shape::{Permute, Reshape, Slice};
 use pulsed::ops::{Binary, DType, Op, Tensor, Unary};
 use pulsed::pulse::{pulsify, Delay, PulsePad, PulsedModel};
@@ -116,7 +118,11 @@ fn core_ops_equal_cpu() {
     check(&d, "Slice (copy)", &Slice { axis: 1, start: 256, end: None }, &[vec![x.clone()]], &[]);
     check(&d, "Slice (view)", &Slice { axis: 0, start: 2, end: Some(6) }, &[vec![x.clone()]], &[]);
     check(&d, "Reshape", &Reshape { shape: vec![8, 4, 128] }, &[vec![x.clone()]], &[]);
-    check(&d, "Permute", &Permute { axes: vec![1, 0] }, &[vec![x]], &[]);
+    check(&d, "Permute", &Permute { axes: vec![1, 0] }, &[vec![x.clone()]], &[]);
+    check(&d, "Concat", &Concat { axis: 1 }, &[vec![x.clone(), random(&[8, 3], 32, 1.0)]], &[]);
+    let y = random(&[1, 576], 33, 1.0);
+    check(&d, "Pad reflect", &Pad { pads: vec![(0, 0), (0, 64)], mode: PadMode::Reflect }, &[vec![y.clone()]], &[]);
+    check(&d, "Pad constant", &Pad { pads: vec![(1, 0), (3, 64)], mode: PadMode::Constant(0.25) }, &[vec![y]], &[]);
 }
 
 fn shipped(head: Head, pulse: usize) -> (ModelDir, Arc<PulsedModel>) {
@@ -133,6 +139,7 @@ fn audio() -> Vec<f32> {
 fn gpu_runner(d: &Arc<GpuDevice>, model: &PulsedModel, p: Precision, force: &str) -> GpuRunner {
     let mut o = GpuRunnerOptions::new(p);
     o.translate.force_cpu = ForceCpu::parse(force);
+    o.keep_values = true;
     GpuRunner::new(d.clone(), model.graph.clone(), None, &o).expect("GPU runner")
 }
 
@@ -195,7 +202,8 @@ fn shipped_model_bf16_stays_close_and_transcribes_the_same() {
 fn capture_replays_with_no_allocation() {
     let Some(d) = dev() else { return };
     let (_, model) = shipped(Head::Greedy, 5120);
-    let mut r = gpu_runner(&d, &model, Precision::F32, "");
+    let o = GpuRunnerOptions::new(Precision::F32);
+    let mut r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).unwrap();
     let pulse = random(&[5120], 5, 0.3);
     r.step(&[&pulse]).unwrap(); // eager warm-up
     let before_capture = capture_allocations();

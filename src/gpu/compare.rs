@@ -73,7 +73,8 @@ fn diff_into(d: &mut NodeDiff, cpu: &Tensor, gpu: &Tensor, chunk: u64, tol: f32)
 }
 
 /// Streams `samples` through `model` on the CPU and through `gpu` (a runner
-/// made for `model.graph`), pushing `push` samples at a time, and compares
+/// made for `model.graph`; for `every_node`, a GPU runner made with
+/// `keep_values`, or reused memory reads as errors), one pulse at a time, and compares
 /// every non-constant node after each chunk step (only the graph outputs
 /// when `every_node` is false). `tolerance` is relative to each chunk's
 /// largest CPU magnitude (at least 1).

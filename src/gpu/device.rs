@@ -1,8 +1,12 @@
 //! A device ready to run plans: context, compiled kernels and cuBLAS.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::blas::Blas;
+use super::memory::DeviceBuffer;
+use super::tensor::{host_bytes, Precision};
+use crate::ops::Op;
 use super::library::KernelLibrary;
 use super::{GpuContext, GpuError};
 
@@ -12,7 +16,12 @@ pub struct GpuDevice {
     pub ctx: GpuContext,
     pub lib: KernelLibrary,
     pub blas: Blas,
+    /// Uploaded constants by (op address, precision): runners of the same
+    /// graph (one per file or stream) share their weights.
+    consts: Mutex<HashMap<(usize, Precision), ConstEntry>>,
 }
+
+type ConstEntry = (Arc<dyn Op>, Arc<DeviceBuffer>);
 
 impl GpuDevice {
     /// Opens device `ordinal`, compiles every kernel module and sets up cuBLAS;
@@ -24,7 +33,32 @@ impl GpuDevice {
         }
         let lib = KernelLibrary::load(&ctx)?;
         let blas = Blas::new(&ctx)?;
-        Ok(GpuDevice { ctx, lib, blas })
+        Ok(GpuDevice {
+            ctx,
+            lib,
+            blas,
+            consts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The device copy of the constant op `op` (a `Const`) holding `value`,
+    /// uploaded on first use in `precision`'s storage dtype.
+    pub fn constant(
+        &self,
+        op: &Arc<dyn Op>,
+        value: &crate::ops::Tensor,
+        precision: Precision,
+    ) -> Result<Arc<DeviceBuffer>, GpuError> {
+        let key = (Arc::as_ptr(op) as *const () as usize, precision);
+        let mut map = self.consts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, b)) = map.get(&key) {
+            return Ok(b.clone());
+        }
+        let dt = precision.storage(value.dtype());
+        let b = Arc::new(DeviceBuffer::from_bytes(&self.ctx, &host_bytes(value, dt))?);
+        // the op is kept alive so its address is never reused by another
+        map.insert(key, (op.clone(), b.clone()));
+        Ok(b)
     }
 }
 

@@ -35,6 +35,9 @@ pub enum Launches {
 pub struct GpuRunnerOptions {
     pub translate: TranslateOptions,
     pub launches: Launches,
+    /// Give every value its own memory, so any node's output can be read
+    /// after a step ([`StepRunner::value`]); per-node comparisons need it.
+    pub keep_values: bool,
 }
 
 impl GpuRunnerOptions {
@@ -43,6 +46,7 @@ impl GpuRunnerOptions {
         GpuRunnerOptions {
             translate: TranslateOptions::from_env(precision),
             launches: Launches::Captured,
+            keep_values: false,
         }
     }
 }
@@ -86,7 +90,7 @@ pub struct GpuRunner {
     staging: PinnedBuffer,
     // the memory, kept alive for the raw addresses above
     _arena: DeviceBuffer,
-    _consts: Vec<DeviceBuffer>,
+    _consts: Vec<Arc<DeviceBuffer>>,
     state: DeviceBuffer,
     scratch: DeviceBuffer,
     /// `[step: u64, stream_len: i64]`.
@@ -162,6 +166,9 @@ impl GpuRunner {
             }
             last_use[o.node][o.slot] = usize::MAX;
         }
+        if opts.keep_values {
+            last_use.iter_mut().flatten().for_each(|l| *l = usize::MAX);
+        }
 
         // constants read by GPU nodes: their own buffers, in storage dtype
         let mut dev_values: Vec<Vec<Option<DevTensor>>> =
@@ -178,7 +185,7 @@ impl GpuRunner {
                 .downcast_ref::<Const>()
                 .expect("placement says Const");
             let dt = p.storage(c.value.dtype());
-            let buf = DeviceBuffer::from_bytes(gpu, &host_bytes(&c.value, dt))?;
+            let buf = dev.constant(&graph.nodes[id].op, &c.value, p)?;
             const_bytes += buf.bytes();
             dev_values[id][0] = Some(DevTensor {
                 ptr: buf.ptr(),

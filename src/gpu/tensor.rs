@@ -46,7 +46,7 @@ impl DevTensor {
 }
 
 /// How floating-point values are stored on the device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Precision {
     /// As in the graph (f32).
     #[default]

@@ -8,6 +8,7 @@ use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx}
 use crate::gpu::GpuError;
 use crate::ops::shape::{MoveAxis, Permute, Reshape, Slice, Squeeze, Unsqueeze};
 use crate::ops::concat::Concat;
+use crate::ops::pad::{Pad, PadMode};
 use crate::ops::Op;
 
 const MAX_RANK: usize = 6;
@@ -108,7 +109,79 @@ pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuErro
     if let Some(c) = any.downcast_ref::<Concat>() {
         return Some(build_concat(c, cx));
     }
+    if let Some(p) = any.downcast_ref::<Pad>() {
+        return Some(build_pad(p, cx));
+    }
     None
+}
+
+/// Constant or reflect padding of float tensors.
+#[derive(Debug)]
+struct PadGpu {
+    f: CudaFunction,
+    out: Vec<usize>,
+    input: Vec<usize>,
+    before: Vec<usize>,
+    reflect: bool,
+    value: f32,
+}
+
+impl GpuOp for PadGpu {
+    fn describe(&self) -> String {
+        format!(
+            "pad {:?} -> {:?} ({})",
+            self.input,
+            self.out,
+            if self.reflect { "reflect" } else { "constant" }
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("pad", io, 1, 1)?;
+        let n: usize = self.out.iter().product();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut args = [Arg::U64(1); 6 + 3 * MAX_RANK];
+        args[0] = Arg::Ptr(io.ins[0].ptr);
+        args[1] = Arg::Ptr(io.outs[0].ptr);
+        args[2] = Arg::U64(n as u64);
+        args[3] = Arg::I32(self.out.len() as i32);
+        for a in 0..MAX_RANK {
+            args[4 + a] = Arg::U64(self.out.get(a).copied().unwrap_or(1) as u64);
+            args[4 + MAX_RANK + a] = Arg::U64(self.input.get(a).copied().unwrap_or(1) as u64);
+            args[4 + 2 * MAX_RANK + a] = Arg::U64(self.before.get(a).copied().unwrap_or(0) as u64);
+        }
+        args[4 + 3 * MAX_RANK] = Arg::I32(self.reflect as i32);
+        args[5 + 3 * MAX_RANK] = Arg::F32(self.value);
+        launch(cx, &self.f, Grid::linear(n), &args)
+    }
+}
+
+fn build_pad(p: &Pad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let suffix = cx.suffix(0)?;
+    let input = cx.shape(0)?;
+    let out = cx.out_shape(0)?;
+    if input.len() > MAX_RANK || p.pads.len() != input.len() {
+        return Err(GpuError::Kernel(format!("pad of rank {}", input.len())));
+    }
+    let (reflect, value) = match p.mode {
+        PadMode::Constant(v) => (false, v),
+        PadMode::Reflect => {
+            if p.pads.iter().zip(&input).any(|(&(b, a), &n)| b >= n.max(1) || a >= n.max(1)) {
+                return Err(GpuError::Kernel("reflect pad not smaller than its axis".into()));
+            }
+            (true, 0.0)
+        }
+    };
+    Ok(Box::new(PadGpu {
+        f: cx.lib.function("copy", &format!("pad_{suffix}"))?,
+        out,
+        input,
+        before: p.pads.iter().map(|&(b, _)| b).collect(),
+        reflect,
+        value,
+    }))
 }
 
 fn copier(cx: &BuildCx, copies: Vec<(usize, Copy)>) -> Result<Box<dyn GpuOp>, GpuError> {
