@@ -2,31 +2,29 @@
 // derived from the plan's step counter in device memory (`step`: steps
 // completed before this one), so the kernels replay unchanged in a graph.
 
-// Delay: the ring holds the last b = delay + overlap frames of each of
-// `outer` rows (oldest at pos = step * min(p, b) % b). The output is the
-// first p + overlap frames of (ring ++ input); then the newest min(p, b)
-// input frames overwrite the oldest ring slots (a second kernel, so every
-// read of the ring by the first has happened).
+// Delay: each of `outer` rows keeps its last b = delay + overlap frames,
+// oldest first, in one of two rings (ring `step & 1` is read, the other is
+// written), so one kernel both reads the past and stores the new past
+// without racing. With cat = ring ++ input (b + p frames), the output is
+// cat[0 .. p + overlap] and the next ring is cat[p .. p + b].
 #define DELAY(T, SZ)                                                                       \
-    extern "C" __global__ void delay_out_##SZ(const T* x, const T* ring, T* out,          \
-                                              const u64* step, u64 outer, u64 p,          \
-                                              u64 inner, u64 b, u64 pout) {               \
-        u64 pos = b == 0 ? 0 : (*step * (p < b ? p : b)) % b;                             \
-        u64 n = outer * pout * inner;                                                     \
+    extern "C" __global__ void delay_##SZ(const T* x, T* rings, T* out, const u64* step,  \
+                                          u64 outer, u64 p, u64 inner, u64 b, u64 pout) { \
+        const T* src = rings + (*step & 1) * outer * b * inner;                           \
+        T* dst = rings + ((*step + 1) & 1) * outer * b * inner;                           \
+        u64 span = pout > b ? pout : b;                                                   \
+        u64 n = outer * span * inner;                                                     \
         GRID_STRIDE(i, n) {                                                               \
-            u64 j = i % inner, k = (i / inner) % pout, o = i / (inner * pout);            \
-            out[i] = k < b ? ring[(o * b + (pos + k) % b) * inner + j]                    \
-                           : x[(o * p + (k - b)) * inner + j];                            \
-        }                                                                                 \
-    }                                                                                     \
-    extern "C" __global__ void delay_ring_##SZ(const T* x, T* ring, const u64* step,      \
-                                               u64 outer, u64 p, u64 inner, u64 b) {      \
-        u64 m = p < b ? p : b;                                                            \
-        u64 pos = b == 0 ? 0 : (*step * m) % b;                                           \
-        u64 n = outer * m * inner;                                                        \
-        GRID_STRIDE(i, n) {                                                               \
-            u64 j = i % inner, k = (i / inner) % m, o = i / (inner * m);                  \
-            ring[(o * b + (pos + k) % b) * inner + j] = x[(o * p + (p - m + k)) * inner + j]; \
+            u64 j = i % inner, k = (i / inner) % span, o = i / (inner * span);            \
+            if (k < pout) {                                                               \
+                out[(o * pout + k) * inner + j] =                                         \
+                    k < b ? src[(o * b + k) * inner + j] : x[(o * p + (k - b)) * inner + j]; \
+            }                                                                             \
+            if (k < b) {                                                                  \
+                u64 c = p + k;                                                            \
+                dst[(o * b + k) * inner + j] =                                            \
+                    c < b ? src[(o * b + c) * inner + j] : x[(o * p + (c - b)) * inner + j]; \
+            }                                                                             \
         }                                                                                 \
     }
 

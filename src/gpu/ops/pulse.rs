@@ -13,8 +13,7 @@ fn layout(shape: &[usize], axis: usize) -> Result<FrameLayout, GpuError> {
 
 #[derive(Debug)]
 struct DelayGpu {
-    out: CudaFunction,
-    ring: CudaFunction,
+    f: CudaFunction,
     lay: FrameLayout,
     b: usize,
     pout: usize,
@@ -24,13 +23,13 @@ struct DelayGpu {
 impl GpuOp for DelayGpu {
     fn describe(&self) -> String {
         format!(
-            "delay ring of {} frames x {} rows x {} values",
+            "delay: 2 rings of {} frames x {} rows x {} values",
             self.b, self.lay.outer, self.lay.inner
         )
     }
 
     fn state_bytes(&self) -> usize {
-        self.lay.outer * self.b * self.lay.inner * self.elem
+        2 * self.lay.outer * self.b * self.lay.inner * self.elem
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
@@ -40,43 +39,26 @@ impl GpuOp for DelayGpu {
             frames: p,
             inner,
         } = self.lay;
-        let n_out = outer * self.pout * inner;
-        if n_out > 0 {
-            launch(
-                cx,
-                &self.out,
-                Grid::linear(n_out),
-                &[
-                    Arg::Ptr(io.ins[0].ptr),
-                    Arg::Ptr(io.state),
-                    Arg::Ptr(io.outs[0].ptr),
-                    Arg::Ptr(cx.step),
-                    Arg::U64(outer as u64),
-                    Arg::U64(p as u64),
-                    Arg::U64(inner as u64),
-                    Arg::U64(self.b as u64),
-                    Arg::U64(self.pout as u64),
-                ],
-            )?;
+        let n = outer * self.pout.max(self.b) * inner;
+        if n == 0 {
+            return Ok(());
         }
-        let n_ring = outer * p.min(self.b) * inner;
-        if n_ring > 0 {
-            launch(
-                cx,
-                &self.ring,
-                Grid::linear(n_ring),
-                &[
-                    Arg::Ptr(io.ins[0].ptr),
-                    Arg::Ptr(io.state),
-                    Arg::Ptr(cx.step),
-                    Arg::U64(outer as u64),
-                    Arg::U64(p as u64),
-                    Arg::U64(inner as u64),
-                    Arg::U64(self.b as u64),
-                ],
-            )?;
-        }
-        Ok(())
+        launch(
+            cx,
+            &self.f,
+            Grid::linear(n),
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(io.state),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::Ptr(cx.step),
+                Arg::U64(outer as u64),
+                Arg::U64(p as u64),
+                Arg::U64(inner as u64),
+                Arg::U64(self.b as u64),
+                Arg::U64(self.pout as u64),
+            ],
+        )
     }
 }
 
@@ -149,8 +131,7 @@ fn build_delay(d: &Delay, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         return Err(GpuError::Kernel(format!("delay: {elem}-byte elements")));
     }
     Ok(Box::new(DelayGpu {
-        out: cx.lib.function("pulse", &format!("delay_out_{elem}"))?,
-        ring: cx.lib.function("pulse", &format!("delay_ring_{elem}"))?,
+        f: cx.lib.function("pulse", &format!("delay_{elem}"))?,
         lay,
         b: d.delay + d.overlap,
         pout: lay.frames + d.overlap,
