@@ -1,10 +1,339 @@
-//! (to be written)
+//! Conv1d in both layouts (with or without a batch axis) and channels-first
+//! Conv2d (`kernels/conv.cu`). Zero padding is applied while reading, so
+//! padded and pulsed (unpadded) convolutions take the same kernels.
+//!
+//! A depthwise Conv1d (one channel per group) runs one thread per output; any
+//! other Conv1d runs the implicit-GEMM kernel, whose tile (4 output channels
+//! x `tq` frames) and warp count are chosen here from the node's sizes: small
+//! tiles when there are few outputs (a streaming chunk), so that the GPU has
+//! blocks enough, and larger ones to reuse each weight row otherwise.
 
-use crate::gpu::op::{BuildCx, GpuOp};
+use cudarc::driver::CudaFunction;
+
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
+use crate::ops::conv::{Conv1d, Conv2d, ConvLayout};
 use crate::ops::Op;
 
-/// Builds the GPU form of the ops this file handles.
-pub fn build(_op: &dyn Op, _cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+/// Output channels of one dense tile (`DENSE_OW` in conv.cu).
+const DENSE_OW: usize = 4;
+/// Most frames of one dense tile (`DENSE_TQ` in conv.cu).
+const DENSE_TQ: usize = 8;
+/// Most warps of one dense block (`DENSE_MAX_WARPS` in conv.cu).
+const DENSE_MAX_WARPS: usize = 8;
+/// Blocks below which a dense conv takes smaller frame tiles.
+const DENSE_MIN_BLOCKS: usize = 256;
+/// Taps per warp above which a dense block takes another warp.
+const DENSE_TAPS_PER_WARP: usize = 96;
+/// Sizes above this are refused, so that the kernels' `int` arithmetic
+/// (`t * stride + j * dilation`, `ci * k`) cannot overflow.
+const INT_LIMIT: usize = 1 << 28;
+
+fn err(msg: String) -> GpuError {
+    GpuError::Kernel(msg)
+}
+
+/// Checks `v` fits the kernels' `int` arithmetic.
+fn small(what: &str, v: usize) -> Result<i32, GpuError> {
+    if v > INT_LIMIT {
+        return Err(err(format!("conv: {what} {v} is above {INT_LIMIT}")));
+    }
+    Ok(v as i32)
+}
+
+/// One kernel launch of fixed geometry: the tensors' addresses (x, w, bias,
+/// y) go first, then scalars fixed at build.
+#[derive(Debug)]
+struct ConvGpu {
+    what: String,
+    f: CudaFunction,
+    grid: Grid,
+    scalars: Vec<Arg>,
+    has_bias: bool,
+    empty: bool,
+}
+
+impl GpuOp for ConvGpu {
+    fn describe(&self) -> String {
+        self.what.clone()
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("conv", io, 2 + self.has_bias as usize, 1)?;
+        if self.empty {
+            return Ok(());
+        }
+        let bias = if self.has_bias { io.ins[2].ptr } else { 0 };
+        let mut args = [Arg::U64(0); 24];
+        let ptrs = [io.ins[0].ptr, io.ins[1].ptr, bias, io.outs[0].ptr];
+        for (a, p) in args.iter_mut().zip(ptrs) {
+            *a = Arg::Ptr(p);
+        }
+        let n = 4 + self.scalars.len();
+        if n > args.len() {
+            return Err(err(format!("conv: {n} kernel arguments")));
+        }
+        args[4..n].copy_from_slice(&self.scalars);
+        launch(cx, &self.f, self.grid, &args[..n])
+    }
+}
+
+pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+    if let Some(c) = op.as_any().downcast_ref::<Conv1d>() {
+        return Some(build_conv1d(c, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
+    }
+    if let Some(c) = op.as_any().downcast_ref::<Conv2d>() {
+        return Some(build_conv2d(c, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
+    }
     None
+}
+
+/// The kernel suffix when every input and the output share one float dtype.
+fn common_suffix(cx: &BuildCx, what: &str) -> Result<&'static str, GpuError> {
+    let n = cx.inputs.len();
+    if !(2..=3).contains(&n) || cx.outputs.len() != 1 {
+        return Err(err(format!(
+            "{what}: {n} inputs and {} outputs (2 or 3 inputs, 1 output)",
+            cx.outputs.len()
+        )));
+    }
+    let suffix = cx.suffix(0)?;
+    let dt = cx.inputs[0].dtype;
+    if cx.inputs.iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
+        return Err(err(format!("{what}: mixed dtypes")));
+    }
+    Ok(suffix)
+}
+
+/// Output length of one axis, as the CPU op computes it.
+fn out_len(len: usize, pad: (usize, usize), k: usize, dil: usize, stride: usize) -> Option<usize> {
+    let extent = dil.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+    let padded = len.checked_add(pad.0)?.checked_add(pad.1)?;
+    (padded >= extent && stride > 0).then(|| (padded - extent) / stride + 1)
+}
+
+/// `(c / groups, o / groups)` when the weight matches.
+fn groups_of(groups: usize, c: usize, o: usize, w_in: usize) -> Result<(usize, usize), GpuError> {
+    if groups == 0 || !c.is_multiple_of(groups) || !o.is_multiple_of(groups) || w_in != c / groups {
+        return Err(err(format!(
+            "conv: {groups} groups do not fit {c} input channels, {o} output channels and a weight of {w_in} channels per group"
+        )));
+    }
+    Ok((c / groups, o / groups))
+}
+
+fn check_bias(cx: &BuildCx, o: usize) -> Result<(), GpuError> {
+    if cx.inputs.len() > 2 && cx.shape(2)? != [o] {
+        return Err(err(format!("conv: bias {} is not [{o}]", cx.inputs[2])));
+    }
+    Ok(())
+}
+
+fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
+    let suffix = common_suffix(cx, "conv1d")?;
+    let (x, w) = (cx.shape(0)?, cx.shape(1)?);
+    if !(2..=3).contains(&x.len()) || w.len() != 3 {
+        return Err(err(format!(
+            "conv1d: input {} and weight {} (ranks 2-3 and 3)",
+            cx.inputs[0], cx.inputs[1]
+        )));
+    }
+    let r = x.len();
+    let last = op.layout == ConvLayout::ChannelsLast;
+    let (c, t_in) = if last {
+        (x[r - 1], x[r - 2])
+    } else {
+        (x[r - 2], x[r - 1])
+    };
+    let n = if r == 3 { x[0] } else { 1 };
+    let (o, w_in, k) = (w[0], w[1], w[2]);
+    let (cg, og) = groups_of(op.groups, c, o, w_in)?;
+    check_bias(cx, o)?;
+    let t_out = out_len(t_in, op.pad, k, op.dilation, op.stride).ok_or_else(|| {
+        err(format!(
+            "conv1d: {t_in} frames, kernel {k}, {}",
+            crate::ops::Op::info(op)
+        ))
+    })?;
+    let mut want = x.clone();
+    if last {
+        want[r - 1] = o;
+        want[r - 2] = t_out;
+    } else {
+        want[r - 2] = o;
+        want[r - 1] = t_out;
+    }
+    let out = cx.out_shape(0)?;
+    if out != want {
+        return Err(err(format!(
+            "conv1d: output {out:?}, the convolution gives {want:?}"
+        )));
+    }
+    let ints = [
+        ("channels", c),
+        ("frames", t_in),
+        ("output channels", o),
+        ("output frames", t_out),
+        ("groups", op.groups),
+        ("kernel", k),
+        ("stride", op.stride),
+        ("dilation", op.dilation),
+        ("padding", op.pad.0),
+        ("padded frames", t_in + op.pad.0 + op.pad.1),
+        ("taps", cg.saturating_mul(k)),
+        (
+            "frame reach",
+            (t_out + DENSE_TQ)
+                .saturating_mul(op.stride)
+                .saturating_add(k.saturating_mul(op.dilation)),
+        ),
+    ];
+    for (what, v) in ints {
+        small(what, v)?;
+    }
+    let n_out = n * o * t_out;
+    let layout = if last { "time-major" } else { "channels-first" };
+    let i = |v: usize| Arg::I32(v as i32);
+    if cg == 1 && og == 1 {
+        let threads = 128usize;
+        let blocks = n_out.div_ceil(threads).clamp(1, 1 << 20) as u32;
+        return Ok(ConvGpu {
+            what: format!(
+                "conv1d depthwise {layout} {c}ch k{k} s{} d{} ({n_out} outputs, {blocks} blocks)",
+                op.stride, op.dilation
+            ),
+            f: cx
+                .lib
+                .function("conv", &format!("conv1d_depthwise_{suffix}"))?,
+            grid: Grid::blocks(blocks, threads as u32),
+            scalars: vec![
+                Arg::U64(n_out as u64),
+                i(c),
+                i(t_in),
+                i(t_out),
+                i(k),
+                i(op.stride),
+                i(op.dilation),
+                i(op.pad.0),
+                i(last as usize),
+            ],
+            has_bias: cx.inputs.len() > 2,
+            empty: n_out == 0,
+        });
+    }
+    let taps = cg * k;
+    let warps = taps.div_ceil(DENSE_TAPS_PER_WARP).clamp(1, DENSE_MAX_WARPS);
+    let blocks_for = |tq: usize| n * op.groups * og.div_ceil(DENSE_OW) * t_out.div_ceil(tq);
+    let mut tq = DENSE_TQ;
+    while tq > 1 && blocks_for(tq) < DENSE_MIN_BLOCKS {
+        tq /= 2;
+    }
+    let blocks = blocks_for(tq);
+    if blocks > i32::MAX as usize {
+        return Err(err(format!("conv1d: {blocks} blocks")));
+    }
+    Ok(ConvGpu {
+        what: format!(
+            "conv1d dense {layout} {c}->{o} k{k} s{} groups {} ({DENSE_OW}x{tq} tiles, {blocks} blocks of {warps} warps)",
+            op.stride, op.groups
+        ),
+        f: cx.lib.function("conv", &format!("conv1d_dense_{suffix}"))?,
+        grid: Grid::blocks(blocks as u32, (warps * 32) as u32),
+        scalars: vec![
+            i(c),
+            i(t_in),
+            i(o),
+            i(t_out),
+            i(op.groups),
+            i(k),
+            i(op.stride),
+            i(op.dilation),
+            i(op.pad.0),
+            i(last as usize),
+            i(tq),
+        ],
+        has_bias: cx.inputs.len() > 2,
+        empty: n_out == 0,
+    })
+}
+
+fn build_conv2d(op: &Conv2d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
+    let suffix = common_suffix(cx, "conv2d")?;
+    let (x, w) = (cx.shape(0)?, cx.shape(1)?);
+    if !(3..=4).contains(&x.len()) || w.len() != 4 {
+        return Err(err(format!(
+            "conv2d: input {} and weight {} (ranks 3-4 and 4)",
+            cx.inputs[0], cx.inputs[1]
+        )));
+    }
+    let r = x.len();
+    let n = if r == 4 { x[0] } else { 1 };
+    let (c, h, wd) = (x[r - 3], x[r - 2], x[r - 1]);
+    let (o, w_in, kh, kw) = (w[0], w[1], w[2], w[3]);
+    groups_of(op.groups, c, o, w_in)?;
+    check_bias(cx, o)?;
+    let bad = || err(format!("conv2d: input {x:?}, weight {w:?}, {}", op.info()));
+    let ho = out_len(h, op.pad[0], kh, op.dilation.0, op.stride.0).ok_or_else(bad)?;
+    let wo = out_len(wd, op.pad[1], kw, op.dilation.1, op.stride.1).ok_or_else(bad)?;
+    let mut want = x.clone();
+    want[r - 3] = o;
+    want[r - 2] = ho;
+    want[r - 1] = wo;
+    let out = cx.out_shape(0)?;
+    if out != want {
+        return Err(err(format!(
+            "conv2d: output {out:?}, the convolution gives {want:?}"
+        )));
+    }
+    let ints = [
+        ("channels", c),
+        ("height", h + op.pad[0].0 + op.pad[0].1),
+        ("width", wd + op.pad[1].0 + op.pad[1].1),
+        ("output channels", o),
+        ("kernel height", kh),
+        ("kernel width", kw),
+        (
+            "row reach",
+            ho.saturating_mul(op.stride.0)
+                .saturating_add(kh.saturating_mul(op.dilation.0)),
+        ),
+        (
+            "column reach",
+            wo.saturating_mul(op.stride.1)
+                .saturating_add(kw.saturating_mul(op.dilation.1)),
+        ),
+        ("taps", c.saturating_mul(kh).saturating_mul(kw)),
+    ];
+    for (what, v) in ints {
+        small(what, v)?;
+    }
+    let n_out = n * o * ho * wo;
+    let i = |v: usize| Arg::I32(v as i32);
+    Ok(ConvGpu {
+        what: format!("conv2d direct {c}->{o} k{kh}x{kw} ({n_out} outputs, one thread each)"),
+        f: cx
+            .lib
+            .function("conv", &format!("conv2d_direct_{suffix}"))?,
+        grid: Grid::linear(n_out),
+        scalars: vec![
+            Arg::U64(n_out as u64),
+            i(c),
+            i(h),
+            i(wd),
+            i(o),
+            i(ho),
+            i(wo),
+            i(op.groups),
+            i(kh),
+            i(kw),
+            i(op.stride.0),
+            i(op.stride.1),
+            i(op.dilation.0),
+            i(op.dilation.1),
+            i(op.pad[0].0),
+            i(op.pad[1].0),
+        ],
+        has_bias: cx.inputs.len() > 2,
+        empty: n_out == 0,
+    })
 }

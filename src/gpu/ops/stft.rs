@@ -1,10 +1,304 @@
-//! (to be written)
+//! The spectral front end (`kernels/stft.cu`): Stft as a direct DFT with
+//! exact twiddles (every output mode, centred or not, with or without a
+//! batch axis), LogMel and Log.
 
-use crate::gpu::op::{BuildCx, GpuOp};
+use cudarc::driver::CudaFunction;
+
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
+use crate::ops::mel::{Log, LogMel};
+use crate::ops::stft::{Stft, StftOutput};
 use crate::ops::Op;
 
-/// Builds the GPU form of the ops this file handles.
-pub fn build(_op: &dyn Op, _cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+/// Warps of an STFT block (`STFT_WARPS` in stft.cu).
+const STFT_WARPS: u32 = 8;
+/// Rows of a LogMel block (`MEL_ROWS`) and its warps (`MEL_WARPS`).
+const MEL_ROWS: usize = 4;
+const MEL_WARPS: u32 = 8;
+/// Largest `n_fft`: its frame and twiddle table live in a block's shared memory.
+const MAX_N_FFT: usize = 2048;
+
+fn err(msg: String) -> GpuError {
+    GpuError::Kernel(msg)
+}
+
+/// The kernel suffix when `n` inputs and the one output share a float dtype.
+fn common_suffix(cx: &BuildCx, n: usize, what: &str) -> Result<&'static str, GpuError> {
+    if cx.inputs.len() != n || cx.outputs.len() != 1 {
+        return Err(err(format!(
+            "{what}: {} inputs and {} outputs ({n} and 1)",
+            cx.inputs.len(),
+            cx.outputs.len()
+        )));
+    }
+    let suffix = cx.suffix(0)?;
+    let dt = cx.inputs[0].dtype;
+    if cx.inputs.iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
+        return Err(err(format!("{what}: mixed dtypes")));
+    }
+    Ok(suffix)
+}
+
+fn int(what: &str, v: usize) -> Result<i32, GpuError> {
+    i32::try_from(v).map_err(|_| err(format!("{what} {v} does not fit an int")))
+}
+
+#[derive(Debug)]
+struct StftGpu {
+    f: CudaFunction,
+    grid: Grid,
+    /// s, frames, n_fft, hop, pad, bins, mode.
+    ints: [i32; 7],
+    empty: bool,
+}
+
+impl GpuOp for StftGpu {
+    fn describe(&self) -> String {
+        let [s, frames, n_fft, hop, ..] = self.ints;
+        format!(
+            "stft direct DFT n_fft {n_fft} hop {hop}: {s} samples -> {frames} frames ({} blocks)",
+            self.grid.grid.0
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("stft", io, 2, 1)?;
+        if self.empty {
+            return Ok(());
+        }
+        let [s, frames, n_fft, hop, pad, bins, mode] = self.ints;
+        launch(
+            cx,
+            &self.f,
+            self.grid,
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(io.ins[1].ptr),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::I32(s),
+                Arg::I32(frames),
+                Arg::I32(n_fft),
+                Arg::I32(hop),
+                Arg::I32(pad),
+                Arg::I32(bins),
+                Arg::I32(mode),
+            ],
+        )
+    }
+}
+
+#[derive(Debug)]
+struct LogMelGpu {
+    f: CudaFunction,
+    grid: Grid,
+    rows: usize,
+    bins: usize,
+    mels: usize,
+    eps: f32,
+}
+
+impl GpuOp for LogMelGpu {
+    fn describe(&self) -> String {
+        format!(
+            "logmel {} rows x {} bins -> {} mels",
+            self.rows, self.bins, self.mels
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("logmel", io, 2, 1)?;
+        if self.rows == 0 {
+            return Ok(());
+        }
+        launch(
+            cx,
+            &self.f,
+            self.grid,
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(io.ins[1].ptr),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::U64(self.rows as u64),
+                Arg::I32(self.bins as i32),
+                Arg::I32(self.mels as i32),
+                Arg::F32(self.eps),
+            ],
+        )
+    }
+}
+
+#[derive(Debug)]
+struct LogGpu {
+    f: CudaFunction,
+    n: usize,
+    eps: f32,
+}
+
+impl GpuOp for LogGpu {
+    fn describe(&self) -> String {
+        format!("ln(x + {}) ({} elements)", self.eps, self.n)
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("log", io, 1, 1)?;
+        if self.n == 0 {
+            return Ok(());
+        }
+        launch(
+            cx,
+            &self.f,
+            Grid::linear(self.n),
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::U64(self.n as u64),
+                Arg::F32(self.eps),
+            ],
+        )
+    }
+}
+
+pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+    let any = op.as_any();
+    if let Some(s) = any.downcast_ref::<Stft>() {
+        return Some(build_stft(s, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
+    }
+    if let Some(m) = any.downcast_ref::<LogMel>() {
+        return Some(build_logmel(m, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
+    }
+    if let Some(l) = any.downcast_ref::<Log>() {
+        return Some(build_log(l, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
+    }
     None
+}
+
+fn build_stft(op: &Stft, cx: &BuildCx) -> Result<StftGpu, GpuError> {
+    let suffix = common_suffix(cx, 2, "stft")?;
+    let (sig, win) = (cx.shape(0)?, cx.shape(1)?);
+    let n_fft = op.n_fft();
+    if !(1..=2).contains(&sig.len()) || win != [n_fft] {
+        return Err(err(format!(
+            "stft: signal {} and window {} (rank 1-2 and [{n_fft}])",
+            cx.inputs[0], cx.inputs[1]
+        )));
+    }
+    if n_fft > MAX_N_FFT {
+        return Err(err(format!(
+            "stft: n_fft {n_fft} is above the {MAX_N_FFT} a block's shared memory holds"
+        )));
+    }
+    let s = sig[sig.len() - 1];
+    let batch = if sig.len() == 2 { sig[0] } else { 1 };
+    let pad = if op.center() { n_fft / 2 } else { 0 };
+    // the CPU op's own length rules: one reflection must stay in the signal
+    if (op.center() && s <= pad) || s + 2 * pad < n_fft {
+        return Err(err(format!(
+            "stft: {s} samples are too few for n_fft {n_fft}{}",
+            if op.center() { " centred" } else { "" }
+        )));
+    }
+    let frames = (s + 2 * pad - n_fft) / op.hop() + 1;
+    let bins = op.bins();
+    let mut want = sig[..sig.len() - 1].to_vec();
+    want.extend([frames, bins]);
+    let mode = match op.output() {
+        StftOutput::Complex => {
+            want.push(2);
+            0
+        }
+        StftOutput::Magnitude => 1,
+        StftOutput::Power => 2,
+    };
+    let out = cx.out_shape(0)?;
+    if out != want {
+        return Err(err(format!(
+            "stft: output {out:?}, the STFT gives {want:?}"
+        )));
+    }
+    let blocks = batch * frames * bins.div_ceil(32);
+    if blocks > i32::MAX as usize {
+        return Err(err(format!("stft: {blocks} blocks")));
+    }
+    // the frame and the skewed cos and sin tables (`tw_at` in stft.cu)
+    let table = (n_fft - 1) + (n_fft - 1) / 32 + 1;
+    let shared = (n_fft + 2 * table) * 4;
+    let ints = [
+        int("stft: signal length", s)?,
+        int("stft: frames", frames)?,
+        n_fft as i32,
+        int("stft: hop", op.hop())?,
+        pad as i32,
+        bins as i32,
+        mode,
+    ];
+    // frame starts t * hop must fit an int too
+    int(
+        "stft: last frame start",
+        (frames - 1).saturating_mul(op.hop()),
+    )?;
+    Ok(StftGpu {
+        f: cx.lib.function("stft", &format!("stft_{suffix}"))?,
+        grid: Grid::blocks(blocks as u32, STFT_WARPS * 32).with_shared(shared as u32),
+        ints,
+        empty: blocks == 0,
+    })
+}
+
+fn build_logmel(op: &LogMel, cx: &BuildCx) -> Result<LogMelGpu, GpuError> {
+    let suffix = common_suffix(cx, 2, "logmel")?;
+    if !op.eps.is_finite() {
+        return Err(err(format!("logmel: epsilon {}", op.eps)));
+    }
+    let (p, fb) = (cx.shape(0)?, cx.shape(1)?);
+    let (Some(&bins), [fb_bins, mels]) = (p.last(), fb.as_slice()) else {
+        return Err(err(format!(
+            "logmel: power {} and filterbank {} (rank >= 1 and 2)",
+            cx.inputs[0], cx.inputs[1]
+        )));
+    };
+    let (fb_bins, mels) = (*fb_bins, *mels);
+    if bins != fb_bins || bins == 0 || mels == 0 {
+        return Err(err(format!(
+            "logmel: power {p:?} through filterbank {fb:?}"
+        )));
+    }
+    let mut want = p.clone();
+    if let Some(l) = want.last_mut() {
+        *l = mels;
+    }
+    let out = cx.out_shape(0)?;
+    if out != want {
+        return Err(err(format!("logmel: output {out:?}, expected {want:?}")));
+    }
+    int("logmel: bins", bins)?;
+    int("logmel: mels", mels)?;
+    let rows: usize = p[..p.len() - 1].iter().product();
+    let blocks = rows.div_ceil(MEL_ROWS) * mels.div_ceil(32);
+    if blocks > i32::MAX as usize {
+        return Err(err(format!("logmel: {blocks} blocks")));
+    }
+    Ok(LogMelGpu {
+        f: cx.lib.function("stft", &format!("logmel_{suffix}"))?,
+        grid: Grid::blocks(blocks as u32, MEL_WARPS * 32),
+        rows,
+        bins,
+        mels,
+        eps: op.eps,
+    })
+}
+
+fn build_log(op: &Log, cx: &BuildCx) -> Result<LogGpu, GpuError> {
+    let suffix = common_suffix(cx, 1, "log")?;
+    if !op.eps.is_finite() {
+        return Err(err(format!("log: epsilon {}", op.eps)));
+    }
+    let n = cx.shape(0)?.iter().product();
+    if cx.out_shape(0)?.iter().product::<usize>() != n {
+        return Err(err("log: output size differs from the input's".into()));
+    }
+    Ok(LogGpu {
+        f: cx.lib.function("stft", &format!("log_eps_{suffix}"))?,
+        n,
+        eps: op.eps,
+    })
 }
