@@ -204,5 +204,36 @@ fn gpu_bench(
         captured_f32 * 1e3,
         pulse as f64 * 1000.0 / rec.sample_rate() as f64
     );
+    // where an eager f32 step spends its time, node by node (each waited for)
+    let mut r = pulsed::gpu::GpuRunner::new(
+        device.clone(),
+        pm.graph.clone(),
+        None,
+        &GpuRunnerOptions::new(Precision::F32),
+    )
+    .map_err(|e| e.to_string())?;
+    let x = pulsed::ops::Tensor::from_slice(&samples[..pulse.min(samples.len())]);
+    if x.len() == pulse {
+        let mut by_kind: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+        let mut total = 0.0;
+        for rep in 0..5 {
+            let times = r.profile_step(&[&x]).map_err(|e| e.to_string())?;
+            if rep < 4 {
+                continue; // warm-up
+            }
+            for (id, t) in times {
+                let e = by_kind.entry(pm.graph.nodes[id].op.name()).or_default();
+                e.0 += t;
+                e.1 += 1;
+                total += t;
+            }
+        }
+        let mut v: Vec<_> = by_kind.into_iter().collect();
+        v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        println!("  profile (f32, one node at a time, waiting for each; {:.3} ms in all):", total * 1e3);
+        for (kind, (t, n)) in v {
+            println!("    {kind:<24} {n:>4} nodes {:>8.3} ms", t * 1e3);
+        }
+    }
     Ok(())
 }

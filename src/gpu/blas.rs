@@ -103,7 +103,7 @@ impl Blas {
             d => return Err(GpuError::Kernel(format!("no GEMM for {d}"))),
         };
         let compute = if g.dtype == DType::F32 && !self.tf32 {
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         } else if g.dtype == DType::F32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
         } else {

@@ -17,6 +17,7 @@ use super::GpuError;
 /// after [`PRELUDE`].
 pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("elementwise", include_str!("kernels/elementwise.cu")),
+    ("linear", include_str!("kernels/linear.cu")),
     ("copy", include_str!("kernels/copy.cu")),
     ("pulse", include_str!("kernels/pulse.cu")),
     ("norm", include_str!("kernels/norm.cu")),

@@ -551,7 +551,61 @@ impl GpuRunner {
         Ok(())
     }
 
+    /// Runs one step node by node, waiting for each, and returns every
+    /// non-constant node with its wall time in seconds (a profile: slower
+    /// than a real step, whose launches overlap).
+    pub fn profile_step(&mut self, inputs: &[&Tensor]) -> Result<Vec<(usize, f64)>> {
+        self.copy_inputs(inputs)?;
+        let segments = std::mem::take(&mut self.segments);
+        let mut times = Vec::new();
+        let mut r = Ok(());
+        'all: for seg in &segments {
+            let (nodes, gpu) = match seg {
+                Segment::Gpu { nodes, .. } => (nodes, true),
+                Segment::Host(nodes) => (nodes, false),
+            };
+            for &id in nodes {
+                let t = std::time::Instant::now();
+                r = if gpu {
+                    self.launch_nodes(&[id], false)
+                        .and_then(|_| Ok(self.dev.ctx.synchronize()?))
+                } else {
+                    self.run_host(&[id])
+                };
+                if r.is_err() {
+                    break 'all;
+                }
+                times.push((id, t.elapsed().as_secs_f64()));
+            }
+        }
+        self.segments = segments;
+        r?;
+        self.launch_nodes(&[], true)?;
+        self.finish_step()?;
+        Ok(times)
+    }
+
     fn step_inner(&mut self, inputs: &[&Tensor]) -> Result<()> {
+        self.copy_inputs(inputs)?;
+        let segments = std::mem::take(&mut self.segments);
+        let r = self.run_segments(&segments);
+        self.segments = segments;
+        r?;
+        self.finish_step()
+    }
+
+    fn finish_step(&mut self) -> Result<()> {
+        let graph = self.graph.clone();
+        for (_, o) in graph.outputs.iter() {
+            if self.tr.placements[o.node].is_gpu() {
+                self.download(o.node, o.slot)?;
+            }
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    fn copy_inputs(&mut self, inputs: &[&Tensor]) -> Result<()> {
         let graph = self.graph.clone();
         if inputs.len() != graph.inputs.len() {
             return Err(Error::Graph(format!(
@@ -576,16 +630,6 @@ impl GpuRunner {
                 }
             }
         }
-        let segments = std::mem::take(&mut self.segments);
-        let r = self.run_segments(&segments);
-        self.segments = segments;
-        r?;
-        for (_, o) in graph.outputs.iter() {
-            if self.tr.placements[o.node].is_gpu() {
-                self.download(o.node, o.slot)?;
-            }
-        }
-        self.steps += 1;
         Ok(())
     }
 

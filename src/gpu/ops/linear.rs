@@ -8,18 +8,24 @@ use crate::gpu::GpuError;
 use crate::ops::matmul::{Linear, MatMul};
 use crate::ops::Op;
 
+/// Rows up to which the skinny kernel beats cuBLAS (its `MAX_ROWS`).
+const SKINNY_ROWS: usize = 16;
+
 #[derive(Debug)]
 struct LinearGpu {
     gemm: Gemm,
     /// `bias_act_*` when there is a bias.
     bias: Option<CudaFunction>,
+    /// `skinny_linear_*` for few rows (bias fused).
+    skinny: Option<CudaFunction>,
 }
 
 impl GpuOp for LinearGpu {
     fn describe(&self) -> String {
         let g = &self.gemm;
         format!(
-            "cuBLAS GEMM {}x{}x{} {}{}",
+            "{} {}x{}x{} {}{}",
+            if self.skinny.is_some() { "skinny linear" } else { "cuBLAS GEMM" },
             g.m,
             g.n,
             g.k,
@@ -33,6 +39,25 @@ impl GpuOp for LinearGpu {
         let y = io.outs[0].ptr;
         if io.outs[0].is_empty() {
             return Ok(());
+        }
+        if let Some(f) = &self.skinny {
+            let g = &self.gemm;
+            let warps_per_block = 8;
+            return launch(
+                cx,
+                f,
+                Grid::blocks(g.n.div_ceil(warps_per_block) as u32, 32 * warps_per_block as u32),
+                &[
+                    Arg::Ptr(io.ins[0].ptr),
+                    Arg::Ptr(io.ins[1].ptr),
+                    Arg::Ptr(io.ins.get(2).map_or(0, |b| b.ptr)),
+                    Arg::Ptr(y),
+                    Arg::I32(g.m as i32),
+                    Arg::I32(g.n as i32),
+                    Arg::I32(g.k as i32),
+                    Arg::I32(-1),
+                ],
+            );
         }
         cx.blas.gemm(&self.gemm, io.ins[0].ptr, io.ins[1].ptr, y)?;
         if let (Some(f), Some(b)) = (&self.bias, io.ins.get(2)) {
@@ -98,9 +123,16 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     } else {
         None
     };
+    let fits_i32 = [m, n, k].iter().all(|&v| v <= i32::MAX as usize);
+    let skinny = if m <= SKINNY_ROWS && fits_i32 {
+        Some(cx.lib.function("linear", &format!("skinny_linear_{suffix}"))?)
+    } else {
+        None
+    };
     Ok(Box::new(LinearGpu {
         gemm: Gemm::linear(cx.inputs[0].dtype, m, n, k),
         bias,
+        skinny,
     }))
 }
 
