@@ -157,8 +157,8 @@ fn gpu_bench(
             let mut s = engine.session(pm.clone()).map_err(|e| e.to_string())?;
             s.push(&samples[..pulse.min(samples.len()) - 1])
                 .map_err(|e| e.to_string())?;
-            for _ in 0..3 {
-                s.step_only().map_err(|e| e.to_string())?; // warm-up and capture
+            for _ in 0..20 {
+                s.step_only().map_err(|e| e.to_string())?; // warm-up, capture, clocks up
             }
             let mut times = Vec::with_capacity(STEPS);
             for _ in 0..STEPS {
@@ -204,7 +204,7 @@ fn gpu_bench(
         captured_f32 * 1e3,
         pulse as f64 * 1000.0 / rec.sample_rate() as f64
     );
-    // where an eager f32 step spends its time, node by node (each waited for)
+    // where an eager f32 step spends its GPU time, node by node
     let mut r = pulsed::gpu::GpuRunner::new(
         device.clone(),
         pm.graph.clone(),
@@ -216,11 +216,13 @@ fn gpu_bench(
     if x.len() == pulse {
         let mut by_kind: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
         let mut total = 0.0;
+        let mut slowest = Vec::new();
         for rep in 0..5 {
             let times = r.profile_step(&[&x]).map_err(|e| e.to_string())?;
             if rep < 4 {
                 continue; // warm-up
             }
+            slowest = times.clone();
             for (id, t) in times {
                 let e = by_kind.entry(pm.graph.nodes[id].op.name()).or_default();
                 e.0 += t;
@@ -230,9 +232,14 @@ fn gpu_bench(
         }
         let mut v: Vec<_> = by_kind.into_iter().collect();
         v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-        println!("  profile (f32, one node at a time, waiting for each; {:.3} ms in all):", total * 1e3);
+        println!("  profile (f32, eager, GPU time between events around each node; {:.3} ms in all):", total * 1e3);
         for (kind, (t, n)) in v {
             println!("    {kind:<24} {n:>4} nodes {:>8.3} ms", t * 1e3);
+        }
+        slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (id, t) in slowest.iter().take(6) {
+            let n = &pm.graph.nodes[*id];
+            println!("    slowest: {:<32} {:<22} {:>7.1} us", n.name, n.op.name(), t * 1e6);
         }
     }
     Ok(())

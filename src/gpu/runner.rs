@@ -551,36 +551,55 @@ impl GpuRunner {
         Ok(())
     }
 
-    /// Runs one step node by node, waiting for each, and returns every
-    /// non-constant node with its wall time in seconds (a profile: slower
-    /// than a real step, whose launches overlap).
+    /// Runs one step with kernels launched one by one, and returns every
+    /// non-constant node with its time in seconds: GPU time between CUDA
+    /// events around its launches, wall time for CPU nodes (a profile).
     pub fn profile_step(&mut self, inputs: &[&Tensor]) -> Result<Vec<(usize, f64)>> {
+        use cudarc::driver::sys::CUevent_flags;
         self.copy_inputs(inputs)?;
         let segments = std::mem::take(&mut self.segments);
+        let stream = self.dev.ctx.stream().clone();
+        let mut events = Vec::new();
         let mut times = Vec::new();
-        let mut r = Ok(());
+        let mut r: Result<()> = Ok(());
         'all: for seg in &segments {
-            let (nodes, gpu) = match seg {
-                Segment::Gpu { nodes, .. } => (nodes, true),
-                Segment::Host(nodes) => (nodes, false),
-            };
-            for &id in nodes {
-                let t = std::time::Instant::now();
-                r = if gpu {
-                    self.launch_nodes(&[id], false)
-                        .and_then(|_| Ok(self.dev.ctx.synchronize()?))
-                } else {
-                    self.run_host(&[id])
-                };
-                if r.is_err() {
-                    break 'all;
+            match seg {
+                Segment::Gpu { nodes, .. } => {
+                    for &id in nodes {
+                        let ev = |s: &cudarc::driver::CudaStream| {
+                            s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                                .map_err(|e| Error::Gpu(GpuError::from(e)))
+                        };
+                        r = ev(&stream).and_then(|a| {
+                            self.launch_nodes(&[id], false)?;
+                            Ok((a, ev(&stream)?))
+                        })
+                        .map(|(a, b)| events.push((id, a, b)));
+                        if r.is_err() {
+                            break 'all;
+                        }
+                    }
                 }
-                times.push((id, t.elapsed().as_secs_f64()));
+                Segment::Host(nodes) => {
+                    for &id in nodes {
+                        let t = std::time::Instant::now();
+                        r = self.run_host(&[id]);
+                        if r.is_err() {
+                            break 'all;
+                        }
+                        times.push((id, t.elapsed().as_secs_f64()));
+                    }
+                }
             }
         }
         self.segments = segments;
         r?;
         self.launch_nodes(&[], true)?;
+        self.dev.ctx.synchronize()?;
+        for (id, a, b) in events {
+            let ms = a.elapsed_ms(&b).map_err(GpuError::from)?;
+            times.push((id, ms as f64 / 1e3));
+        }
         self.finish_step()?;
         Ok(times)
     }
