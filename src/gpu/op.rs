@@ -91,6 +91,13 @@ pub trait GpuOp: fmt::Debug + Send {
     fn alias(&self) -> Option<(usize, usize)> {
         None
     }
+
+    /// Takes on an element-wise activation (an `elementwise.cu` unary code)
+    /// applied to its output 0, if it can; the translator then turns the
+    /// activation node into a view of this node's output.
+    fn fuse_activation(&mut self, _code: i32) -> bool {
+        false
+    }
 }
 
 /// Builds the GPU form of `op`: `None` when this builder does not handle the

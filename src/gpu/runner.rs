@@ -738,6 +738,9 @@ impl StepRunner for GpuRunner {
     }
 
     fn value(&self, o: OutletId) -> Option<Tensor> {
+        if self.tr.fused_into.get(o.node)?.is_some() {
+            return None; // an activation was fused into it: its output is gone
+        }
         if let Some(t) = self.dev_values.get(o.node)?.get(o.slot)?.clone() {
             if self.tr.placements[o.node].is_gpu() || matches!(self.tr.placements[o.node], Placement::Input) {
                 let mut bytes = vec![0u8; t.bytes()];

@@ -16,7 +16,8 @@ use super::ops::BUILDERS;
 use super::tensor::Precision;
 use super::GpuError;
 use crate::graph::Graph;
-use crate::ops::{Const, Source, Tensor, TypedFact};
+use crate::ops::matmul::Linear;
+use crate::ops::{Const, Source, Tensor, TypedFact, Unary};
 
 /// Environment variable: comma-separated node names, op kinds (`Conv1d`) or
 /// name prefixes ending in `*` (`blocks.0.*`) to run on the CPU.
@@ -50,6 +51,9 @@ pub struct Translation {
     /// Concrete node facts as the graph will run (logical dtypes).
     pub facts: Vec<Vec<TypedFact>>,
     pub precision: Precision,
+    /// For a node whose output an activation was fused into: that node
+    /// (its own output then no longer exists on the device).
+    pub fused_into: Vec<Option<usize>>,
 }
 
 /// Which nodes a user forced to the CPU.
@@ -154,11 +158,55 @@ pub fn translate(
         };
         placements.push(placement);
     }
+    let fused_into = fuse_activations(graph, &mut placements);
     Ok(Translation {
         placements,
         facts,
         precision: p,
+        fused_into,
     })
+}
+
+/// Folds an activation (Relu, Sigmoid, Tanh, Silu, Gelu) into the Linear
+/// that is its only producer and whose output nothing else reads: one
+/// kernel instead of two, and the activation node becomes a view.
+fn fuse_activations(graph: &Graph, placements: &mut [Placement]) -> Vec<Option<usize>> {
+    let n = graph.nodes.len();
+    let mut readers = vec![0usize; n];
+    for node in &graph.nodes {
+        for o in &node.inputs {
+            readers[o.node] += 1;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        readers[o.node] += 1;
+    }
+    let mut fused = vec![None; n];
+    for id in 0..n {
+        let node = &graph.nodes[id];
+        let Some(&u) = node.op.as_any().downcast_ref::<Unary>() else {
+            continue;
+        };
+        let Some(code) = super::ops::elementwise::unary_code(u).filter(|c| (5..=9).contains(c))
+        else {
+            continue;
+        };
+        let src = node.inputs[0];
+        if src.slot != 0
+            || readers[src.node] != 1
+            || !placements[id].is_gpu()
+            || !graph.nodes[src.node].op.as_any().is::<Linear>()
+        {
+            continue;
+        }
+        if let Placement::Gpu(op) = &mut placements[src.node] {
+            if op.fuse_activation(code) {
+                placements[id] = Placement::Gpu(super::ops::shape::view());
+                fused[src.node] = Some(id);
+            }
+        }
+    }
+    fused
 }
 
 fn choose(

@@ -1,7 +1,7 @@
 // Skinny Linear for chunk steps: y[m, n] = act(sum_k x[m, k] * w[n, k] + b[n])
-// with few rows (m <= 16, a pulse's frames). One warp per output column n:
-// its lanes stride along k, so the weight row is read once, coalesced, and
-// x (a few KiB, shared by every warp) stays in cache. f32 accumulation;
+// with few rows (m <= 16, a pulse's frames). Lanes stride along k, so each
+// weight row is read once, coalesced, and x (a few KiB, shared by every
+// warp) stays in cache. f32 accumulation;
 // cuBLAS takes the large-m case (whole utterances). `act` is an
 // elementwise.cu unary code, -1 for none; `bias` may be null.
 
@@ -18,21 +18,34 @@ __device__ __forceinline__ float act_op(int code, float x) {
     }
 }
 
+// A block of 8 warps takes COLS columns; the WARPS_PER_COL warps of a column
+// split k, so even a 256-column layer fills the GPU and each warp's chain
+// of dependent loads stays short (the kernel is latency-bound, not
+// bandwidth-bound, at these sizes).
+#define COLS 2
+#define WARPS_PER_COL 4
+
 template <typename T>
 __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, int m, int n,
                                    int k, int act) {
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (warp >= n) return;
+    __shared__ float part[COLS * WARPS_PER_COL][MAX_ROWS];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int col = blockIdx.x * COLS + warp / WARPS_PER_COL;
+    int slice = warp % WARPS_PER_COL;
+    int per = (k + WARPS_PER_COL - 1) / WARPS_PER_COL;
+    int k0 = slice * per, k1 = min(k, k0 + per);
     float acc[MAX_ROWS];
 #pragma unroll
     for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.0f;
-    const T* wr = w + (u64)warp * k;
-    for (int i = lane; i < k; i += 32) {
-        float wv = ld(wr, i);
+    if (col < n) {
+        const T* wr = w + (u64)col * k;
+#pragma unroll 4
+        for (int i = k0 + lane; i < k1; i += 32) {
+            float wv = ld(wr, i);
 #pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) {
-            if (r < m) acc[r] += wv * ld(x, (u64)r * k + i);
+            for (int r = 0; r < MAX_ROWS; ++r) {
+                if (r < m) acc[r] += wv * ld(x, (u64)r * k + i);
+            }
         }
     }
 #pragma unroll
@@ -40,15 +53,20 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
         if (r < m) {
             float v = acc[r];
             for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            acc[r] = v;
+            if (lane == 0) part[warp][r] = v;
         }
     }
-    if (lane < m) {
-        float v = 0.0f;
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) if (r == lane) v = acc[r];
-        if (bias) v += ld(bias, warp);
-        st(y, (u64)lane * n + warp, act < 0 ? v : act_op(act, v));
+    __syncthreads();
+    int t = threadIdx.x;
+    if (t < COLS * m) {
+        int c = t / m, r = t % m;
+        int oc = blockIdx.x * COLS + c;
+        if (oc < n) {
+            float v = 0.0f;
+            for (int s2 = 0; s2 < WARPS_PER_COL; ++s2) v += part[c * WARPS_PER_COL + s2][r];
+            if (bias) v += ld(bias, oc);
+            st(y, (u64)r * n + oc, act < 0 ? v : act_op(act, v));
+        }
     }
 }
 

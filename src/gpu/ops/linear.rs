@@ -18,6 +18,8 @@ struct LinearGpu {
     bias: Option<CudaFunction>,
     /// `skinny_linear_*` for few rows (bias fused).
     skinny: Option<CudaFunction>,
+    /// A fused activation's unary code, -1 for none.
+    act: i32,
 }
 
 impl GpuOp for LinearGpu {
@@ -31,7 +33,16 @@ impl GpuOp for LinearGpu {
             g.k,
             g.dtype,
             if self.bias.is_some() { " + bias" } else { "" }
-        )
+        ) + if self.act >= 0 { " + fused activation" } else { "" }
+    }
+
+    fn fuse_activation(&mut self, code: i32) -> bool {
+        // the skinny kernel applies it; after cuBLAS the bias kernel does
+        if self.act >= 0 || (self.skinny.is_none() && self.bias.is_none()) {
+            return false;
+        }
+        self.act = code;
+        true
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
@@ -42,11 +53,12 @@ impl GpuOp for LinearGpu {
         }
         if let Some(f) = &self.skinny {
             let g = &self.gemm;
-            let warps_per_block = 8;
+            // the kernel's COLS columns per block of 8 warps
+            const COLS: usize = 2;
             return launch(
                 cx,
                 f,
-                Grid::blocks(g.n.div_ceil(warps_per_block) as u32, 32 * warps_per_block as u32),
+                Grid::blocks(g.n.div_ceil(COLS) as u32, 256),
                 &[
                     Arg::Ptr(io.ins[0].ptr),
                     Arg::Ptr(io.ins[1].ptr),
@@ -55,7 +67,7 @@ impl GpuOp for LinearGpu {
                     Arg::I32(g.m as i32),
                     Arg::I32(g.n as i32),
                     Arg::I32(g.k as i32),
-                    Arg::I32(-1),
+                    Arg::I32(self.act),
                 ],
             );
         }
@@ -72,7 +84,7 @@ impl GpuOp for LinearGpu {
                     Arg::Ptr(y),
                     Arg::U64(n as u64),
                     Arg::U64(self.gemm.n as u64),
-                    Arg::I32(-1),
+                    Arg::I32(self.act),
                 ],
             )?;
         }
@@ -133,6 +145,7 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         gemm: Gemm::linear(cx.inputs[0].dtype, m, n, k),
         bias,
         skinny,
+        act: -1,
     }))
 }
 

@@ -33,6 +33,11 @@ impl GpuOp for View {
     }
 }
 
+/// A view of a node's input 0 (no kernel), for the translator's fusions.
+pub fn view() -> Box<dyn GpuOp> {
+    Box::new(View { offset: 0 })
+}
+
 /// One strided copy: `dims` walked in order, source and destination strides
 /// in elements, plus element offsets.
 #[derive(Debug, Clone)]
