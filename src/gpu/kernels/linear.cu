@@ -3,7 +3,8 @@
 // weight row is read once, coalesced, and x (a few KiB, shared by every
 // warp) stays in cache. f32 accumulation;
 // cuBLAS takes the large-m case (whole utterances). `act` is an
-// elementwise.cu unary code, -1 for none; `bias` may be null.
+// elementwise.cu unary code, -1 for none; without a bias, `has_bias` is 0
+// and `bias` any valid address.
 
 #define MAX_ROWS 16
 
@@ -27,7 +28,7 @@ __device__ __forceinline__ float act_op(int code, float x) {
 
 template <typename T>
 __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, int m, int n,
-                                   int k, int act) {
+                                   int k, int act, int has_bias) {
     __shared__ float part[COLS * WARPS_PER_COL][MAX_ROWS];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int col = blockIdx.x * COLS + warp / WARPS_PER_COL;
@@ -64,13 +65,15 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
         if (oc < n) {
             float v = 0.0f;
             for (int s2 = 0; s2 < WARPS_PER_COL; ++s2) v += part[c * WARPS_PER_COL + s2][r];
-            if (bias) v += ld(bias, oc);
+            if (has_bias) v += ld(bias, oc);
             st(y, (u64)r * n + oc, act < 0 ? v : act_op(act, v));
         }
     }
 }
 
 FLOAT_KERNELS(skinny_linear,
-    (const float* x, const float* w, const float* bias, float* y, int m, int n, int k, int act),
-    (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int m, int n, int k, int act),
-    (x, w, bias, y, m, n, k, act))
+    (const float* x, const float* w, const float* bias, float* y, int m, int n, int k, int act,
+     int has_bias),
+    (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int m, int n, int k,
+     int act, int has_bias),
+    (x, w, bias, y, m, n, k, act, has_bias))

@@ -101,6 +101,38 @@ __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, 
     const T* xr = x + g.row * n;
     T* yr = y + g.row * n;
     float inv_n = 1.0f / (float)n;
+    if (!g.wide && n <= 32 * 16) {
+        // a short row is read once into registers (same sums, same order)
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            u64 i = g.lane + 32 * j;
+            v[j] = i < n ? ld(xr, i) : 0.0f;
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) if (g.lane + 32 * j < n) s += v[j];
+        float mean = warp_sum(s) * inv_n;
+        float q = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            if (g.lane + 32 * j < n) {
+                float d = v[j] - mean;
+                q += d * d;
+            }
+        }
+        float rstd = 1.0f / sqrtf(warp_sum(q) * inv_n + eps);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            u64 i = g.lane + 32 * j;
+            if (i < n) {
+                float o = (v[j] - mean) * rstd;
+                if (gamma) o = o * ld(gamma, i) + ld(beta, i);
+                st(yr, i, o);
+            }
+        }
+        return;
+    }
     float s = 0.0f;
     for (u64 i = g.lane; i < n; i += g.width) s += ld(xr, i);
     float mean = group_sum(g, s, sh) * inv_n;

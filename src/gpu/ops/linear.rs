@@ -62,12 +62,13 @@ impl GpuOp for LinearGpu {
                 &[
                     Arg::Ptr(io.ins[0].ptr),
                     Arg::Ptr(io.ins[1].ptr),
-                    Arg::Ptr(io.ins.get(2).map_or(0, |b| b.ptr)),
+                    Arg::Ptr(io.ins.get(2).map_or(io.ins[1].ptr, |b| b.ptr)),
                     Arg::Ptr(y),
                     Arg::I32(g.m as i32),
                     Arg::I32(g.n as i32),
                     Arg::I32(g.k as i32),
                     Arg::I32(self.act),
+                    Arg::I32(io.ins.len().min(3) as i32 - 2),
                 ],
             );
         }
