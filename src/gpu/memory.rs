@@ -70,7 +70,11 @@ impl DeviceBuffer {
         no_panic(|| {
             gpu.ctx().bind_to_thread()?;
             let ptr = unsafe { result::malloc_sync(bytes) }?;
-            unsafe { result::memset_d8_sync(ptr, 0, bytes) }?;
+            // Zeroed on the work stream and waited for: the legacy stream's
+            // memset would not be ordered before a non-blocking stream's work.
+            let s = gpu.stream().cu_stream();
+            unsafe { result::memset_d8_async(ptr, 0, bytes, s) }?;
+            unsafe { result::stream::synchronize(s) }?;
             Ok(DeviceBuffer { ptr, bytes })
         })
     }
@@ -79,7 +83,14 @@ impl DeviceBuffer {
     pub fn from_bytes(gpu: &GpuContext, data: &[u8]) -> Result<DeviceBuffer, GpuError> {
         let b = DeviceBuffer::alloc(gpu, data.len())?;
         if !data.is_empty() {
-            no_panic(|| Ok(unsafe { result::memcpy_htod_sync(b.ptr, data) }?))?;
+            // A "synchronous" copy from pageable memory may return before its
+            // DMA lands, and on the legacy stream: copy on the work stream and wait.
+            no_panic(|| {
+                let s = gpu.stream().cu_stream();
+                unsafe { result::memcpy_htod_async(b.ptr, data, s) }?;
+                unsafe { result::stream::synchronize(s) }?;
+                Ok(())
+            })?;
         }
         Ok(b)
     }
