@@ -443,5 +443,13 @@ fn unsupported_cases_are_refused() {
         builder_answer(&dev, stft::build, &op, &[&f16(p), &f16(fb)]),
         "err"
     );
-    assert_eq!(builder_answer(&dev, conv::build, &op, &[&power(&[4, 6], 4), &tensor(&[6, 3], 5, 1.0)]), "none");
+    assert_eq!(
+        builder_answer(
+            &dev,
+            conv::build,
+            &op,
+            &[&power(&[4, 6], 4), &tensor(&[6, 3], 5, 1.0)]
+        ),
+        "none"
+    );
 }

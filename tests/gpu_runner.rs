@@ -16,8 +16,8 @@ use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches, Precision};
 use pulsed::graph::StepRunner;
 use pulsed::models::conformer::{Head, Taps};
 use pulsed::models::ModelDir;
-use pulsed::ops::matmul::{Linear, MatMul};
 use pulsed::ops::concat::Concat;
+use pulsed::ops::matmul::{Linear, MatMul};
 use pulsed::ops::pad::{Pad, PadMode};
 use pulsed::ops::shape::{Permute, Reshape, Slice};
 use pulsed::ops::{Binary, DType, Op, Tensor, Unary};
@@ -84,56 +84,195 @@ fn core_ops_equal_cpu() {
     for (k, (sa, sb)) in shapes.iter().enumerate() {
         let a = random(sa, 2 * k as u64 + 1, 4.0);
         let b = random(sb, 2 * k as u64 + 2, 4.0);
-        for op in [Binary::Add, Binary::Sub, Binary::Mul, Binary::Max, Binary::Min] {
-            check(&d, &format!("{op:?} {sa:?}x{sb:?}"), &op, &[vec![a.clone(), b.clone()]], &[]);
+        for op in [
+            Binary::Add,
+            Binary::Sub,
+            Binary::Mul,
+            Binary::Max,
+            Binary::Min,
+        ] {
+            check(
+                &d,
+                &format!("{op:?} {sa:?}x{sb:?}"),
+                &op,
+                &[vec![a.clone(), b.clone()]],
+                &[],
+            );
         }
         // the scalar on the left
-        check(&d, &format!("Mul {sb:?}x{sa:?}"), &Binary::Mul, &[vec![b.clone(), a.clone()]], &[]);
+        check(
+            &d,
+            &format!("Mul {sb:?}x{sa:?}"),
+            &Binary::Mul,
+            &[vec![b.clone(), a.clone()]],
+            &[],
+        );
     }
     let pos = random(&[8, 256], 9, 3.0);
-    for op in [Unary::Sigmoid, Unary::Silu, Unary::Relu, Unary::Tanh, Unary::Exp, Unary::Neg, Unary::Gelu] {
+    for op in [
+        Unary::Sigmoid,
+        Unary::Silu,
+        Unary::Relu,
+        Unary::Tanh,
+        Unary::Exp,
+        Unary::Neg,
+        Unary::Gelu,
+    ] {
         check(&d, &format!("{op:?}"), &op, &[vec![pos.clone()]], &[]);
     }
-    for (m, k, n) in [(8, 256, 1024), (8, 1024, 256), (300, 256, 256), (5, 77, 33), (1, 80, 29)] {
+    for (m, k, n) in [
+        (8, 256, 1024),
+        (8, 1024, 256),
+        (300, 256, 256),
+        (5, 77, 33),
+        (1, 80, 29),
+    ] {
         let x = random(&[m, k], 11, 1.0);
         let w = random(&[n, k], 12, 0.1);
         let b = random(&[n], 13, 0.5);
-        check(&d, &format!("Linear {m}x{k}->{n}"), &Linear, &[vec![x.clone(), w.clone(), b]], &[false, true, true]);
-        check(&d, &format!("Linear {m}x{k}->{n} no bias"), &Linear, &[vec![x, w]], &[false, true]);
+        check(
+            &d,
+            &format!("Linear {m}x{k}->{n}"),
+            &Linear,
+            &[vec![x.clone(), w.clone(), b]],
+            &[false, true, true],
+        );
+        check(
+            &d,
+            &format!("Linear {m}x{k}->{n} no bias"),
+            &Linear,
+            &[vec![x, w]],
+            &[false, true],
+        );
     }
     let a = random(&[4, 8, 64], 21, 1.0);
     let b = random(&[4, 72, 64], 22, 1.0);
-    let mm = MatMul { transpose_a: false, transpose_b: true };
+    let mm = MatMul {
+        transpose_a: false,
+        transpose_b: true,
+    };
     check(&d, "MatMul batched nt", &mm, &[vec![a, b]], &[]);
     // pulse ops over several steps: the ring buffer fills, wraps and is read
-    for (p, delay, overlap) in [(8, 0, 64), (32, 1, 1), (5120, 240, 0), (16, 0, 1), (3, 4, 2)] {
-        let op = Delay { axis: 0, delay, overlap };
-        let steps: Vec<Vec<Tensor>> = (0..12).map(|s| vec![random(&[p, 5], 100 + s, 2.0)]).collect();
-        check(&d, &format!("Delay p{p} d{delay} o{overlap}"), &op, &steps, &[]);
+    for (p, delay, overlap) in [
+        (8, 0, 64),
+        (32, 1, 1),
+        (5120, 240, 0),
+        (16, 0, 1),
+        (3, 4, 2),
+    ] {
+        let op = Delay {
+            axis: 0,
+            delay,
+            overlap,
+        };
+        let steps: Vec<Vec<Tensor>> = (0..12)
+            .map(|s| vec![random(&[p, 5], 100 + s, 2.0)])
+            .collect();
+        check(
+            &d,
+            &format!("Delay p{p} d{delay} o{overlap}"),
+            &op,
+            &steps,
+            &[],
+        );
     }
-    let pad = PulsePad { axis: 0, pulse: 8, delay: 3, begin: 20, end: None, value: 0.5 };
-    let steps: Vec<Vec<Tensor>> = (0..6).map(|s| vec![random(&[8, 7], 200 + s, 1.0)]).collect();
+    let pad = PulsePad {
+        axis: 0,
+        pulse: 8,
+        delay: 3,
+        begin: 20,
+        end: None,
+        value: 0.5,
+    };
+    let steps: Vec<Vec<Tensor>> = (0..6)
+        .map(|s| vec![random(&[8, 7], 200 + s, 1.0)])
+        .collect();
     check(&d, "PulsePad", &pad, &steps, &[]);
     let x = random(&[8, 512], 31, 1.0);
-    check(&d, "Slice (copy)", &Slice { axis: 1, start: 256, end: None }, &[vec![x.clone()]], &[]);
-    check(&d, "Slice (view)", &Slice { axis: 0, start: 2, end: Some(6) }, &[vec![x.clone()]], &[]);
-    check(&d, "Reshape", &Reshape { shape: vec![8, 4, 128] }, &[vec![x.clone()]], &[]);
-    check(&d, "Permute", &Permute { axes: vec![1, 0] }, &[vec![x.clone()]], &[]);
-    check(&d, "Concat", &Concat { axis: 1 }, &[vec![x.clone(), random(&[8, 3], 32, 1.0)]], &[]);
+    check(
+        &d,
+        "Slice (copy)",
+        &Slice {
+            axis: 1,
+            start: 256,
+            end: None,
+        },
+        &[vec![x.clone()]],
+        &[],
+    );
+    check(
+        &d,
+        "Slice (view)",
+        &Slice {
+            axis: 0,
+            start: 2,
+            end: Some(6),
+        },
+        &[vec![x.clone()]],
+        &[],
+    );
+    check(
+        &d,
+        "Reshape",
+        &Reshape {
+            shape: vec![8, 4, 128],
+        },
+        &[vec![x.clone()]],
+        &[],
+    );
+    check(
+        &d,
+        "Permute",
+        &Permute { axes: vec![1, 0] },
+        &[vec![x.clone()]],
+        &[],
+    );
+    check(
+        &d,
+        "Concat",
+        &Concat { axis: 1 },
+        &[vec![x.clone(), random(&[8, 3], 32, 1.0)]],
+        &[],
+    );
     let y = random(&[1, 576], 33, 1.0);
-    check(&d, "Pad reflect", &Pad { pads: vec![(0, 0), (0, 64)], mode: PadMode::Reflect }, &[vec![y.clone()]], &[]);
-    check(&d, "Pad constant", &Pad { pads: vec![(1, 0), (3, 64)], mode: PadMode::Constant(0.25) }, &[vec![y]], &[]);
+    check(
+        &d,
+        "Pad reflect",
+        &Pad {
+            pads: vec![(0, 0), (0, 64)],
+            mode: PadMode::Reflect,
+        },
+        &[vec![y.clone()]],
+        &[],
+    );
+    check(
+        &d,
+        "Pad constant",
+        &Pad {
+            pads: vec![(1, 0), (3, 64)],
+            mode: PadMode::Constant(0.25),
+        },
+        &[vec![y]],
+        &[],
+    );
 }
 
 fn shipped(head: Head, pulse: usize) -> (ModelDir, Arc<PulsedModel>) {
     let m = ModelDir::open(ModelDir::default_path()).expect("shipped model");
-    let g = m.graph(Taps { head, intermediates: false }).expect("graph");
+    let g = m
+        .graph(Taps {
+            head,
+            intermediates: false,
+        })
+        .expect("graph");
     (m, Arc::new(pulsify(&g, pulse).expect("pulsify")))
 }
 
 fn audio() -> Vec<f32> {
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/asr/hello.wav");
-    pulsed::audio::load_wav(p.as_ref(), 16_000).expect("fixture").samples
+    pulsed::audio::load_wav(p.as_ref(), 16_000)
+        .expect("fixture")
+        .samples
 }
 
 fn gpu_runner(d: &Arc<GpuDevice>, model: &PulsedModel, p: Precision, force: &str) -> GpuRunner {
@@ -155,7 +294,12 @@ fn report(name: &str, c: &pulsed::gpu::compare::Comparison) {
         w.max_abs
     );
     let bad = c.failures();
-    assert!(bad.is_empty(), "{name}: beyond {:e}: {:#?}", c.tolerance, &bad[..bad.len().min(5)]);
+    assert!(
+        bad.is_empty(),
+        "{name}: beyond {:e}: {:#?}",
+        c.tolerance,
+        &bad[..bad.len().min(5)]
+    );
 }
 
 #[test]
@@ -165,10 +309,17 @@ fn shipped_model_per_chunk_and_node_equals_cpu() {
     let (_, model) = shipped(Head::LogProbs, 5120);
     let r = gpu_runner(&d, &model, Precision::F32, "");
     let (gpu, cpu) = r.placement_counts();
-    eprintln!("shipped model: {gpu} nodes on the GPU, {cpu} on the CPU; memory {:?}", r.memory);
+    eprintln!(
+        "shipped model: {gpu} nodes on the GPU, {cpu} on the CPU; memory {:?}",
+        r.memory
+    );
     for (id, p) in r.translation().placements.iter().enumerate() {
         if let Placement::Cpu(why) = p {
-            eprintln!("  CPU: {} ({}): {why}", r.graph().nodes[id].name, r.graph().nodes[id].op.name());
+            eprintln!(
+                "  CPU: {} ({}): {why}",
+                r.graph().nodes[id].name,
+                r.graph().nodes[id].op.name()
+            );
         }
     }
     let c = compare_pulsed(model.clone(), Box::new(r), &audio(), 1e-4, true).expect("compare");
@@ -183,16 +334,24 @@ fn shipped_model_bf16_stays_close_and_transcribes_the_same() {
     let r = gpu_runner(&d, &model, Precision::Bf16, "");
     let c = compare_pulsed(model, Box::new(r), &audio(), 0.05, false).expect("compare");
     let w = c.worst().unwrap();
-    eprintln!("bf16 log-probs: worst rel {:e} abs {:e}", w.max_rel, w.max_abs);
+    eprintln!(
+        "bf16 log-probs: worst rel {:e} abs {:e}",
+        w.max_rel, w.max_abs
+    );
     let m = ModelDir::open(ModelDir::default_path()).unwrap();
     let opts = pulsed::asr::RecognizerOptions::default();
     let cpu = pulsed::asr::Recognizer::new(m.clone(), opts).unwrap();
-    let gpu = pulsed::asr::Recognizer::new(m, opts).unwrap().with_engine(Engine::Gpu {
-        device: d.clone(),
-        options: GpuRunnerOptions::new(Precision::Bf16),
-    });
+    let gpu = pulsed::asr::Recognizer::new(m, opts)
+        .unwrap()
+        .with_engine(Engine::Gpu {
+            device: d.clone(),
+            options: GpuRunnerOptions::new(Precision::Bf16),
+        });
     let a = audio();
-    let (tc, tg) = (cpu.transcribe(&a).unwrap().text, gpu.transcribe(&a).unwrap().text);
+    let (tc, tg) = (
+        cpu.transcribe(&a).unwrap().text,
+        gpu.transcribe(&a).unwrap().text,
+    );
     eprintln!("CPU: {tc:?}\nGPU bf16: {tg:?}");
     assert_eq!(tc, tg);
 }
@@ -210,14 +369,22 @@ fn capture_replays_with_no_allocation() {
     r.step(&[&pulse]).unwrap(); // capture + launch
     assert!(!r.capture_failed(), "capture failed");
     assert!(r.captured_graphs() >= 1, "no graph captured");
-    assert_eq!(capture_allocations(), before_capture, "allocations attempted during capture");
+    assert_eq!(
+        capture_allocations(),
+        before_capture,
+        "allocations attempted during capture"
+    );
     assert_eq!(capture_allocations(), 0);
     let a0 = allocations();
     for _ in 0..20 {
         r.step(&[&pulse]).unwrap();
     }
     assert_eq!(allocations(), a0, "replayed steps allocated device memory");
-    eprintln!("captured {} graph(s); device allocations so far {}", r.captured_graphs(), a0);
+    eprintln!(
+        "captured {} graph(s); device allocations so far {}",
+        r.captured_graphs(),
+        a0
+    );
 }
 
 #[test]
@@ -241,9 +408,13 @@ fn forcing_each_op_kind_to_the_cpu_keeps_cpu_equal_outputs() {
     for kind in kinds {
         let r = gpu_runner(&d, &model, Precision::F32, kind);
         assert!(
-            r.translation().placements.iter().enumerate().all(|(id, p)| {
-                model.graph.nodes[id].op.name() != kind || matches!(p, Placement::Cpu(_))
-            }),
+            r.translation()
+                .placements
+                .iter()
+                .enumerate()
+                .all(|(id, p)| {
+                    model.graph.nodes[id].op.name() != kind || matches!(p, Placement::Cpu(_))
+                }),
             "{kind} not forced"
         );
         let c = compare_pulsed(model.clone(), Box::new(r), a, 1e-4, false).expect("compare");
@@ -256,13 +427,20 @@ fn forcing_each_op_kind_to_the_cpu_keeps_cpu_equal_outputs() {
 fn fresh_and_reset_sessions_give_cpu_equal_warm_up() {
     let Some(d) = dev() else { return };
     let (_, model) = shipped(Head::LogProbs, 5120);
-    let engine = Engine::Gpu { device: d.clone(), options: GpuRunnerOptions::new(Precision::F32) };
+    let engine = Engine::Gpu {
+        device: d.clone(),
+        options: GpuRunnerOptions::new(Precision::F32),
+    };
     let mut g = engine.session(model.clone()).unwrap();
     let mut c = pulsed::pulse::StreamingSession::new(model.clone()).unwrap();
     let a = audio();
     let first = &a[..5120 * 3];
     let run = |s: &mut pulsed::pulse::StreamingSession| -> Vec<f32> {
-        s.push(first).unwrap().iter().flat_map(|ch| ch.data.to_f32_vec()).collect()
+        s.push(first)
+            .unwrap()
+            .iter()
+            .flat_map(|ch| ch.data.to_f32_vec())
+            .collect()
     };
     let want = run(&mut c);
     let fresh = run(&mut g);
@@ -272,7 +450,10 @@ fn fresh_and_reset_sessions_give_cpu_equal_warm_up() {
     for (name, got) in [("fresh", fresh), ("reset", again)] {
         assert_eq!(got.len(), want.len(), "{name}");
         let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-        let err = got.iter().zip(&want).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        let err = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         eprintln!("{name} warm-up: max abs err {err:e} (scale {scale})");
         assert!(err <= 1e-4 * scale, "{name}: {err}");
     }
@@ -283,18 +464,33 @@ fn fresh_and_reset_sessions_give_cpu_equal_warm_up() {
 fn whole_utterance_on_the_gpu_equals_cpu() {
     let Some(d) = dev() else { return };
     let m = ModelDir::open(ModelDir::default_path()).unwrap();
-    let g = Arc::new(m.graph(Taps { head: Head::LogProbs, intermediates: false }).unwrap());
+    let g = Arc::new(
+        m.graph(Taps {
+            head: Head::LogProbs,
+            intermediates: false,
+        })
+        .unwrap(),
+    );
     let a = audio();
     let x = Tensor::from_slice(&a);
     let mut cpu = pulsed::graph::Runner::new(g.clone()).unwrap();
-    let want = cpu.run(&[x.clone()]).unwrap().remove(0);
-    let mut gr = GpuRunner::new(d, g, Some(a.len() as i64), &GpuRunnerOptions::new(Precision::F32)).unwrap();
+    let want = cpu.run(std::slice::from_ref(&x)).unwrap().remove(0);
+    let mut gr = GpuRunner::new(
+        d,
+        g,
+        Some(a.len() as i64),
+        &GpuRunnerOptions::new(Precision::F32),
+    )
+    .unwrap();
     gr.step(&[&x]).unwrap();
     let got = gr.output(0).clone();
     assert_eq!(got.shape(), want.shape());
     let err = got.max_abs_diff(&want).unwrap();
     let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
-    eprintln!("whole utterance: {:?}, max abs err {err:e} (scale {scale})", got.shape());
+    eprintln!(
+        "whole utterance: {:?}, max abs err {err:e} (scale {scale})",
+        got.shape()
+    );
     assert!(err <= 1e-4 * scale);
 }
 

@@ -204,7 +204,9 @@ impl Recognizer {
             // shorter than one feature hop: no output frame exists
             return Ok(GreedyDecoder::new(self.tokens.clone(), self.timing())?.finish());
         }
-        let mut runner = self.engine.runner(self.graph.clone(), Some(samples.len() as i64))?;
+        let mut runner = self
+            .engine
+            .runner(self.graph.clone(), Some(samples.len() as i64))?;
         runner.step(&[&Tensor::from_slice(samples)])?;
         let outs: Vec<Tensor> = (0..self.graph.outputs.len())
             .map(|i| runner.output(i).clone())

@@ -127,12 +127,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 /// throughput on the GPU. A chunk step is timed from the pulse's copy in to
 /// its outputs back on the host (the host waits for the GPU every step).
 #[cfg(feature = "cuda")]
-fn gpu_bench(
-    rec: &Recognizer,
-    samples: &[f32],
-    dur: f64,
-    reps: usize,
-) -> Result<(), String> {
+fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result<(), String> {
     use pulsed::engine::Engine;
     use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Launches, Precision};
     let device = GpuDevice::shared().map_err(|e| format!("--device cuda: {e}"))?;
@@ -232,14 +227,22 @@ fn gpu_bench(
         }
         let mut v: Vec<_> = by_kind.into_iter().collect();
         v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-        println!("  profile (f32, eager, GPU time between events around each node; {:.3} ms in all):", total * 1e3);
+        println!(
+            "  profile (f32, eager, GPU time between events around each node; {:.3} ms in all):",
+            total * 1e3
+        );
         for (kind, (t, n)) in v {
             println!("    {kind:<24} {n:>4} nodes {:>8.3} ms", t * 1e3);
         }
         slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
         for (id, t) in slowest.iter().take(6) {
             let n = &pm.graph.nodes[*id];
-            println!("    slowest: {:<32} {:<22} {:>7.1} us", n.name, n.op.name(), t * 1e6);
+            println!(
+                "    slowest: {:<32} {:<22} {:>7.1} us",
+                n.name,
+                n.op.name(),
+                t * 1e6
+            );
         }
     }
     Ok(())

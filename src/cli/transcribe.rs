@@ -136,7 +136,11 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         eprintln!("note: GPU runs use one worker (GPU sessions share one stream)");
     }
     let mut opts = BatchOptions {
-        jobs: if gpu { 1 } else { a.jobs.unwrap_or_else(batch::default_jobs) },
+        jobs: if gpu {
+            1
+        } else {
+            a.jobs.unwrap_or_else(batch::default_jobs)
+        },
         chunk_samples: chunk_samples(mode),
         longest_first: true,
     };

@@ -45,7 +45,9 @@ impl Comparison {
 
     /// The node with the largest relative error.
     pub fn worst(&self) -> Option<&NodeDiff> {
-        self.nodes.iter().max_by(|a, b| a.max_rel.total_cmp(&b.max_rel))
+        self.nodes
+            .iter()
+            .max_by(|a, b| a.max_rel.total_cmp(&b.max_rel))
     }
 }
 
@@ -61,7 +63,13 @@ fn diff_into(d: &mut NodeDiff, cpu: &Tensor, gpu: &Tensor, chunk: u64, tol: f32)
     let scale = c.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
     for (i, (a, b)) in g.iter().zip(&c).enumerate() {
         let e = (a - b).abs();
-        let e = if e.is_nan() && !(a.is_nan() && b.is_nan()) { f32::INFINITY } else if e.is_nan() { 0.0 } else { e };
+        let e = if e.is_nan() && !(a.is_nan() && b.is_nan()) {
+            f32::INFINITY
+        } else if e.is_nan() {
+            0.0
+        } else {
+            e
+        };
         d.max_abs = d.max_abs.max(e);
         d.max_rel = d.max_rel.max(e / scale);
         if e > tol * scale {

@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::blas::Blas;
+use super::library::KernelLibrary;
 use super::memory::DeviceBuffer;
 use super::tensor::{host_bytes, Precision};
-use crate::ops::Op;
-use super::library::KernelLibrary;
 use super::{GpuContext, GpuError};
+use crate::ops::Op;
 
 /// Everything a plan needs from one GPU, made once per process and shared.
 #[derive(Debug)]

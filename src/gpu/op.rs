@@ -32,16 +32,16 @@ impl BuildCx<'_> {
 
     /// Concrete shape of input `i`.
     pub fn shape(&self, i: usize) -> Result<Vec<usize>, GpuError> {
-        self.inputs[i]
-            .concrete_shape()
-            .ok_or_else(|| GpuError::Kernel(format!("input {i} is not concrete: {}", self.inputs[i])))
+        self.inputs[i].concrete_shape().ok_or_else(|| {
+            GpuError::Kernel(format!("input {i} is not concrete: {}", self.inputs[i]))
+        })
     }
 
     /// Concrete shape of output `i`.
     pub fn out_shape(&self, i: usize) -> Result<Vec<usize>, GpuError> {
-        self.outputs[i]
-            .concrete_shape()
-            .ok_or_else(|| GpuError::Kernel(format!("output {i} is not concrete: {}", self.outputs[i])))
+        self.outputs[i].concrete_shape().ok_or_else(|| {
+            GpuError::Kernel(format!("output {i} is not concrete: {}", self.outputs[i]))
+        })
     }
 }
 

@@ -10,7 +10,9 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaFunction;
 
 use super::device::GpuDevice;
-use super::memory::{copy_to_device, copy_to_host, set_capturing, zero, DeviceBuffer, PinnedBuffer};
+use super::memory::{
+    copy_to_device, copy_to_host, set_capturing, zero, DeviceBuffer, PinnedBuffer,
+};
 use super::op::{launch, Arg, Grid, Io, LaunchCx};
 use super::plan::{place, Interval};
 use super::tensor::{host_bytes, tensor_from_bytes, DevTensor, Precision};
@@ -134,11 +136,17 @@ impl GpuRunner {
         let is_const = |id: usize| matches!(tr.placements[id], Placement::Const);
 
         // who reads what
-        let mut needs_host: Vec<Vec<bool>> =
-            graph.nodes.iter().map(|nd| vec![false; nd.facts.len()]).collect();
+        let mut needs_host: Vec<Vec<bool>> = graph
+            .nodes
+            .iter()
+            .map(|nd| vec![false; nd.facts.len()])
+            .collect();
         let mut needs_device = needs_host.clone();
-        let mut last_use: Vec<Vec<usize>> =
-            graph.nodes.iter().map(|nd| vec![0; nd.facts.len()]).collect();
+        let mut last_use: Vec<Vec<usize>> = graph
+            .nodes
+            .iter()
+            .map(|nd| vec![0; nd.facts.len()])
+            .collect();
         let pos: Vec<usize> = {
             let mut pos = vec![0; n];
             for (t, &id) in order.iter().enumerate() {
@@ -171,8 +179,11 @@ impl GpuRunner {
         }
 
         // constants read by GPU nodes: their own buffers, in storage dtype
-        let mut dev_values: Vec<Vec<Option<DevTensor>>> =
-            graph.nodes.iter().map(|nd| vec![None; nd.facts.len()]).collect();
+        let mut dev_values: Vec<Vec<Option<DevTensor>>> = graph
+            .nodes
+            .iter()
+            .map(|nd| vec![None; nd.facts.len()])
+            .collect();
         let mut consts = Vec::new();
         let mut const_bytes = 0;
         for id in 0..n {
@@ -196,22 +207,29 @@ impl GpuRunner {
         }
 
         // activations: roots (values with their own memory) and views of them
-        let mut root: Vec<Vec<Option<(OutletId, usize)>>> =
-            graph.nodes.iter().map(|nd| vec![None; nd.facts.len()]).collect();
+        let mut root: Vec<Vec<Option<(OutletId, usize)>>> = graph
+            .nodes
+            .iter()
+            .map(|nd| vec![None; nd.facts.len()])
+            .collect();
         let mut intervals: Vec<Interval> = Vec::new();
-        let mut interval_of: Vec<Vec<Option<usize>>> =
-            graph.nodes.iter().map(|nd| vec![None; nd.facts.len()]).collect();
+        let mut interval_of: Vec<Vec<Option<usize>>> = graph
+            .nodes
+            .iter()
+            .map(|nd| vec![None; nd.facts.len()])
+            .collect();
         let mut unshared = 0usize;
         for &id in &order {
-            let lives_on_device = |slot: usize| {
-                on_gpu(id) || (!is_const(id) && needs_device[id][slot])
-            };
+            let lives_on_device =
+                |slot: usize| on_gpu(id) || (!is_const(id) && needs_device[id][slot]);
             for slot in 0..graph.nodes[id].facts.len() {
                 if is_const(id) || !lives_on_device(slot) {
                     continue;
                 }
                 let fact = p.device_fact(&tr.facts[id][slot]);
-                let bytes = fact.concrete_shape().map_or(0, |s| s.iter().product::<usize>())
+                let bytes = fact
+                    .concrete_shape()
+                    .map_or(0, |s| s.iter().product::<usize>())
                     * fact.dtype.size_of();
                 if let Placement::Gpu(op) = &tr.placements[id] {
                     if let (Some((input, offset)), 0) = (op.alias(), slot) {
@@ -225,7 +243,11 @@ impl GpuRunner {
                         continue;
                     }
                 }
-                let first = if matches!(tr.placements[id], Placement::Input) { 0 } else { pos[id] };
+                let first = if matches!(tr.placements[id], Placement::Input) {
+                    0
+                } else {
+                    pos[id]
+                };
                 interval_of[id][slot] = Some(intervals.len());
                 unshared += bytes;
                 intervals.push(Interval {
@@ -273,16 +295,17 @@ impl GpuRunner {
         let mut state_offsets = vec![0usize; n];
         let mut state_bytes = 0usize;
         let mut scratch_bytes = 0usize;
-        for id in 0..n {
-            if let Placement::Gpu(op) = &tr.placements[id] {
-                state_offsets[id] = state_bytes;
+        for (offset, placement) in state_offsets.iter_mut().zip(&tr.placements) {
+            if let Placement::Gpu(op) = placement {
+                *offset = state_bytes;
                 state_bytes += super::memory::align(op.state_bytes());
                 scratch_bytes = scratch_bytes.max(op.scratch_bytes());
             }
         }
         let state = DeviceBuffer::alloc(gpu, state_bytes)?;
         let scratch = DeviceBuffer::alloc(gpu, scratch_bytes)?;
-        let params = DeviceBuffer::from_bytes(gpu, &[0u64.to_le_bytes(), (-1i64).to_le_bytes()].concat())?;
+        let params =
+            DeviceBuffer::from_bytes(gpu, &[0u64.to_le_bytes(), (-1i64).to_le_bytes()].concat())?;
 
         // segments in execution order
         let mut segments: Vec<Segment> = Vec::new();
@@ -316,9 +339,9 @@ impl GpuRunner {
             .iter()
             .map(|nd| nd.facts.iter().map(|_| Tensor::empty()).collect())
             .collect();
-        for id in 0..n {
-            if let Some(c) = graph.nodes[id].op.as_any().downcast_ref::<Const>() {
-                host_values[id][0] = c.value.clone();
+        for (host, node) in host_values.iter_mut().zip(&graph.nodes) {
+            if let Some(c) = node.op.as_any().downcast_ref::<Const>() {
+                host[0] = c.value.clone();
             }
         }
         let cpu_states = (0..n)
@@ -447,14 +470,23 @@ impl GpuRunner {
                 } else {
                     0
                 },
-                scratch: if op.scratch_bytes() > 0 { self.scratch.ptr() } else { 0 },
+                scratch: if op.scratch_bytes() > 0 {
+                    self.scratch.ptr()
+                } else {
+                    0
+                },
             };
             op.launch(&cx, &io)
                 .map_err(|e| gpu_err(&node.name, node.op.name(), e))?;
         }
         if advance {
-            launch(&cx, &self.advance, Grid::blocks(1, 32), &[Arg::Ptr(self.params.ptr())])
-                .map_err(Error::Gpu)?;
+            launch(
+                &cx,
+                &self.advance,
+                Grid::blocks(1, 32),
+                &[Arg::Ptr(self.params.ptr())],
+            )
+            .map_err(Error::Gpu)?;
         }
         Ok(())
     }
@@ -570,11 +602,12 @@ impl GpuRunner {
                             s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                                 .map_err(|e| Error::Gpu(GpuError::from(e)))
                         };
-                        r = ev(&stream).and_then(|a| {
-                            self.launch_nodes(&[id], false)?;
-                            Ok((a, ev(&stream)?))
-                        })
-                        .map(|(a, b)| events.push((id, a, b)));
+                        r = ev(&stream)
+                            .and_then(|a| {
+                                self.launch_nodes(&[id], false)?;
+                                Ok((a, ev(&stream)?))
+                            })
+                            .map(|(a, b)| events.push((id, a, b)));
                         if r.is_err() {
                             break 'all;
                         }
@@ -633,7 +666,11 @@ impl GpuRunner {
                 inputs.len()
             )));
         }
-        self.dev.ctx.ctx().bind_to_thread().map_err(GpuError::from)?;
+        self.dev
+            .ctx
+            .ctx()
+            .bind_to_thread()
+            .map_err(GpuError::from)?;
         for (&id, t) in graph.inputs.iter().zip(inputs) {
             let node = &graph.nodes[id];
             let mut s = None;
@@ -742,10 +779,18 @@ impl StepRunner for GpuRunner {
             return None; // an activation was fused into it: its output is gone
         }
         if let Some(t) = self.dev_values.get(o.node)?.get(o.slot)?.clone() {
-            if self.tr.placements[o.node].is_gpu() || matches!(self.tr.placements[o.node], Placement::Input) {
+            if self.tr.placements[o.node].is_gpu()
+                || matches!(self.tr.placements[o.node], Placement::Input)
+            {
                 let mut bytes = vec![0u8; t.bytes()];
                 copy_to_host(&self.dev.ctx, t.ptr, &mut bytes).ok()?;
-                return tensor_from_bytes(&bytes, t.dtype, self.tr.facts[o.node][o.slot].dtype, &t.shape).ok();
+                return tensor_from_bytes(
+                    &bytes,
+                    t.dtype,
+                    self.tr.facts[o.node][o.slot].dtype,
+                    &t.shape,
+                )
+                .ok();
             }
         }
         Some(self.host_values.get(o.node)?.get(o.slot)?.clone())

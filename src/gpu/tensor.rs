@@ -148,9 +148,12 @@ pub fn tensor_from_bytes(
         DType::F16 => t!(half::f16),
         DType::BF16 => t!(half::bf16),
         DType::I64 => t!(i64),
-        DType::Bool => {
-            Tensor::from_vec(shape.to_vec(), bytes.iter().map(|&b| b != 0).collect()).map_err(bad)?
-        }
+        DType::Bool => Tensor::from_vec(shape.to_vec(), bytes.iter().map(|&b| b != 0).collect())
+            .map_err(bad)?,
     };
-    Ok(if storage == logical { t } else { t.cast(logical) })
+    Ok(if storage == logical {
+        t
+    } else {
+        t.cast(logical)
+    })
 }

@@ -138,8 +138,16 @@ pub fn compare_op(
         let io = Io {
             ins: &ins,
             outs: &outs,
-            state: if gop.state_bytes() > 0 { state.ptr() } else { 0 },
-            scratch: if gop.scratch_bytes() > 0 { scratch.ptr() } else { 0 },
+            state: if gop.state_bytes() > 0 {
+                state.ptr()
+            } else {
+                0
+            },
+            scratch: if gop.scratch_bytes() > 0 {
+                scratch.ptr()
+            } else {
+                0
+            },
         };
         gop.launch(&cx, &io)?;
         gpu.synchronize()?;
@@ -178,9 +186,7 @@ pub fn tolerance(precision: Precision) -> f32 {
 /// Panics (for tests) with every step and output beyond tolerance.
 pub fn assert_within(name: &str, diffs: &[Diff], precision: Precision) {
     let tol = tolerance(precision);
-    let worst = diffs
-        .iter()
-        .fold(0f32, |m, d| m.max(d.relative()));
+    let worst = diffs.iter().fold(0f32, |m, d| m.max(d.relative()));
     // NaN errors count as beyond tolerance
     let bad: Vec<&Diff> = diffs
         .iter()
@@ -190,5 +196,8 @@ pub fn assert_within(name: &str, diffs: &[Diff], precision: Precision) {
         "{name} [{precision:?}]: {} step-outputs, worst relative error {worst:e} (tolerance {tol:e})",
         diffs.len()
     );
-    assert!(bad.is_empty(), "{name} [{precision:?}] beyond {tol:e}: {bad:?}");
+    assert!(
+        bad.is_empty(),
+        "{name} [{precision:?}] beyond {tol:e}: {bad:?}"
+    );
 }

@@ -189,7 +189,12 @@ impl StepRunner for Runner {
 }
 
 /// Checks a concrete input against its fact, solving `S` from symbolic sizes.
-pub(crate) fn check_input(name: &str, fact: &TypedFact, t: &Tensor, s: &mut Option<i64>) -> Result<()> {
+pub(crate) fn check_input(
+    name: &str,
+    fact: &TypedFact,
+    t: &Tensor,
+    s: &mut Option<i64>,
+) -> Result<()> {
     let bad = |reason: String| Error::Input {
         name: name.to_string(),
         reason,

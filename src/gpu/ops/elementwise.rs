@@ -150,7 +150,9 @@ fn build_binary(op: Binary, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     Ok(Box::new(BinaryGpu {
         op,
         code,
-        f: cx.lib.function("elementwise", &format!("binary_{suffix}"))?,
+        f: cx
+            .lib
+            .function("elementwise", &format!("binary_{suffix}"))?,
         n,
         na,
         nb,
@@ -158,8 +160,8 @@ fn build_binary(op: Binary, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
 }
 
 fn build_unary(op: Unary, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
-    let code =
-        unary_code(op).ok_or_else(|| GpuError::Kernel(format!("no GPU kernel for unary {op:?}")))?;
+    let code = unary_code(op)
+        .ok_or_else(|| GpuError::Kernel(format!("no GPU kernel for unary {op:?}")))?;
     let suffix = cx.suffix(0)?;
     let n = cx.shape(0)?.iter().product();
     Ok(Box::new(UnaryGpu {

@@ -27,13 +27,21 @@ impl GpuOp for LinearGpu {
         let g = &self.gemm;
         format!(
             "{} {}x{}x{} {}{}",
-            if self.skinny.is_some() { "skinny linear" } else { "cuBLAS GEMM" },
+            if self.skinny.is_some() {
+                "skinny linear"
+            } else {
+                "cuBLAS GEMM"
+            },
             g.m,
             g.n,
             g.k,
             g.dtype,
             if self.bias.is_some() { " + bias" } else { "" }
-        ) + if self.act >= 0 { " + fused activation" } else { "" }
+        ) + if self.act >= 0 {
+            " + fused activation"
+        } else {
+            ""
+        }
     }
 
     fn fuse_activation(&mut self, code: i32) -> bool {
@@ -101,7 +109,10 @@ struct MatMulGpu {
 impl GpuOp for MatMulGpu {
     fn describe(&self) -> String {
         let g = &self.gemm;
-        format!("cuBLAS GEMM {}x{}x{} x{} {}", g.m, g.n, g.k, g.batch, g.dtype)
+        format!(
+            "cuBLAS GEMM {}x{}x{} x{} {}",
+            g.m, g.n, g.k, g.batch, g.dtype
+        )
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
@@ -128,17 +139,25 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let suffix = cx.suffix(0)?;
     let x = cx.shape(0)?;
     let w = cx.shape(1)?;
-    let k = *x.last().ok_or_else(|| GpuError::Kernel("linear: scalar input".into()))?;
+    let k = *x
+        .last()
+        .ok_or_else(|| GpuError::Kernel("linear: scalar input".into()))?;
     let m = x[..x.len() - 1].iter().product();
     let n = w[0];
     let bias = if cx.inputs.len() > 2 {
-        Some(cx.lib.function("elementwise", &format!("bias_act_{suffix}"))?)
+        Some(
+            cx.lib
+                .function("elementwise", &format!("bias_act_{suffix}"))?,
+        )
     } else {
         None
     };
     let fits_i32 = [m, n, k].iter().all(|&v| v <= i32::MAX as usize);
     let skinny = if m <= SKINNY_ROWS && fits_i32 {
-        Some(cx.lib.function("linear", &format!("skinny_linear_{suffix}"))?)
+        Some(
+            cx.lib
+                .function("linear", &format!("skinny_linear_{suffix}"))?,
+        )
     } else {
         None
     };

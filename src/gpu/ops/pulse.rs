@@ -71,7 +71,10 @@ struct PulsePadGpu {
 
 impl GpuOp for PulsePadGpu {
     fn describe(&self) -> String {
-        format!("pulse pad begin {} (step counter on the device)", self.op.begin)
+        format!(
+            "pulse pad begin {} (step counter on the device)",
+            self.op.begin
+        )
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
@@ -144,7 +147,9 @@ fn build_pad(p: &PulsePad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let lay = layout(&cx.shape(0)?, p.axis)?;
     if let Some(e) = p.end {
         if e.parts().2 <= 0 {
-            return Err(GpuError::Kernel(format!("pulse pad: end {e} divides by a non-positive number")));
+            return Err(GpuError::Kernel(format!(
+                "pulse pad: end {e} divides by a non-positive number"
+            )));
         }
     }
     Ok(Box::new(PulsePadGpu {

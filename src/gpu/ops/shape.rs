@@ -6,9 +6,9 @@ use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
-use crate::ops::shape::{MoveAxis, Permute, Reshape, Slice, Squeeze, Unsqueeze};
 use crate::ops::concat::Concat;
 use crate::ops::pad::{Pad, PadMode};
+use crate::ops::shape::{MoveAxis, Permute, Reshape, Slice, Squeeze, Unsqueeze};
 use crate::ops::Op;
 
 const MAX_RANK: usize = 6;
@@ -173,8 +173,14 @@ fn build_pad(p: &Pad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let (reflect, value) = match p.mode {
         PadMode::Constant(v) => (false, v),
         PadMode::Reflect => {
-            if p.pads.iter().zip(&input).any(|(&(b, a), &n)| b >= n.max(1) || a >= n.max(1)) {
-                return Err(GpuError::Kernel("reflect pad not smaller than its axis".into()));
+            if p.pads
+                .iter()
+                .zip(&input)
+                .any(|(&(b, a), &n)| b >= n.max(1) || a >= n.max(1))
+            {
+                return Err(GpuError::Kernel(
+                    "reflect pad not smaller than its axis".into(),
+                ));
             }
             (true, 0.0)
         }
@@ -210,9 +216,16 @@ fn build_slice(s: &Slice, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     }
     // the start the CPU op resolves to, from the output length
     let n = x[axis] as i64;
-    let start = if s.start < 0 { (s.start + n).max(0) } else { s.start.min(n) } as usize;
+    let start = if s.start < 0 {
+        (s.start + n).max(0)
+    } else {
+        s.start.min(n)
+    } as usize;
     if start + out[axis] > x[axis] {
-        return Err(GpuError::Kernel(format!("slice: {start}+{} beyond {}", out[axis], x[axis])));
+        return Err(GpuError::Kernel(format!(
+            "slice: {start}+{} beyond {}",
+            out[axis], x[axis]
+        )));
     }
     let inner: usize = x[axis + 1..].iter().product();
     let elem = cx.inputs[0].dtype.size_of();
@@ -251,7 +264,10 @@ fn build_permute(axes: &[usize], cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuErro
 fn move_axis_perm(m: &MoveAxis, cx: &BuildCx) -> Result<Vec<usize>, GpuError> {
     let r = cx.shape(0)?.len();
     if m.from >= r || m.to >= r {
-        return Err(GpuError::Kernel(format!("move axis {} -> {} of rank {r}", m.from, m.to)));
+        return Err(GpuError::Kernel(format!(
+            "move axis {} -> {} of rank {r}",
+            m.from, m.to
+        )));
     }
     let mut axes: Vec<usize> = (0..r).filter(|&a| a != m.from).collect();
     axes.insert(m.to, m.from);
@@ -263,7 +279,10 @@ fn build_concat(c: &Concat, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let r = out.len() as isize;
     let axis = if c.axis < 0 { c.axis + r } else { c.axis };
     if axis < 0 || axis >= r {
-        return Err(GpuError::Kernel(format!("concat axis {} of rank {r}", c.axis)));
+        return Err(GpuError::Kernel(format!(
+            "concat axis {} of rank {r}",
+            c.axis
+        )));
     }
     let axis = axis as usize;
     if cx.inputs.iter().any(|f| f.dtype != cx.outputs[0].dtype) {
