@@ -73,3 +73,15 @@ fn inspect_prints_facts_and_pulsed_delays() {
     assert!(out.contains("delay"), "{out}");
     assert!(out.contains("pulse 5120 samples"), "{out}");
 }
+
+#[test]
+fn compare_without_a_gpu_says_so_in_one_line() {
+    if pulsed::gpu::GpuDevice::shared().is_ok() {
+        eprintln!("a GPU is usable here; the no-GPU message is not shown");
+        return;
+    }
+    let (code, _, err) = pulsed(&["compare"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no usable GPU"), "{err}");
+}

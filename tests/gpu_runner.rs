@@ -523,3 +523,46 @@ fn eager_launches_equal_captured() {
     let c = compare_pulsed(model, Box::new(r), &audio(), 1e-4, false).unwrap();
     report("eager", &c);
 }
+
+#[test]
+#[ignore]
+fn compare_pins_a_wrong_kernel_to_its_node_and_chunk() {
+    use pulsed::gpu::compare::{compare_steps, CompareMode};
+    let Some(d) = dev() else { return };
+    let (_, model) = shipped(Head::LogProbs, 5120);
+    let target = "blocks.2.conv.depthwise";
+    // the translator reads the test-only switch while building the runner
+    std::env::set_var(pulsed::gpu::translator::FAULT_ENV, format!("{target}@3"));
+    let mut r = gpu_runner(&d, &model, Precision::F32, "");
+    std::env::remove_var(pulsed::gpu::translator::FAULT_ENV);
+    let a = audio();
+    let re = compare_steps(&model, &mut r, &a, 1, 1e-4, CompareMode::Reseeded).unwrap();
+    let bad = re.failures();
+    eprintln!(
+        "reseeded: {} nodes beyond, first {:?}",
+        bad.len(),
+        bad.first().map(|n| (&n.name, n.first_bad))
+    );
+    assert!(!bad.is_empty(), "the fault went unseen");
+    assert!(
+        bad.iter().all(|n| n.name == target),
+        "reseeded blames others: {bad:#?}"
+    );
+    assert_eq!(bad[0].first_bad.map(|f| f.0), Some(3));
+    let cu = compare_steps(&model, &mut r, &a, 1, 1e-4, CompareMode::Cumulative).unwrap();
+    let bad = cu.failures();
+    eprintln!("cumulative: {} nodes beyond", bad.len());
+    assert!(bad.len() > 1, "the error should propagate downstream");
+    assert!(bad.iter().all(|n| n.first_bad.map(|f| f.0) >= Some(3)));
+    // with forced CPU nodes and in bf16 the comparison still runs and passes
+    let mut forced = gpu_runner(&d, &model, Precision::F32, "Conv1d,blocks.1.*");
+    let c = compare_steps(&model, &mut forced, &a, 1, 1e-4, CompareMode::Reseeded).unwrap();
+    report("reseeded, forced CPU nodes", &c);
+    let mut bf = gpu_runner(&d, &model, Precision::Bf16, "");
+    let c = compare_steps(&model, &mut bf, &a, 1, 1e-1, CompareMode::Reseeded).unwrap();
+    let w = c.worst().unwrap();
+    eprintln!(
+        "reseeded bf16: worst {} ({}) rel {:e}",
+        w.name, w.op, w.max_rel
+    );
+}

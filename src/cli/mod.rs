@@ -1,6 +1,7 @@
 //! Subcommands of the `pulsed` binary.
 
 mod bench;
+mod compare;
 mod device;
 mod eval;
 mod inspect;
@@ -27,8 +28,10 @@ enum Command {
     Transcribe(transcribe::Args),
     /// Print a model's graph: every node with its facts (pulsed with `--pulse`).
     Inspect(inspect::Args),
-    /// Real-time factor of the model on the CPU, streamed and whole.
+    /// Real-time factor of the model on the CPU (and the GPU with `--device cuda`).
     Bench(bench::Args),
+    /// CPU vs GPU, chunk by chunk and node by node: which node and chunk go wrong first.
+    Compare(compare::Args),
     /// Character and word error rates on a jsonl manifest of WAVs and texts.
     Eval(eval::Args),
     /// Live transcription from the microphone, or a WAV at real-time pace.
@@ -43,6 +46,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Transcribe(a) => transcribe::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Mic(a) => mic::run(a),
         Command::Vad(a) => vad::run(a),

@@ -143,3 +143,83 @@ pub fn compare_pulsed(
         tolerance,
     })
 }
+
+/// How the GPU side of [`compare_steps`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareMode {
+    /// On its own outputs: errors propagate, so drift shows.
+    Cumulative,
+    /// Every GPU node fed the CPU's inputs: pins the node that is wrong.
+    Reseeded,
+}
+
+/// Runs the pulsed `model` over `samples` pulse by pulse (the last one
+/// padded with zeros, then `tail` more silent pulses) on the CPU runner and
+/// on `gpu` (made for `model.graph` with `keep_values`), comparing every
+/// node after every chunk. `tolerance` is relative to each chunk's largest
+/// CPU magnitude (at least 1).
+pub fn compare_steps(
+    model: &PulsedModel,
+    gpu: &mut super::GpuRunner,
+    samples: &[f32],
+    tail: usize,
+    tolerance: f32,
+    mode: CompareMode,
+) -> Result<Comparison> {
+    let g = &model.graph;
+    let mut cpu = crate::graph::Runner::new(g.clone())?;
+    StepRunner::reset(gpu);
+    let stream = model.input_stream()?;
+    let pulse = stream.pulse;
+    let mut nodes: Vec<NodeDiff> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let mut x = Tensor::zeros(crate::ops::DType::F32, &[pulse]);
+    let chunks = samples.len().div_ceil(pulse) + tail;
+    for chunk in 0..chunks {
+        let from = (chunk * pulse).min(samples.len());
+        let to = ((chunk + 1) * pulse).min(samples.len());
+        let buf = x.as_slice_mut::<f32>()?;
+        buf.fill(0.0);
+        buf[..to - from].copy_from_slice(&samples[from..to]);
+        if to == samples.len() && (chunk + 1) * pulse >= samples.len() && from < to {
+            cpu.set_stream_len(Some(samples.len() as i64));
+            StepRunner::set_stream_len(gpu, Some(samples.len() as i64));
+        }
+        cpu.step(&[&x])?;
+        let got: Vec<(OutletId, Tensor)> = match mode {
+            CompareMode::Reseeded => gpu.step_reseeded(&[&x], &cpu)?,
+            CompareMode::Cumulative => {
+                StepRunner::step(gpu, &[&x])?;
+                g.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| !n.op.as_any().is::<Const>())
+                    .flat_map(|(id, n)| (0..n.facts.len()).map(move |s| OutletId::new(id, s)))
+                    .filter_map(|o| Some((o, StepRunner::value(gpu, o)?)))
+                    .collect()
+            }
+        };
+        for (o, v) in got {
+            let Some(c) = cpu.value(o) else { continue };
+            let k = *index.entry(o).or_insert_with(|| {
+                nodes.push(NodeDiff {
+                    node: o.node,
+                    name: g.outlet_name(o),
+                    op: g.nodes[o.node].op.name(),
+                    max_abs: 0.0,
+                    max_rel: 0.0,
+                    beyond: 0,
+                    total: 0,
+                    first_bad: None,
+                });
+                nodes.len() - 1
+            });
+            diff_into(&mut nodes[k], c, &v, chunk as u64, tolerance);
+        }
+    }
+    Ok(Comparison {
+        nodes,
+        chunks: chunks as u64,
+        tolerance,
+    })
+}

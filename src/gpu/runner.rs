@@ -637,6 +637,54 @@ impl GpuRunner {
         Ok(times)
     }
 
+    /// One eager step in which every GPU node is fed the CPU's values: after
+    /// each GPU node its outputs are read back (returned, in node order) and
+    /// replaced by `cpu`'s values of the same step, so an error stays in the
+    /// node that made it. `cpu` must have run this step already; the runner
+    /// must have been made with `keep_values`.
+    pub fn step_reseeded(
+        &mut self,
+        inputs: &[&Tensor],
+        cpu: &dyn StepRunner,
+    ) -> Result<Vec<(OutletId, Tensor)>> {
+        self.copy_inputs(inputs)?;
+        let segments = std::mem::take(&mut self.segments);
+        let mut got = Vec::new();
+        let r = (|| -> Result<()> {
+            for seg in &segments {
+                match seg {
+                    Segment::Host(nodes) => self.run_host(nodes)?,
+                    Segment::Gpu { nodes, .. } => {
+                        for &id in nodes {
+                            self.launch_nodes(&[id], false)?;
+                            self.dev.ctx.synchronize()?;
+                            for slot in 0..self.graph.nodes[id].facts.len() {
+                                let o = OutletId::new(id, slot);
+                                let Some(v) = StepRunner::value(self, o) else {
+                                    continue; // fused away
+                                };
+                                got.push((o, v));
+                                let (Some(c), Some(t)) =
+                                    (cpu.value(o), self.dev_values[id][slot].clone())
+                                else {
+                                    continue;
+                                };
+                                copy_to_device(&self.dev.ctx, &host_bytes(&c, t.dtype), t.ptr)?;
+                                self.dev.ctx.synchronize()?;
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })();
+        self.segments = segments;
+        r?;
+        self.launch_nodes(&[], true)?;
+        self.finish_step()?;
+        Ok(got)
+    }
+
     fn step_inner(&mut self, inputs: &[&Tensor]) -> Result<()> {
         self.copy_inputs(inputs)?;
         let segments = std::mem::take(&mut self.segments);

@@ -1,0 +1,150 @@
+//! `pulsed compare`: the shipped (or any) model on the CPU and on the GPU
+//! side by side, every node after every chunk.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::device::Precision;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// WAV file to stream (default: the shipped fixture).
+    file: Option<PathBuf>,
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Input samples per pulse.
+    #[arg(long, default_value_t = 5120)]
+    pulse: usize,
+    /// GPU storage precision.
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: Precision,
+    /// Feed every GPU node the CPU's inputs (pins the wrong op) instead of
+    /// letting the GPU run on its own outputs (shows drift).
+    #[arg(long)]
+    reseed: bool,
+    /// Largest error allowed, relative to each chunk's largest CPU value
+    /// (at least 1) [default: 1e-4 for f32, 5e-2 for bf16].
+    #[arg(long)]
+    tolerance: Option<f32>,
+    /// One JSON object per node, then a summary object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn run(_: Args) -> Result<ExitCode, String> {
+    Err("compare needs the CUDA backend (this build has no `cuda` feature)".into())
+}
+
+#[cfg(feature = "cuda")]
+pub fn run(a: Args) -> Result<ExitCode, String> {
+    use pulsed::gpu::compare::{compare_steps, CompareMode};
+    use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Precision as P};
+    use pulsed::models::conformer::{Head, Taps};
+    use pulsed::models::ModelDir;
+
+    let device = GpuDevice::shared().map_err(|e| format!("no usable GPU: {e}"))?;
+    let dir = super::model_dir(a.model);
+    let model = ModelDir::open(&dir).map_err(|e| e.to_string())?;
+    let file = a.file.unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/asr/hello.wav"
+        ))
+    });
+    let audio =
+        pulsed::audio::load_wav(&file, model.config.sample_rate).map_err(|e| e.to_string())?;
+    let graph = model
+        .graph(Taps {
+            head: Head::LogProbs,
+            intermediates: false,
+        })
+        .map_err(|e| e.to_string())?;
+    let pulsed = pulsed::pulse::pulsify(&graph, a.pulse).map_err(|e| e.to_string())?;
+    let p = match a.precision {
+        Precision::F32 => P::F32,
+        Precision::Bf16 => P::Bf16,
+    };
+    let mut opts = GpuRunnerOptions::new(p);
+    opts.keep_values = true;
+    opts.launches = pulsed::gpu::Launches::Eager;
+    let mut gpu =
+        GpuRunner::new(device, pulsed.graph.clone(), None, &opts).map_err(|e| e.to_string())?;
+    let tol = a.tolerance.unwrap_or(match p {
+        P::F32 => 1e-4,
+        P::Bf16 => 5e-2,
+    });
+    let mode = if a.reseed {
+        CompareMode::Reseeded
+    } else {
+        CompareMode::Cumulative
+    };
+    let c = compare_steps(&pulsed, &mut gpu, &audio.samples, 2, tol, mode)
+        .map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    for n in &c.nodes {
+        let share = n.beyond as f64 / n.total.max(1) as f64;
+        let first = n.first_bad;
+        if a.json {
+            let v = serde_json::json!({
+                "node": n.name, "op": n.op, "max_abs": n.max_abs, "max_rel": n.max_rel,
+                "beyond_share": share, "first_bad_chunk": first.map(|f| f.0),
+                "first_bad_index": first.map(|f| f.1),
+            });
+            out.push_str(&format!("{v}\n"));
+        } else {
+            out.push_str(&format!(
+                "{:<40} {:<22} max abs {:>9.3e} rel {:>9.3e} beyond {:>6.2}%{}\n",
+                n.name,
+                n.op,
+                n.max_abs,
+                n.max_rel,
+                share * 100.0,
+                first.map_or(String::new(), |f| format!(
+                    "  first at chunk {} index {}",
+                    f.0, f.1
+                ))
+            ));
+        }
+    }
+    let bad = c.failures();
+    let worst = c.worst();
+    let (gpu_nodes, cpu_nodes) = gpu.placement_counts();
+    if a.json {
+        let v = serde_json::json!({
+            "summary": true, "mode": format!("{mode:?}"), "precision": format!("{p:?}"),
+            "chunks": c.chunks, "nodes": c.nodes.len(), "gpu_nodes": gpu_nodes,
+            "cpu_nodes": cpu_nodes, "tolerance": tol, "nodes_beyond": bad.len(),
+            "first_bad": bad.first().map(|n| &n.name),
+            "first_bad_chunk": bad.first().and_then(|n| n.first_bad.map(|f| f.0)),
+            "worst": worst.map(|n| &n.name), "worst_rel": worst.map(|n| n.max_rel),
+        });
+        out.push_str(&format!("{v}\n"));
+    } else {
+        out.push_str(&format!(
+            "{mode:?} {p:?}: {} chunks, {} nodes ({gpu_nodes} on the GPU, {cpu_nodes} on the CPU), tolerance {tol:e}: {}\n",
+            c.chunks,
+            c.nodes.len(),
+            match bad.first() {
+                None => format!(
+                    "all within; worst {} rel {:.3e}",
+                    worst.map_or("-", |n| &n.name),
+                    worst.map_or(0.0, |n| n.max_rel)
+                ),
+                Some(n) => format!(
+                    "{} nodes beyond, first {} ({}) at chunk {}",
+                    bad.len(),
+                    n.name,
+                    n.op,
+                    n.first_bad.map_or(0, |f| f.0)
+                ),
+            }
+        ));
+    }
+    super::print_all(&out)?;
+    Ok(if bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
