@@ -17,6 +17,11 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// The tensor `name`, whatever its shape.
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.get(name)
+    }
+
     /// Reads and decodes a safetensors file.
     pub fn load(path: impl AsRef<Path>) -> Result<Weights> {
         let path = path.as_ref();

@@ -29,6 +29,16 @@ pub struct Args {
     /// One JSON object per node, then a summary object.
     #[arg(long)]
     json: bool,
+    /// Also write the CPU's per-node, per-chunk outputs here (safetensors,
+    /// tensors named `NODE#CHUNK`), for later `--reference` runs.
+    #[arg(long)]
+    save: Option<PathBuf>,
+    /// Compare the GPU with this saved reference instead of the live CPU.
+    #[arg(long)]
+    reference: Option<PathBuf>,
+    /// Draw the error of every node across chunks into this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -38,7 +48,7 @@ pub fn run(_: Args) -> Result<ExitCode, String> {
 
 #[cfg(feature = "cuda")]
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    use pulsed::gpu::compare::{compare_steps, CompareMode};
+    use pulsed::gpu::compare::{compare_steps_with, svg, CompareMode, Reference};
     use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Precision as P};
     use pulsed::models::conformer::{Head, Taps};
     use pulsed::models::ModelDir;
@@ -79,8 +89,32 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     } else {
         CompareMode::Cumulative
     };
-    let c = compare_steps(&pulsed, &mut gpu, &audio.samples, 2, tol, mode)
-        .map_err(|e| e.to_string())?;
+    let reference = match &a.reference {
+        Some(p) => Some(Reference::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut record = a.save.as_ref().map(|_| Reference::default());
+    let c = compare_steps_with(
+        &pulsed,
+        &mut gpu,
+        &audio.samples,
+        2,
+        tol,
+        mode,
+        reference.as_ref(),
+        record.as_mut(),
+    )
+    .map_err(|e| e.to_string())?;
+    if let (Some(path), Some(r)) = (&a.save, &record) {
+        r.save(path).map_err(|e| e.to_string())?;
+        eprintln!("saved {} node outputs to {}", r.len(), path.display());
+    }
+    if let Some(path) = &a.plot {
+        std::fs::write(path, svg(&c)).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if reference.is_some() && c.nodes.iter().all(|n| n.total == 0) {
+        return Err("the reference holds none of this model's nodes and chunks".into());
+    }
     let mut out = String::new();
     for n in &c.nodes {
         let share = n.beyond as f64 / n.total.max(1) as f64;

@@ -24,6 +24,8 @@ pub struct NodeDiff {
     pub total: usize,
     /// The first chunk and flat index beyond tolerance.
     pub first_bad: Option<(u64, usize)>,
+    /// The relative error of each chunk compared (chunk, error), for plots.
+    pub per_chunk: Vec<(u64, f32)>,
 }
 
 /// The comparison of every node over a run.
@@ -61,6 +63,7 @@ fn diff_into(d: &mut NodeDiff, cpu: &Tensor, gpu: &Tensor, chunk: u64, tol: f32)
         return;
     }
     let scale = c.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+    let mut chunk_rel = 0f32;
     for (i, (a, b)) in g.iter().zip(&c).enumerate() {
         let e = (a - b).abs();
         let e = if e.is_nan() && !(a.is_nan() && b.is_nan()) {
@@ -72,12 +75,14 @@ fn diff_into(d: &mut NodeDiff, cpu: &Tensor, gpu: &Tensor, chunk: u64, tol: f32)
         };
         d.max_abs = d.max_abs.max(e);
         d.max_rel = d.max_rel.max(e / scale);
+        chunk_rel = chunk_rel.max(e / scale);
         if e > tol * scale {
             d.beyond += 1;
             d.first_bad.get_or_insert((chunk, i));
         }
     }
     d.total += c.len();
+    d.per_chunk.push((chunk, chunk_rel));
 }
 
 /// Streams `samples` through `model` on the CPU and through `gpu` (a runner
@@ -117,6 +122,7 @@ pub fn compare_pulsed(
             beyond: 0,
             total: 0,
             first_bad: None,
+            per_chunk: Vec::new(),
         })
         .collect();
     let pulse = cpu.pulse();
@@ -166,6 +172,23 @@ pub fn compare_steps(
     tolerance: f32,
     mode: CompareMode,
 ) -> Result<Comparison> {
+    compare_steps_with(model, gpu, samples, tail, tolerance, mode, None, None)
+}
+
+/// [`compare_steps`], comparing the GPU with a saved `reference` instead of
+/// the live CPU when given (the CPU still runs, to feed reseeded nodes), and
+/// recording the CPU's values into `record` when given.
+#[allow(clippy::too_many_arguments)]
+pub fn compare_steps_with(
+    model: &PulsedModel,
+    gpu: &mut super::GpuRunner,
+    samples: &[f32],
+    tail: usize,
+    tolerance: f32,
+    mode: CompareMode,
+    reference: Option<&Reference>,
+    mut record: Option<&mut Reference>,
+) -> Result<Comparison> {
     let g = &model.graph;
     let mut cpu = crate::graph::Runner::new(g.clone())?;
     StepRunner::reset(gpu);
@@ -201,6 +224,17 @@ pub fn compare_steps(
         };
         for (o, v) in got {
             let Some(c) = cpu.value(o) else { continue };
+            let name = g.outlet_name(o);
+            if let Some(rec) = record.as_deref_mut() {
+                rec.insert(&name, chunk as u64, c.clone());
+            }
+            let c = match reference {
+                Some(r) => match r.get(&name, chunk as u64) {
+                    Some(t) => t.clone(),
+                    None => continue,
+                },
+                None => c.clone(),
+            };
             let k = *index.entry(o).or_insert_with(|| {
                 nodes.push(NodeDiff {
                     node: o.node,
@@ -211,10 +245,11 @@ pub fn compare_steps(
                     beyond: 0,
                     total: 0,
                     first_bad: None,
+                    per_chunk: Vec::new(),
                 });
                 nodes.len() - 1
             });
-            diff_into(&mut nodes[k], c, &v, chunk as u64, tolerance);
+            diff_into(&mut nodes[k], &c, &v, chunk as u64, tolerance);
         }
     }
     Ok(Comparison {
@@ -222,4 +257,169 @@ pub fn compare_steps(
         chunks: chunks as u64,
         tolerance,
     })
+}
+
+/// Per-node, per-chunk outputs saved for regression tracking: a safetensors
+/// file with one f32 tensor per `NODE#CHUNK` (written by `pulsed compare
+/// --save`; anything that writes the same names, PyTorch included, works).
+#[derive(Debug, Default)]
+pub struct Reference {
+    values: std::collections::HashMap<String, Tensor>,
+}
+
+impl Reference {
+    fn key(name: &str, chunk: u64) -> String {
+        format!("{name}#{chunk}")
+    }
+
+    pub fn insert(&mut self, name: &str, chunk: u64, t: Tensor) {
+        self.values
+            .insert(Reference::key(name, chunk), t.cast(crate::ops::DType::F32));
+    }
+
+    pub fn get(&self, name: &str, chunk: u64) -> Option<&Tensor> {
+        self.values.get(&Reference::key(name, chunk))
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Reads a reference file.
+    pub fn load(path: &std::path::Path) -> Result<Reference> {
+        let w = crate::weights::Weights::load(path)?;
+        let values = w
+            .names()
+            .into_iter()
+            .filter_map(|n| Some((n.to_string(), w.tensor(n)?.cast(crate::ops::DType::F32))))
+            .collect();
+        Ok(Reference { values })
+    }
+
+    /// Writes the reference as safetensors.
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        let mut bufs: Vec<(&String, Vec<usize>, Vec<u8>)> = Vec::new();
+        for (k, t) in &self.values {
+            let v = t.to_f32_vec();
+            bufs.push((k, t.shape().to_vec(), bytemuck::cast_slice(&v).to_vec()));
+        }
+        let views = bufs
+            .iter()
+            .map(|(k, shape, data)| {
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                    .map(|v| (k.as_str(), v))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| crate::Error::Other(format!("reference: {e}")))?;
+        let bytes = safetensors::serialize(views, &None)
+            .map_err(|e| crate::Error::Other(format!("reference: {e}")))?;
+        std::fs::write(path, bytes).map_err(|e| crate::Error::File {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// A picture of the comparison: one row per node (execution order), one
+/// column per chunk, colour from green (error 1e-8 or less) through yellow
+/// to red (at or beyond the tolerance); hover a cell for its figures.
+pub fn svg(c: &Comparison) -> String {
+    let (cw, rh, left, top) = (14.0, 10.0, 330.0, 30.0);
+    let chunks = c.chunks.max(1) as f64;
+    let w = left + cw * chunks + 20.0;
+    let h = top + rh * c.nodes.len() as f64 + 20.0;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"monospace\" font-size=\"8\">\n\
+         <text x=\"4\" y=\"14\" font-size=\"11\">relative error per node (rows) and chunk (columns); red: at or beyond {:e}</text>\n",
+        c.tolerance
+    );
+    let lo = -8.0f64;
+    let hi = (c.tolerance.max(1e-12) as f64).log10();
+    for (row, n) in c.nodes.iter().enumerate() {
+        let y = top + rh * row as f64;
+        s.push_str(&format!(
+            "<text x=\"4\" y=\"{}\">{} ({})</text>\n",
+            y + rh - 2.0,
+            xml(&n.name),
+            n.op
+        ));
+        for &(chunk, e) in &n.per_chunk {
+            let t = if e <= 0.0 {
+                0.0
+            } else {
+                (((e as f64).log10() - lo) / (hi - lo)).clamp(0.0, 1.0)
+            };
+            let (r, g) = if t < 0.5 {
+                ((510.0 * t) as u8, 200u8)
+            } else {
+                (255u8, (200.0 * (2.0 - 2.0 * t)) as u8)
+            };
+            s.push_str(&format!(
+                "<rect x=\"{}\" y=\"{y}\" width=\"{cw}\" height=\"{rh}\" fill=\"rgb({r},{g},60)\"><title>{} chunk {chunk}: {e:e}</title></rect>\n",
+                left + cw * chunk as f64,
+                xml(&n.name)
+            ));
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diffs_find_the_first_bad_element_and_plot() {
+        let mut d = NodeDiff {
+            node: 0,
+            name: "a<b".into(),
+            op: "Op",
+            max_abs: 0.0,
+            max_rel: 0.0,
+            beyond: 0,
+            total: 0,
+            first_bad: None,
+            per_chunk: Vec::new(),
+        };
+        let c = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
+        diff_into(&mut d, &c, &c, 0, 1e-4);
+        assert_eq!((d.beyond, d.first_bad), (0, None));
+        let g = Tensor::from_slice(&[1.0f32, 2.5, 3.0]);
+        diff_into(&mut d, &c, &g, 1, 1e-4);
+        assert_eq!((d.beyond, d.first_bad), (1, Some((1, 1))));
+        assert!((d.max_rel - 0.5 / 3.0).abs() < 1e-6);
+        let cmp = Comparison {
+            nodes: vec![d],
+            chunks: 2,
+            tolerance: 1e-4,
+        };
+        assert_eq!(cmp.failures().len(), 1);
+        let pic = svg(&cmp);
+        assert!(
+            pic.starts_with("<svg") && pic.contains("a&lt;b") && pic.matches("<rect").count() == 2
+        );
+    }
+
+    #[test]
+    fn references_round_trip() {
+        let mut r = Reference::default();
+        r.insert("x", 3, Tensor::from_slice(&[1.0f32, -2.0]));
+        let p = std::env::temp_dir().join(format!("pulsed-ref-{}.safetensors", std::process::id()));
+        r.save(&p).unwrap();
+        let back = Reference::load(&p).unwrap();
+        std::fs::remove_file(&p).ok();
+        assert_eq!(back.get("x", 3).unwrap().to_f32_vec(), vec![1.0, -2.0]);
+        assert!(back.get("x", 2).is_none());
+    }
 }
