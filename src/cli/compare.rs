@@ -10,13 +10,14 @@ use super::device::Precision;
 pub struct Args {
     /// WAV file to stream (default: the shipped fixture).
     file: Option<PathBuf>,
+    /// Model folder (default: the shipped model).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Input samples per pulse.
     #[arg(long, default_value_t = 5120)]
     pulse: usize,
     /// GPU storage precision.
-    #[arg(long, value_enum, default_value = "f32")]
+    #[arg(long, visible_alias = "dtype", value_enum, default_value = "f32")]
     precision: Precision,
     /// Feed every GPU node the CPU's inputs (pins the wrong op) instead of
     /// letting the GPU run on its own outputs (shows drift).
