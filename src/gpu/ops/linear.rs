@@ -8,7 +8,7 @@ use crate::gpu::GpuError;
 use crate::ops::matmul::{Linear, MatMul};
 use crate::ops::Op;
 
-/// Rows up to which the skinny kernel beats cuBLAS (its `MAX_ROWS`).
+/// Rows up to which the skinny kernel beats cuBLAS (its largest row bound).
 const SKINNY_ROWS: usize = 16;
 
 #[derive(Debug)]
@@ -16,8 +16,9 @@ struct LinearGpu {
     gemm: Gemm,
     /// `bias_act_*` when there is a bias.
     bias: Option<CudaFunction>,
-    /// `skinny_linear_*` for few rows (bias fused).
+    /// `skinny_linear_r*` for few rows (bias fused), and its warps per column.
     skinny: Option<CudaFunction>,
+    warps_per_col: usize,
     /// A fused activation's unary code, -1 for none.
     act: i32,
 }
@@ -61,12 +62,12 @@ impl GpuOp for LinearGpu {
         }
         if let Some(f) = &self.skinny {
             let g = &self.gemm;
-            // the kernel's COLS columns per block of 8 warps
-            const COLS: usize = 2;
+            // blocks of 8 warps, `warps_per_col` warps to a column
+            let cols = 8 / self.warps_per_col;
             return launch(
                 cx,
                 f,
-                Grid::blocks(g.n.div_ceil(COLS) as u32, 256),
+                Grid::blocks(g.n.div_ceil(cols) as u32, 256),
                 &[
                     Arg::Ptr(io.ins[0].ptr),
                     Arg::Ptr(io.ins[1].ptr),
@@ -77,6 +78,7 @@ impl GpuOp for LinearGpu {
                     Arg::I32(g.k as i32),
                     Arg::I32(self.act),
                     Arg::I32(io.ins.len().min(3) as i32 - 2),
+                    Arg::I32(self.warps_per_col as i32),
                 ],
             );
         }
@@ -154,17 +156,21 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     };
     let fits_i32 = [m, n, k].iter().all(|&v| v <= i32::MAX as usize);
     let skinny = if m <= SKINNY_ROWS && fits_i32 {
+        let bound = m.max(1).next_power_of_two();
         Some(
             cx.lib
-                .function("linear", &format!("skinny_linear_{suffix}"))?,
+                .function("linear", &format!("skinny_linear_r{bound}_{suffix}"))?,
         )
     } else {
         None
     };
+    // long rows get more warps each, short rows share a block
+    let warps_per_col = if k >= 512 { 8 } else { 4 };
     Ok(Box::new(LinearGpu {
         gemm: Gemm::linear(cx.inputs[0].dtype, m, n, k),
         bias,
         skinny,
+        warps_per_col,
         act: -1,
     }))
 }
