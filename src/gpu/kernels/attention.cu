@@ -73,11 +73,22 @@ __device__ void attend_row(const T* qrow, const T* k, const T* v, T* orow, u64 l
         sum += e;
     }
     sum = block_sum(sum, red);  // its barriers publish sc[] too
+    for (int j = tid; j < n; j += nt) sc[j] = sc[j] / sum;
+    __syncthreads();
+    // four independent partial sums, so the loads of several keys are in
+    // flight at once instead of one dependent chain per column
     for (int c = tid; c < dv; c += nt) {
-        float acc = 0.0f;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
         const T* vc = v + (u64)lo * ldv + c;
-        for (int j = 0; j < n; ++j) acc += (sc[j] / sum) * ld(vc, (u64)j * ldv);
-        st(orow, c, acc);
+        int j = 0;
+        for (; j + 3 < n; j += 4) {
+            a0 += sc[j] * ld(vc, (u64)j * ldv);
+            a1 += sc[j + 1] * ld(vc, (u64)(j + 1) * ldv);
+            a2 += sc[j + 2] * ld(vc, (u64)(j + 2) * ldv);
+            a3 += sc[j + 3] * ld(vc, (u64)(j + 3) * ldv);
+        }
+        for (; j < n; ++j) a0 += sc[j] * ld(vc, (u64)j * ldv);
+        st(orow, c, (a0 + a1) + (a2 + a3));
     }
 }
 

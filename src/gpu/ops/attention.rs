@@ -11,8 +11,8 @@ use crate::ops::limited_attention::LimitedAttention;
 use crate::ops::{DType, Op};
 use crate::pulse::PulsedLimitedAttention;
 
-/// Threads per block: four warps share a row's keys.
-const THREADS: u32 = 128;
+/// Threads per block: eight warps share a row's keys (fewer keys per warp, shorter chains).
+const THREADS: u32 = 256;
 /// Dynamic shared memory a block may use without an opt-in.
 const MAX_SHARED: usize = 48 * 1024;
 /// Largest grid y (heads or batch).
