@@ -103,11 +103,15 @@ __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, 
     float inv_n = 1.0f / (float)n;
     if (!g.wide && n <= 32 * 16) {
         // a short row is read once into registers (same sums, same order)
-        float v[16];
+        // the row, and gamma/beta, loaded up front so their latencies overlap
+        float v[16], ga[16], be[16];
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             u64 i = g.lane + 32 * j;
-            v[j] = i < n ? ld(xr, i) : 0.0f;
+            bool in = i < n;
+            v[j] = in ? ld(xr, i) : 0.0f;
+            ga[j] = in && gamma ? ld(gamma, i) : 1.0f;
+            be[j] = in && gamma ? ld(beta, i) : 0.0f;
         }
         float s = 0.0f;
 #pragma unroll
@@ -127,7 +131,7 @@ __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, 
             u64 i = g.lane + 32 * j;
             if (i < n) {
                 float o = (v[j] - mean) * rstd;
-                if (gamma) o = o * ld(gamma, i) + ld(beta, i);
+                if (gamma) o = o * ga[j] + be[j];
                 st(yr, i, o);
             }
         }
