@@ -98,6 +98,12 @@ pub trait GpuOp: fmt::Debug + Send {
     fn fuse_activation(&mut self, _code: i32) -> bool {
         false
     }
+
+    /// Takes on `residual + output0 * alpha`, the residual being launched as
+    /// its input number `input` (after the node's own inputs), if it can.
+    fn fuse_residual(&mut self, _alpha: f32, _input: usize) -> bool {
+        false
+    }
 }
 
 /// Builds the GPU form of `op`: `None` when this builder does not handle the

@@ -446,7 +446,7 @@ impl GpuRunner {
                 continue;
             };
             ins.clear();
-            for o in &node.inputs {
+            for o in node.inputs.iter().chain(&self.tr.extra_inputs[id]) {
                 match &self.dev_values[o.node][o.slot] {
                     Some(t) => ins.push(t.clone()),
                     None => {

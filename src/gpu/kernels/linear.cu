@@ -25,7 +25,8 @@ __device__ __forceinline__ float act_op(int code, float x) {
 // all be in flight together.
 template <typename T, int R>
 __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, int m, int n,
-                                   int k, int act, int has_bias, int wpc) {
+                                   int k, int act, int has_bias, int wpc, float alpha,
+                                   const T* residual, int has_residual) {
     __shared__ float part[8][R];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int cols = 8 / wpc;
@@ -62,7 +63,10 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
             float v = 0.0f;
             for (int s2 = 0; s2 < wpc; ++s2) v += part[c * wpc + s2][r];
             if (has_bias) v += ld(bias, oc);
-            st(y, (u64)r * n + oc, act < 0 ? v : act_op(act, v));
+            if (act >= 0) v = act_op(act, v);
+            // a fused `residual + v * alpha` (the graph's Mul and Add, same order)
+            if (has_residual) v = ld(residual, (u64)r * n + oc) + v * alpha;
+            st(y, (u64)r * n + oc, v);
         }
     }
 }
@@ -70,13 +74,17 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
 #define SKINNY(R)                                                                           \
     extern "C" __global__ void skinny_linear_r##R##_f32(                                   \
         const float* x, const float* w, const float* bias, float* y, int m, int n, int k,  \
-        int act, int has_bias, int wpc) {                                                   \
-        skinny_linear_impl<float, R>(x, w, bias, y, m, n, k, act, has_bias, wpc);           \
+        int act, int has_bias, int wpc, float alpha, const float* residual,                 \
+        int has_residual) {                                                                 \
+        skinny_linear_impl<float, R>(x, w, bias, y, m, n, k, act, has_bias, wpc, alpha,     \
+                                     residual, has_residual);                               \
     }                                                                                       \
     extern "C" __global__ void skinny_linear_r##R##_bf16(                                  \
         const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int m, int n,     \
-        int k, int act, int has_bias, int wpc) {                                            \
-        skinny_linear_impl<bf16_t, R>(x, w, bias, y, m, n, k, act, has_bias, wpc);          \
+        int k, int act, int has_bias, int wpc, float alpha, const bf16_t* residual,         \
+        int has_residual) {                                                                 \
+        skinny_linear_impl<bf16_t, R>(x, w, bias, y, m, n, k, act, has_bias, wpc, alpha,    \
+                                      residual, has_residual);                              \
     }
 
 SKINNY(1)

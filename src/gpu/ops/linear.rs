@@ -21,6 +21,8 @@ struct LinearGpu {
     warps_per_col: usize,
     /// A fused activation's unary code, -1 for none.
     act: i32,
+    /// A fused `residual + y * alpha`: (alpha, index of the residual input).
+    residual: Option<(f32, usize)>,
 }
 
 impl GpuOp for LinearGpu {
@@ -43,6 +45,14 @@ impl GpuOp for LinearGpu {
         } else {
             ""
         }
+    }
+
+    fn fuse_residual(&mut self, alpha: f32, input: usize) -> bool {
+        if self.skinny.is_none() || self.residual.is_some() {
+            return false;
+        }
+        self.residual = Some((alpha, input));
+        true
     }
 
     fn fuse_activation(&mut self, code: i32) -> bool {
@@ -79,6 +89,19 @@ impl GpuOp for LinearGpu {
                     Arg::I32(self.act),
                     Arg::I32(io.ins.len().min(3) as i32 - 2),
                     Arg::I32(self.warps_per_col as i32),
+                    Arg::F32(self.residual.map_or(1.0, |r| r.0)),
+                    Arg::Ptr(match self.residual {
+                        Some((_, i)) => {
+                            io.ins
+                                .get(i)
+                                .ok_or_else(|| {
+                                    GpuError::Kernel("linear: residual input missing".into())
+                                })?
+                                .ptr
+                        }
+                        None => y,
+                    }),
+                    Arg::I32(self.residual.is_some() as i32),
                 ],
             );
         }
@@ -172,6 +195,7 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         skinny,
         warps_per_col,
         act: -1,
+        residual: None,
     }))
 }
 

@@ -17,6 +17,7 @@ const MAX_RANK: usize = 6;
 #[derive(Debug)]
 struct View {
     offset: usize,
+    input: usize,
 }
 
 impl GpuOp for View {
@@ -29,13 +30,18 @@ impl GpuOp for View {
     }
 
     fn alias(&self) -> Option<(usize, usize)> {
-        Some((0, self.offset))
+        Some((self.input, self.offset))
     }
 }
 
 /// A view of a node's input 0 (no kernel), for the translator's fusions.
 pub fn view() -> Box<dyn GpuOp> {
-    Box::new(View { offset: 0 })
+    view_of(0)
+}
+
+/// A view of a node's input `input` (no kernel).
+pub fn view_of(input: usize) -> Box<dyn GpuOp> {
+    Box::new(View { offset: 0, input })
 }
 
 /// One strided copy: `dims` walked in order, source and destination strides
@@ -100,7 +106,10 @@ impl GpuOp for CopyGpu {
 pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
     let any = op.as_any();
     if any.is::<Reshape>() || any.is::<Squeeze>() || any.is::<Unsqueeze>() {
-        return Some(Ok(Box::new(View { offset: 0 })));
+        return Some(Ok(Box::new(View {
+            offset: 0,
+            input: 0,
+        })));
     }
     if let Some(s) = any.downcast_ref::<Slice>() {
         return Some(build_slice(s, cx));
@@ -232,6 +241,7 @@ fn build_slice(s: &Slice, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     if x[..axis].iter().all(|&d| d == 1) {
         return Ok(Box::new(View {
             offset: start * inner * elem,
+            input: 0,
         }));
     }
     let copy = Copy {
