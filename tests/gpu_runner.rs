@@ -570,3 +570,140 @@ fn compare_pins_a_wrong_kernel_to_its_node_and_chunk() {
         w.name, w.op, w.max_rel
     );
 }
+
+/// Programmatic dependent launch lets a kernel start before the one it
+/// reads from ends; every kernel waits for it first, so outputs must be
+/// bit-for-bit those of plain launches, captured and eager.
+#[test]
+#[ignore]
+fn dependent_launch_changes_no_output() {
+    let Some(d) = dev() else { return };
+    if !d.ctx.pdl() {
+        eprintln!("this device has no programmatic dependent launch; test skipped");
+        return;
+    }
+    let (_, model) = shipped(Head::LogProbs, 5120);
+    let samples = audio();
+    let pulse = 5120;
+    let run = |pdl: bool, launches: Launches| -> Vec<Vec<f32>> {
+        d.ctx.set_pdl(pdl).unwrap();
+        let mut o = GpuRunnerOptions::new(Precision::F32);
+        o.launches = launches;
+        let mut r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).unwrap();
+        let mut outs = Vec::new();
+        for chunk in samples.chunks_exact(pulse) {
+            let x = Tensor::from_slice(chunk);
+            r.step(&[&x]).unwrap();
+            outs.push(r.output(0).to_f32_vec());
+        }
+        outs
+    };
+    let plain = run(false, Launches::Captured);
+    let captured = run(true, Launches::Captured);
+    let eager = run(true, Launches::Eager);
+    d.ctx.set_pdl(true).unwrap();
+    assert!(plain.len() >= 5 && plain.iter().all(|c| !c.is_empty()));
+    assert_eq!(plain, captured, "PDL captured differs from plain launches");
+    assert_eq!(plain, eager, "PDL eager differs from plain launches");
+}
+
+/// A small graph with every fusion the translator does, one layer norm read
+/// by a Linear and by something else (so it runs and is also fused), and a
+/// GLU whose result feeds a residual: equal to the CPU, and fused as meant.
+#[test]
+#[ignore]
+fn fused_neighbours_equal_cpu() {
+    use pulsed::graph::GraphBuilder;
+    use pulsed::ops::norm::LayerNorm;
+    use pulsed::ops::{Dim, TypedFact};
+    let Some(d) = dev() else { return };
+    let (rows, c) = (8usize, 64usize);
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input(
+            "x",
+            TypedFact::new(DType::F32, [Dim::n(rows as i64), Dim::n(c as i64)]),
+        )
+        .unwrap();
+    let mut seed = 1;
+    let mut k = |b: &mut GraphBuilder, name: &str, shape: &[usize], scale: f32| {
+        seed += 1;
+        b.constant(name, random(shape, seed, scale)).unwrap()
+    };
+    let ln = LayerNorm {
+        eps: 1e-5,
+        axis: -1,
+    };
+    let (g1, b1) = (k(&mut b, "g1", &[c], 1.0), k(&mut b, "b1", &[c], 0.5));
+    let n1 = b.op("n1", ln.clone(), &[x, g1, b1]).unwrap();
+    let (w1, c1) = (
+        k(&mut b, "w1", &[2 * c, c], 0.2),
+        k(&mut b, "c1", &[2 * c], 0.1),
+    );
+    let h = b.op("h", Linear, &[n1, w1, c1]).unwrap();
+    let slice = |start: usize, end: usize| Slice {
+        axis: 1,
+        start: start as i64,
+        end: Some(end as i64),
+    };
+    let ga = b.op("glu_a", slice(0, c), &[h]).unwrap();
+    let gb = b.op("glu_b", slice(c, 2 * c), &[h]).unwrap();
+    let gs = b.op("glu_gate", Unary::Sigmoid, &[gb]).unwrap();
+    let glu = b.op("glu", Binary::Mul, &[ga, gs]).unwrap();
+    let (g2, b2) = (k(&mut b, "g2", &[c], 1.0), k(&mut b, "b2", &[c], 0.5));
+    let n2 = b.op("n2", ln.clone(), &[glu, g2, b2]).unwrap();
+    let (w2, c2) = (
+        k(&mut b, "w2", &[4 * c, c], 0.2),
+        k(&mut b, "c2", &[4 * c], 0.1),
+    );
+    let u = b.op("up", Linear, &[n2, w2, c2]).unwrap();
+    let u = b.op("up_act", Unary::Silu, &[u]).unwrap();
+    let (w3, c3) = (
+        k(&mut b, "w3", &[c, 4 * c], 0.1),
+        k(&mut b, "c3", &[c], 0.1),
+    );
+    let dn = b.op("down", Linear, &[u, w3, c3]).unwrap();
+    let half = b.constant("half", Tensor::scalar(0.5f32)).unwrap();
+    let dn = b.op("scaled", Binary::Mul, &[dn, half]).unwrap();
+    let r = b.op("residual", Binary::Add, &[glu, dn]).unwrap();
+    let t = b.op("side", Unary::Tanh, &[n2]).unwrap();
+    let o = b.op("sum", Binary::Add, &[r, t]).unwrap();
+    let (g3, b3) = (k(&mut b, "g3", &[c], 1.0), k(&mut b, "b3", &[c], 0.5));
+    let n3 = b.op("n3", ln, &[o, g3, b3]).unwrap();
+    let y = b.op("out", Unary::Silu, &[n3]).unwrap();
+    b.output("y", y);
+    let g = Arc::new(b.build().unwrap());
+
+    let input = random(&[rows, c], 99, 2.0);
+    let want = pulsed::graph::Runner::new(g.clone())
+        .unwrap()
+        .run(std::slice::from_ref(&input))
+        .unwrap()
+        .remove(0);
+    for p in [Precision::F32, Precision::Bf16] {
+        let mut gr = GpuRunner::new(d.clone(), g.clone(), None, &GpuRunnerOptions::new(p)).unwrap();
+        let described: Vec<String> = gr
+            .translation()
+            .placements
+            .iter()
+            .map(|pl| pl.to_string())
+            .collect();
+        let count = |s: &str| described.iter().filter(|d| d.contains(s)).count();
+        assert_eq!(count("fused GLU"), 1, "{described:#?}");
+        assert_eq!(count("fused residual"), 1, "{described:#?}");
+        // n1 and n2 before their Linears; n2 still runs for `side`
+        assert_eq!(count("fused layer norm before"), 2, "{described:#?}");
+        assert_eq!(count("layer_norm"), 2, "n2 and n3 run: {described:#?}");
+        assert_eq!(count("fused activation"), 2, "up and n3: {described:#?}");
+        gr.step(&[&input]).unwrap();
+        let got = gr.output(0).clone();
+        let err = got.max_abs_diff(&want).unwrap();
+        let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
+        let tol = match p {
+            Precision::F32 => 1e-5,
+            Precision::Bf16 => 3e-2,
+        };
+        eprintln!("fused graph [{p:?}]: max abs err {err:e} (scale {scale})");
+        assert!(err <= tol * scale, "[{p:?}] {err} > {tol} x {scale}");
+    }
+}

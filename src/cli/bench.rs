@@ -140,7 +140,16 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
     let pulse = pm.input_stream().map_err(|e| e.to_string())?.pulse;
     const STEPS: usize = 200;
     let mut captured_f32 = 0.0;
-    for precision in [Precision::F32, Precision::Bf16] {
+    // programmatic dependent launch off and on, side by side, where the
+    // device has it (sm_90+); it stays on for everything after
+    let pdl = device.ctx.pdl();
+    let mut runs = vec![(Precision::F32, false)];
+    if pdl {
+        runs.push((Precision::F32, true));
+    }
+    runs.push((Precision::Bf16, pdl));
+    for (precision, with_pdl) in runs {
+        device.ctx.set_pdl(with_pdl).map_err(|e| e.to_string())?;
         let mut line = Vec::new();
         for launches in [Launches::Eager, Launches::Captured] {
             let mut options = GpuRunnerOptions::new(precision);
@@ -162,18 +171,22 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
                 times.push(t.elapsed().as_secs_f64());
             }
             let t = median(times);
-            if precision == Precision::F32 && launches == Launches::Captured {
+            if precision == Precision::F32 && launches == Launches::Captured && with_pdl == pdl {
                 captured_f32 = t;
             }
             line.push((launches, t));
         }
         let (eager, captured) = (line[0].1, line[1].1);
         println!(
-            "  {precision:?} chunk step (median of {STEPS}): eager {:.3} ms, captured {:.3} ms ({:.2}x)",
+            "  {precision:?} chunk step, PDL {} (median of {STEPS}): eager {:.3} ms, captured {:.3} ms ({:.2}x)",
+            if with_pdl { "on " } else { "off" },
             eager * 1e3,
             captured * 1e3,
             eager / captured
         );
+        if with_pdl != pdl {
+            continue;
+        }
         let r = Recognizer::new(rec.model().clone(), rec.options())
             .map_err(|e| e.to_string())?
             .with_engine(Engine::Gpu {

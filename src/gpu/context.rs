@@ -80,7 +80,12 @@ pub fn device_count() -> Result<usize, GpuError> {
 pub struct GpuContext {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Launch our kernels with programmatic dependent launch (sm_90+).
+    pdl: std::sync::atomic::AtomicBool,
 }
+
+/// Environment variable: `0` turns programmatic dependent launch off.
+pub const PDL_ENV: &str = "PULSED_PDL";
 
 impl GpuContext {
     /// Opens device `ordinal`, or says why not; never panics.
@@ -99,7 +104,16 @@ impl GpuContext {
             // cudarc's automatic cross-stream events are not capture-safe
             unsafe { ctx.disable_event_tracking() };
             let stream = ctx.new_stream()?;
-            Ok(GpuContext { ctx, stream })
+            // Hopper lets a kernel launch while its predecessor still runs
+            // (it waits in `pdl_enter` before touching memory), hiding the
+            // launch gap between the many small kernels of a chunk step.
+            let pdl = ctx.compute_capability()?.0 >= 9
+                && std::env::var(PDL_ENV).map_or(true, |v| v != "0");
+            Ok(GpuContext {
+                ctx,
+                stream,
+                pdl: pdl.into(),
+            })
         })
     }
 
@@ -111,6 +125,19 @@ impl GpuContext {
     /// The stream every launch and copy goes on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Whether kernels launch with programmatic dependent launch.
+    pub fn pdl(&self) -> bool {
+        self.pdl.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns programmatic dependent launch on or off for later launches
+    /// (and captures); it stays off on devices older than sm_90.
+    pub fn set_pdl(&self, on: bool) -> Result<(), GpuError> {
+        let on = on && self.compute_capability()?.0 >= 9;
+        self.pdl.store(on, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// The device's name.

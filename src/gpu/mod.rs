@@ -9,6 +9,7 @@ pub mod compare;
 pub mod compile;
 pub mod context;
 pub mod device;
+pub mod fusion;
 pub mod library;
 pub mod memory;
 pub mod op;

@@ -104,6 +104,19 @@ pub trait GpuOp: fmt::Debug + Send {
     fn fuse_residual(&mut self, _alpha: f32, _input: usize) -> bool {
         false
     }
+
+    /// Takes on GLU over its output's two halves of the last axis
+    /// (`a * sigmoid(b)`), writing only the result, if it can.
+    fn fuse_glu(&mut self) -> bool {
+        false
+    }
+
+    /// Takes on a layer norm (over the last axis, with `eps`) of its input 0,
+    /// reading the raw input, gamma and beta as inputs `input`, `input + 1`
+    /// and `input + 2` (after the node's own), if it can.
+    fn fuse_norm(&mut self, _eps: f32, _input: usize) -> bool {
+        false
+    }
 }
 
 /// Builds the GPU form of `op`: `None` when this builder does not handle the
@@ -189,6 +202,9 @@ pub fn launch(cx: &LaunchCx, f: &CudaFunction, grid: Grid, args: &[Arg]) -> Resu
     for (p, s) in ptrs.iter_mut().zip(slots.iter_mut()) {
         *p = (s as *mut u64).cast();
     }
+    if cx.gpu.pdl() {
+        return launch_pdl(cx, f, grid, &mut ptrs[..args.len()]);
+    }
     unsafe {
         result::launch_kernel(
             f.cu_function(),
@@ -199,6 +215,45 @@ pub fn launch(cx: &LaunchCx, f: &CudaFunction, grid: Grid, args: &[Arg]) -> Resu
             &mut ptrs[..args.len()],
         )
     }
+    .map_err(|e| GpuError::Driver(format!("launch: {e}")))
+}
+
+/// Launches with programmatic stream serialisation: the kernel may start
+/// while the one before it still runs, and waits for it in `pdl_enter`.
+fn launch_pdl(
+    cx: &LaunchCx,
+    f: &CudaFunction,
+    grid: Grid,
+    params: &mut [*mut std::ffi::c_void],
+) -> Result<(), GpuError> {
+    use cudarc::driver::sys;
+    // SAFETY: the union is plain data; zeroed, then one field set
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.grid.0,
+        gridDimY: grid.grid.1,
+        gridDimZ: grid.grid.2,
+        blockDimX: grid.block.0,
+        blockDimY: grid.block.1,
+        blockDimZ: grid.block.2,
+        sharedMemBytes: grid.shared_bytes,
+        hStream: cx.gpu.stream().cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `params` points at live argument slots matching the kernel's
+    // parameters, as for `launch_kernel`
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
     .map_err(|e| GpuError::Driver(format!("launch: {e}")))
 }
 

@@ -156,7 +156,8 @@ impl GpuRunner {
         };
         for &id in &order {
             let node = &graph.nodes[id];
-            for o in &node.inputs {
+            // a fused op's extra inputs are read when it runs
+            for o in node.inputs.iter().chain(&tr.extra_inputs[id]) {
                 if on_gpu(id) {
                     if !on_gpu(o.node) {
                         needs_device[o.node][o.slot] = true;

@@ -16,8 +16,7 @@ use super::ops::BUILDERS;
 use super::tensor::Precision;
 use super::GpuError;
 use crate::graph::Graph;
-use crate::ops::matmul::Linear;
-use crate::ops::{Binary, Const, Source, Tensor, TypedFact, Unary};
+use crate::ops::{Const, Source, Tensor, TypedFact};
 
 /// Environment variable: comma-separated node names, op kinds (`Conv1d`) or
 /// name prefixes ending in `*` (`blocks.0.*`) to run on the CPU.
@@ -165,8 +164,7 @@ pub fn translate(
         };
         placements.push(placement);
     }
-    let mut fused_into = fuse_activations(graph, &mut placements);
-    let extra_inputs = fuse_residuals(graph, &facts, &mut placements, &mut fused_into);
+    let (fused_into, extra_inputs) = super::fusion::fuse(graph, &facts, &mut placements);
     Ok(Translation {
         placements,
         facts,
@@ -174,167 +172,6 @@ pub fn translate(
         fused_into,
         extra_inputs,
     })
-}
-
-fn readers(graph: &Graph) -> Vec<usize> {
-    let mut readers = vec![0usize; graph.nodes.len()];
-    for node in &graph.nodes {
-        for o in &node.inputs {
-            readers[o.node] += 1;
-        }
-    }
-    for (_, o) in &graph.outputs {
-        readers[o.node] += 1;
-    }
-    readers
-}
-
-/// Folds `residual + linear * c` (a Linear, optionally a Mul by a constant
-/// scalar, then an Add of a same-shaped tensor) into the Linear's epilogue:
-/// the Mul and the Add become views of the Linear's output.
-fn fuse_residuals(
-    graph: &Graph,
-    facts: &[Vec<TypedFact>],
-    placements: &mut [Placement],
-    fused: &mut [Option<usize>],
-) -> Vec<Vec<crate::graph::OutletId>> {
-    let n = graph.nodes.len();
-    let readers = readers(graph);
-    let mut extra = vec![Vec::new(); n];
-    // the residual must be computed before the Linear runs
-    let mut pos = vec![usize::MAX; n];
-    if let Ok(order) = graph.topo_order() {
-        for (t, &id) in order.iter().enumerate() {
-            pos[id] = t;
-        }
-    } else {
-        return extra;
-    }
-    // the single reader of each node's output 0
-    let mut reader_of = vec![None; n];
-    for (id, node) in graph.nodes.iter().enumerate() {
-        for o in &node.inputs {
-            if o.slot == 0 {
-                reader_of[o.node] = Some(id);
-            }
-        }
-    }
-    let binary = |id: usize| {
-        graph.nodes[id]
-            .op
-            .as_any()
-            .downcast_ref::<Binary>()
-            .copied()
-    };
-    let scalar = |o: crate::graph::OutletId| -> Option<f32> {
-        let c = graph.nodes[o.node].op.as_any().downcast_ref::<Const>()?;
-        (c.value.len() == 1 && c.value.dtype() == crate::ops::DType::F32)
-            .then(|| c.value.to_f32_vec()[0])
-    };
-    for l in 0..n {
-        if !graph.nodes[l].op.as_any().is::<Linear>()
-            || !placements[l].is_gpu()
-            || readers[l] != 1
-            || graph.nodes[l].facts.len() != 1
-        {
-            continue;
-        }
-        let Some(mut next) = reader_of[l] else {
-            continue;
-        };
-        let mut chain = l;
-        let mut alpha = 1.0f32;
-        let mut mul = None;
-        if binary(next) == Some(Binary::Mul) && placements[next].is_gpu() && readers[next] == 1 {
-            let other = graph.nodes[next].inputs.iter().find(|o| o.node != chain);
-            match other.and_then(|&o| scalar(o)) {
-                Some(c) => {
-                    alpha = c;
-                    mul = Some(next);
-                    chain = next;
-                    match reader_of[next] {
-                        Some(r) => next = r,
-                        None => continue,
-                    }
-                }
-                None => continue,
-            }
-        }
-        let add = next;
-        if binary(add) != Some(Binary::Add) || !placements[add].is_gpu() {
-            continue;
-        }
-        let ins = &graph.nodes[add].inputs;
-        let Some(k) = ins.iter().position(|o| o.node == chain) else {
-            continue;
-        };
-        let r = ins[1 - k.min(1)];
-        if ins.len() != 2
-            || r.node == chain
-            || pos[r.node] >= pos[l]
-            || !placements[r.node].is_gpu()
-            || facts[r.node][r.slot] != facts[add][0]
-            || facts[l][0] != facts[add][0]
-        {
-            continue;
-        }
-        let input = graph.nodes[l].inputs.len();
-        if let Placement::Gpu(op) = &mut placements[l] {
-            if !op.fuse_residual(alpha, input) {
-                continue;
-            }
-        }
-        extra[l].push(r);
-        if let Some(m) = mul {
-            placements[m] = Placement::Gpu(super::ops::shape::view());
-            fused[m] = Some(add);
-        }
-        placements[add] = Placement::Gpu(super::ops::shape::view_of(k));
-        fused[l] = Some(add);
-    }
-    extra
-}
-
-/// Folds an activation (Relu, Sigmoid, Tanh, Silu, Gelu) into the Linear
-/// that is its only producer and whose output nothing else reads: one
-/// kernel instead of two, and the activation node becomes a view.
-fn fuse_activations(graph: &Graph, placements: &mut [Placement]) -> Vec<Option<usize>> {
-    let n = graph.nodes.len();
-    let mut readers = vec![0usize; n];
-    for node in &graph.nodes {
-        for o in &node.inputs {
-            readers[o.node] += 1;
-        }
-    }
-    for (_, o) in &graph.outputs {
-        readers[o.node] += 1;
-    }
-    let mut fused = vec![None; n];
-    for id in 0..n {
-        let node = &graph.nodes[id];
-        let Some(&u) = node.op.as_any().downcast_ref::<Unary>() else {
-            continue;
-        };
-        let Some(code) = super::ops::elementwise::unary_code(u).filter(|c| (5..=9).contains(c))
-        else {
-            continue;
-        };
-        let src = node.inputs[0];
-        if src.slot != 0
-            || readers[src.node] != 1
-            || !placements[id].is_gpu()
-            || !graph.nodes[src.node].op.as_any().is::<Linear>()
-        {
-            continue;
-        }
-        if let Placement::Gpu(op) = &mut placements[src.node] {
-            if op.fuse_activation(code) {
-                placements[id] = Placement::Gpu(super::ops::shape::view());
-                fused[src.node] = Some(id);
-            }
-        }
-    }
-    fused
 }
 
 fn choose(

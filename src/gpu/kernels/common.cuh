@@ -64,8 +64,33 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     return v;
 }
 
+// A fused activation: an elementwise.cu unary code (5 relu, 6 sigmoid,
+// 7 tanh, 8 silu, 9 gelu), anything else none.
+__device__ __forceinline__ float act_op(int code, float x) {
+    switch (code) {
+        case 5: return fmaxf(x, 0.0f);
+        case 6: return 1.0f / (1.0f + expf(-x));
+        case 7: return tanhf(x);
+        case 8: return x / (1.0f + expf(-x));
+        case 9: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+        default: return x;
+    }
+}
+
+// Every kernel calls this first. Launched with programmatic dependent launch
+// (sm_90+), a kernel may start while its predecessor still runs: it waits
+// here for that grid's completion and memory before touching any global
+// memory (inputs it reads, buffers the predecessor may still read), then
+// lets its own successor start launching. Without PDL both are no-ops.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Instantiates `extern "C"` entry points NAME_f32 and NAME_bf16 of a
 // template kernel body `NAME##_impl<T>` taking PARAMS and forwarding ARGS.
 #define FLOAT_KERNELS(NAME, PARAMS_F32, PARAMS_BF16, ARGS) \
-    extern "C" __global__ void NAME##_f32 PARAMS_F32 { NAME##_impl<float> ARGS; } \
-    extern "C" __global__ void NAME##_bf16 PARAMS_BF16 { NAME##_impl<bf16_t> ARGS; }
+    extern "C" __global__ void NAME##_f32 PARAMS_F32 { pdl_enter(); NAME##_impl<float> ARGS; } \
+    extern "C" __global__ void NAME##_bf16 PARAMS_BF16 { pdl_enter(); NAME##_impl<bf16_t> ARGS; }

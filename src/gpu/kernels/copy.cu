@@ -8,6 +8,7 @@
                                     u64 d0, u64 d1, u64 d2, u64 d3, u64 d4, u64 d5,       \
                                     i64 s0, i64 s1, i64 s2, i64 s3, i64 s4, i64 s5,       \
                                     i64 t0, i64 t1, i64 t2, i64 t3, i64 t4, i64 t5) {     \
+        pdl_enter();                                                                      \
         const u64 d[6] = {d0, d1, d2, d3, d4, d5};                                        \
         const i64 s[6] = {s0, s1, s2, s3, s4, s5};                                        \
         const i64 t[6] = {t0, t1, t2, t3, t4, t5};                                        \
@@ -32,6 +33,7 @@ STRIDED_COPY(strided_copy_8, u64)
 // Advances the plan's step counter once every kernel of a step is queued:
 // captured into the graph, so a replay needs no host-side update.
 extern "C" __global__ void advance_step(u64* step) {
+    pdl_enter();
     if (blockIdx.x == 0 && threadIdx.x == 0) *step += 1;
 }
 
@@ -70,6 +72,7 @@ __device__ void pad_impl(const T* src, T* dst, u64 n, int rank, const u64* od, c
                                             u64 i0, u64 i1, u64 i2, u64 i3, u64 i4, u64 i5, \
                                             u64 b0, u64 b1, u64 b2, u64 b3, u64 b4, u64 b5, \
                                             int reflect, float value) {                    \
+        pdl_enter();                                                                       \
         const u64 od[6] = {o0, o1, o2, o3, o4, o5};                                        \
         const u64 id[6] = {i0, i1, i2, i3, i4, i5};                                        \
         const u64 b[6] = {b0, b1, b2, b3, b4, b5};                                         \

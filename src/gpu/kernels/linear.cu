@@ -1,21 +1,19 @@
 // Skinny Linear for chunk steps: y[m, n] = act(sum_k x[m, k] * w[n, k] + b[n])
 // with few rows (m <= 16, a pulse's frames). Lanes stride along k, so each
 // weight row is read once, coalesced, and x (a few KiB, shared by every
-// warp) stays in cache. f32 accumulation;
-// cuBLAS takes the large-m case (whole utterances). `act` is an
-// elementwise.cu unary code, -1 for none; without a bias, `has_bias` is 0
-// and `bias` any valid address.
-
-__device__ __forceinline__ float act_op(int code, float x) {
-    switch (code) {
-        case 5: return fmaxf(x, 0.0f);
-        case 6: return 1.0f / (1.0f + expf(-x));
-        case 7: return tanhf(x);
-        case 8: return x / (1.0f + expf(-x));
-        case 9: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-        default: return x;
-    }
-}
+// warp) stays in cache. f32 accumulation; cuBLAS takes the large-m case
+// (whole utterances). Without a bias, `has_bias` is 0 and `bias` any valid
+// address.
+//
+// The translator folds neighbours in, each saving a launch of its own:
+// - `act`: an activation (an elementwise.cu unary code, -1 for none);
+// - `has_residual`: `residual + y * alpha` (the graph's Mul and Add);
+// - `glu`: GLU over the output's halves, y[m, n/2] = a * sigmoid(b) with
+//   a = columns [0, n/2) and b = [n/2, n) (the graph's two Slices, Sigmoid
+//   and Mul); a block's columns then come in (a, b) pairs;
+// - `has_norm`: a layer norm of x over k (eps, gamma, beta) before it: each
+//   block computes the row statistics itself (x is a few KiB), so the
+//   normalised x is never stored.
 
 // A block of 8 warps takes 8 / wpc columns; the `wpc` warps of a column
 // split k, so even a 256-column layer fills the GPU and each warp's chain
@@ -26,25 +24,72 @@ __device__ __forceinline__ float act_op(int code, float x) {
 template <typename T, int R>
 __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, int m, int n,
                                    int k, int act, int has_bias, int wpc, float alpha,
-                                   const T* residual, int has_residual) {
+                                   const T* residual, int has_residual, int glu,
+                                   const T* gamma, const T* beta, float eps, int has_norm) {
     __shared__ float part[8][R];
+    __shared__ float mean[R], rstd[R];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int cols = 8 / wpc;
-    int col = blockIdx.x * cols + warp / wpc;
+    int local = warp / wpc;
+    int half = n / 2;
+    // with glu, local columns 2p and 2p + 1 are output p's a and b
+    int col = glu ? blockIdx.x * (cols / 2) + local / 2 + (local & 1) * half
+                  : blockIdx.x * cols + local;
+    bool live = glu ? blockIdx.x * (cols / 2) + local / 2 < half : col < n;
     int slice = warp % wpc;
     int per = (k + wpc - 1) / wpc;
     int k0 = slice * per, k1 = min(k, k0 + per);
+    // Weights are constants, so they are fetched into L2 before waiting for
+    // the kernel before this one (programmatic dependent launch).
+    if (live) {
+        for (int i = k0 + lane * 32; i < k1; i += 32 * 32) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (u64)col * k + i));
+        }
+    }
+    pdl_enter();
+    if (has_norm) {
+        // as the layer norm kernel: mean, then the biased variance about it
+        float inv_k = 1.0f / (float)k;
+        for (int r = warp; r < m; r += 8) {
+            const T* xr = x + (u64)r * k;
+            float s = 0.0f;
+            for (int i = lane; i < k; i += 32) s += ld(xr, i);
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            float mu = s * inv_k;
+            float q = 0.0f;
+            for (int i = lane; i < k; i += 32) {
+                float d = ld(xr, i) - mu;
+                q += d * d;
+            }
+            for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+            if (lane == 0) {
+                mean[r] = mu;
+                rstd[r] = 1.0f / sqrtf(q * inv_k + eps);
+            }
+        }
+        __syncthreads();
+    }
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    if (col < n) {
+    if (live) {
         const T* wr = w + (u64)col * k;
-#pragma unroll 2
-        for (int i = k0 + lane; i < k1; i += 32) {
-            float wv = ld(wr, i);
+        if (has_norm) {
+            for (int i = k0 + lane; i < k1; i += 32) {
+                float wv = ld(wr, i), g = ld(gamma, i), b = ld(beta, i);
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (r < m) acc[r] += wv * ld(x, (u64)r * k + i);
+                for (int r = 0; r < R; ++r) {
+                    if (r < m) acc[r] += wv * ((ld(x, (u64)r * k + i) - mean[r]) * rstd[r] * g + b);
+                }
+            }
+        } else {
+#pragma unroll 2
+            for (int i = k0 + lane; i < k1; i += 32) {
+                float wv = ld(wr, i);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r < m) acc[r] += wv * ld(x, (u64)r * k + i);
+                }
             }
         }
     }
@@ -56,6 +101,25 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
     }
     __syncthreads();
     int t = threadIdx.x;
+    if (glu) {
+        if (t < (cols / 2) * m) {
+            int pc = t / m, r = t % m;
+            int p = blockIdx.x * (cols / 2) + pc;
+            if (p < half) {
+                float a = 0.0f, b = 0.0f;
+                for (int s2 = 0; s2 < wpc; ++s2) {
+                    a += part[(2 * pc) * wpc + s2][r];
+                    b += part[(2 * pc + 1) * wpc + s2][r];
+                }
+                if (has_bias) {
+                    a += ld(bias, p);
+                    b += ld(bias, p + half);
+                }
+                st(y, (u64)r * half + p, a * (1.0f / (1.0f + expf(-b))));
+            }
+        }
+        return;
+    }
     if (t < cols * m) {
         int c = t / m, r = t % m;
         int oc = blockIdx.x * cols + c;
@@ -64,7 +128,6 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
             for (int s2 = 0; s2 < wpc; ++s2) v += part[c * wpc + s2][r];
             if (has_bias) v += ld(bias, oc);
             if (act >= 0) v = act_op(act, v);
-            // a fused `residual + v * alpha` (the graph's Mul and Add, same order)
             if (has_residual) v = ld(residual, (u64)r * n + oc) + v * alpha;
             st(y, (u64)r * n + oc, v);
         }
@@ -75,16 +138,20 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
     extern "C" __global__ void skinny_linear_r##R##_f32(                                   \
         const float* x, const float* w, const float* bias, float* y, int m, int n, int k,  \
         int act, int has_bias, int wpc, float alpha, const float* residual,                 \
-        int has_residual) {                                                                 \
+        int has_residual, int glu, const float* gamma, const float* beta, float eps,        \
+        int has_norm) {                                                                     \
         skinny_linear_impl<float, R>(x, w, bias, y, m, n, k, act, has_bias, wpc, alpha,     \
-                                     residual, has_residual);                               \
+                                     residual, has_residual, glu, gamma, beta, eps,         \
+                                     has_norm);                                             \
     }                                                                                       \
     extern "C" __global__ void skinny_linear_r##R##_bf16(                                  \
         const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int m, int n,     \
         int k, int act, int has_bias, int wpc, float alpha, const bf16_t* residual,         \
-        int has_residual) {                                                                 \
+        int has_residual, int glu, const bf16_t* gamma, const bf16_t* beta, float eps,      \
+        int has_norm) {                                                                     \
         skinny_linear_impl<bf16_t, R>(x, w, bias, y, m, n, k, act, has_bias, wpc, alpha,    \
-                                      residual, has_residual);                              \
+                                      residual, has_residual, glu, gamma, beta, eps,        \
+                                      has_norm);                                            \
     }
 
 SKINNY(1)

@@ -94,7 +94,7 @@ __device__ __forceinline__ u64 col_base(u64 idx, u64 n, u64 inner) {
 
 template <typename T>
 __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, T* y,
-                                     u64 rows, u64 n, float eps, int wide) {
+                                     u64 rows, u64 n, float eps, int wide, int act) {
     __shared__ float sh[32];
     RowGroup g = row_group(wide);
     if (g.row >= rows) return;
@@ -132,7 +132,7 @@ __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, 
             if (i < n) {
                 float o = (v[j] - mean) * rstd;
                 if (gamma) o = o * ga[j] + be[j];
-                st(yr, i, o);
+                st(yr, i, act_op(act, o));
             }
         }
         return;
@@ -150,13 +150,13 @@ __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, 
     for (u64 i = g.lane; i < n; i += g.width) {
         float v = (ld(xr, i) - mean) * rstd;
         if (gamma) v = v * ld(gamma, i) + ld(beta, i);
-        st(yr, i, v);
+        st(yr, i, act_op(act, v));
     }
 }
 
 template <typename T>
 __device__ void layer_norm_cols_impl(const T* x, const T* gamma, const T* beta, T* y,
-                                     u64 outer, u64 n, u64 inner, float eps) {
+                                     u64 outer, u64 n, u64 inner, float eps, int act) {
     float inv_n = 1.0f / (float)n;
     GRID_STRIDE(idx, outer * inner) {
         u64 base = col_base(idx, n, inner);
@@ -172,23 +172,23 @@ __device__ void layer_norm_cols_impl(const T* x, const T* gamma, const T* beta, 
         for (u64 i = 0; i < n; i++) {
             float v = (ld(x, base + i * inner) - mean) * rstd;
             if (gamma) v = v * ld(gamma, i) + ld(beta, i);
-            st(y, base + i * inner, v);
+            st(y, base + i * inner, act_op(act, v));
         }
     }
 }
 
 FLOAT_KERNELS(layer_norm_rows,
     (const float* x, const float* gamma, const float* beta, float* y, u64 rows, u64 n,
-     float eps, int wide),
+     float eps, int wide, int act),
     (const bf16_t* x, const bf16_t* gamma, const bf16_t* beta, bf16_t* y, u64 rows, u64 n,
-     float eps, int wide),
-    (x, gamma, beta, y, rows, n, eps, wide))
+     float eps, int wide, int act),
+    (x, gamma, beta, y, rows, n, eps, wide, act))
 FLOAT_KERNELS(layer_norm_cols,
     (const float* x, const float* gamma, const float* beta, float* y, u64 outer, u64 n,
-     u64 inner, float eps),
+     u64 inner, float eps, int act),
     (const bf16_t* x, const bf16_t* gamma, const bf16_t* beta, bf16_t* y, u64 outer, u64 n,
-     u64 inner, float eps),
-    (x, gamma, beta, y, outer, n, inner, eps))
+     u64 inner, float eps, int act),
+    (x, gamma, beta, y, outer, n, inner, eps, act))
 
 // ------------------------------------------------------------- BatchNorm
 // Per channel c = (i / inner) % n: scale = gamma / sqrt(var + eps),
@@ -317,6 +317,7 @@ FLOAT_KERNELS(reduce_cols,
 
 // i64 sum (wrapping, as the CPU) and max: one thread per output.
 extern "C" __global__ void reduce_i64(const i64* x, i64* y, u64 outer, u64 n, u64 inner, int op) {
+    pdl_enter();
     GRID_STRIDE(idx, outer * inner) {
         u64 base = col_base(idx, n, inner);
         if (op == 2) {

@@ -10,6 +10,7 @@
 #define DELAY(T, SZ)                                                                       \
     extern "C" __global__ void delay_##SZ(const T* x, T* rings, T* out, const u64* step,  \
                                           u64 outer, u64 p, u64 inner, u64 b, u64 pout) { \
+        pdl_enter();                                                                      \
         const T* src = rings + (*step & 1) * outer * b * inner;                           \
         T* dst = rings + ((*step + 1) & 1) * outer * b * inner;                           \
         u64 span = pout > b ? pout : b;                                                   \

@@ -23,6 +23,17 @@ struct LinearGpu {
     act: i32,
     /// A fused `residual + y * alpha`: (alpha, index of the residual input).
     residual: Option<(f32, usize)>,
+    /// A fused GLU over the output's two halves.
+    glu: bool,
+    /// A fused layer norm of the input: (eps, index of the raw input, then
+    /// gamma and beta).
+    norm: Option<(f32, usize)>,
+}
+
+impl LinearGpu {
+    fn fusable(&self) -> bool {
+        self.skinny.is_some() && !self.glu
+    }
 }
 
 impl GpuOp for LinearGpu {
@@ -40,24 +51,52 @@ impl GpuOp for LinearGpu {
             g.k,
             g.dtype,
             if self.bias.is_some() { " + bias" } else { "" }
-        ) + if self.act >= 0 {
-            " + fused activation"
-        } else {
-            ""
-        }
+        ) + [
+            (self.norm.is_some(), " + fused layer norm before"),
+            (self.act >= 0, " + fused activation"),
+            (self.residual.is_some(), " + fused residual"),
+            (self.glu, " + fused GLU"),
+        ]
+        .iter()
+        .filter(|f| f.0)
+        .map(|f| f.1)
+        .collect::<String>()
+        .as_str()
     }
 
     fn fuse_residual(&mut self, alpha: f32, input: usize) -> bool {
-        if self.skinny.is_none() || self.residual.is_some() {
+        if !self.fusable() || self.residual.is_some() {
             return false;
         }
         self.residual = Some((alpha, input));
         true
     }
 
+    fn fuse_glu(&mut self) -> bool {
+        // a block's columns must pair up, and nothing else in the epilogue
+        if !self.fusable()
+            || self.act >= 0
+            || self.residual.is_some()
+            || self.gemm.n % 2 != 0
+            || self.warps_per_col > 4
+        {
+            return false;
+        }
+        self.glu = true;
+        true
+    }
+
+    fn fuse_norm(&mut self, eps: f32, input: usize) -> bool {
+        if self.skinny.is_none() || self.norm.is_some() {
+            return false;
+        }
+        self.norm = Some((eps, input));
+        true
+    }
+
     fn fuse_activation(&mut self, code: i32) -> bool {
         // the skinny kernel applies it; after cuBLAS the bias kernel does
-        if self.act >= 0 || (self.skinny.is_none() && self.bias.is_none()) {
+        if self.act >= 0 || self.glu || (self.skinny.is_none() && self.bias.is_none()) {
             return false;
         }
         self.act = code;
@@ -74,12 +113,27 @@ impl GpuOp for LinearGpu {
             let g = &self.gemm;
             // blocks of 8 warps, `warps_per_col` warps to a column
             let cols = 8 / self.warps_per_col;
+            let blocks = if self.glu {
+                (g.n / 2).div_ceil(cols / 2)
+            } else {
+                g.n.div_ceil(cols)
+            };
+            let extra = |i: usize| -> Result<u64, GpuError> {
+                io.ins
+                    .get(i)
+                    .map(|t| t.ptr)
+                    .ok_or_else(|| GpuError::Kernel(format!("linear: fused input {i} missing")))
+            };
+            let (x, gamma, beta, eps) = match self.norm {
+                Some((eps, i)) => (extra(i)?, extra(i + 1)?, extra(i + 2)?, eps),
+                None => (io.ins[0].ptr, y, y, 0.0),
+            };
             return launch(
                 cx,
                 f,
-                Grid::blocks(g.n.div_ceil(cols) as u32, 256),
+                Grid::blocks(blocks as u32, 256),
                 &[
-                    Arg::Ptr(io.ins[0].ptr),
+                    Arg::Ptr(x),
                     Arg::Ptr(io.ins[1].ptr),
                     Arg::Ptr(io.ins.get(2).map_or(io.ins[1].ptr, |b| b.ptr)),
                     Arg::Ptr(y),
@@ -91,17 +145,15 @@ impl GpuOp for LinearGpu {
                     Arg::I32(self.warps_per_col as i32),
                     Arg::F32(self.residual.map_or(1.0, |r| r.0)),
                     Arg::Ptr(match self.residual {
-                        Some((_, i)) => {
-                            io.ins
-                                .get(i)
-                                .ok_or_else(|| {
-                                    GpuError::Kernel("linear: residual input missing".into())
-                                })?
-                                .ptr
-                        }
+                        Some((_, i)) => extra(i)?,
                         None => y,
                     }),
                     Arg::I32(self.residual.is_some() as i32),
+                    Arg::I32(self.glu as i32),
+                    Arg::Ptr(gamma),
+                    Arg::Ptr(beta),
+                    Arg::F32(eps),
+                    Arg::I32(self.norm.is_some() as i32),
                 ],
             );
         }
@@ -196,6 +248,8 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         warps_per_col,
         act: -1,
         residual: None,
+        glu: false,
+        norm: None,
     }))
 }
 

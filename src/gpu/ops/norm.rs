@@ -50,6 +50,9 @@ struct AxisGpu {
     inner: usize,
     walk: Walk,
     extra: Option<Arg>,
+    /// For kernels that take one (layer norm), the fused activation's
+    /// unary code, -1 for none.
+    act: Option<i32>,
 }
 
 impl AxisGpu {
@@ -73,8 +76,12 @@ impl GpuOp for AxisGpu {
             Walk::Cols => "a thread per lane",
             Walk::Elements => "a thread per element",
         };
+        let act = match self.act {
+            Some(a) if a >= 0 => " + fused activation",
+            _ => "",
+        };
         format!(
-            "{} (outer {}, n {}, inner {}; {walk})",
+            "{} (outer {}, n {}, inner {}; {walk}){act}",
             self.what, self.outer, self.n, self.inner
         )
     }
@@ -84,7 +91,7 @@ impl GpuOp for AxisGpu {
         if io.outs[0].is_empty() {
             return Ok(());
         }
-        let mut args = [Arg::U64(0); 12];
+        let mut args = [Arg::U64(0); 13];
         let mut k = 0;
         let ptrs = io.ins[..self.ins].iter().map(|t| t.ptr);
         let ptrs = ptrs.chain(std::iter::repeat_n(0, self.nulls));
@@ -107,11 +114,21 @@ impl GpuOp for AxisGpu {
                 self.extra,
             ],
         };
-        for a in tail.into_iter().flatten() {
+        for a in tail.into_iter().flatten().chain(self.act.map(Arg::I32)) {
             args[k] = a;
             k += 1;
         }
         launch(cx, &self.f, self.grid(), &args[..k])
+    }
+
+    fn fuse_activation(&mut self, code: i32) -> bool {
+        match self.act {
+            Some(-1) => {
+                self.act = Some(code);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -183,7 +200,7 @@ fn split(cx: &BuildCx, what: &str, axis: isize) -> Result<(usize, usize, usize),
     Ok(split_at_axis(&shape, a))
 }
 
-/// Checks that `(outer, n, inner)` fits a launch and makes the op.
+/// [`axis_op`], boxed.
 #[allow(clippy::too_many_arguments)]
 fn axis_gpu(
     cx: &BuildCx,
@@ -195,11 +212,35 @@ fn axis_gpu(
     walk: Walk,
     extra: Option<Arg>,
 ) -> Result<Box<dyn GpuOp>, GpuError> {
+    Ok(Box::new(axis_op(
+        cx,
+        what,
+        kernel,
+        ins,
+        nulls,
+        (outer, n, inner),
+        walk,
+        extra,
+    )?))
+}
+
+/// Checks that `(outer, n, inner)` fits a launch and makes the op.
+#[allow(clippy::too_many_arguments)]
+fn axis_op(
+    cx: &BuildCx,
+    what: String,
+    kernel: String,
+    ins: usize,
+    nulls: usize,
+    (outer, n, inner): (usize, usize, usize),
+    walk: Walk,
+    extra: Option<Arg>,
+) -> Result<AxisGpu, GpuError> {
     if matches!(walk, Walk::Rows { .. }) && outer > MAX_BLOCKS {
         return Err(err(&what, format!("{outer} rows (at most {MAX_BLOCKS})")));
     }
     let f = cx.lib.function("norm", &kernel)?;
-    Ok(Box::new(AxisGpu {
+    Ok(AxisGpu {
         what,
         f,
         ins,
@@ -209,7 +250,8 @@ fn axis_gpu(
         inner,
         walk,
         extra,
-    }))
+        act: None,
+    })
 }
 
 fn build_layer_norm(op: &LayerNorm, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
@@ -228,7 +270,7 @@ fn build_layer_norm(op: &LayerNorm, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuE
         }
     }
     let walk = walk_of(dims.1, dims.2);
-    axis_gpu(
+    let mut g = axis_op(
         cx,
         format!("layer_norm axis {} eps {}", op.axis, op.eps),
         kernel_name("layer_norm", walk, suffix),
@@ -237,7 +279,9 @@ fn build_layer_norm(op: &LayerNorm, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuE
         dims,
         walk,
         Some(Arg::F32(op.eps)),
-    )
+    )?;
+    g.act = Some(-1);
+    Ok(Box::new(g))
 }
 
 fn build_batch_norm(op: &BatchNorm, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {

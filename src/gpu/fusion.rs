@@ -1,0 +1,337 @@
+//! Fusion passes over a translation: small neighbours of a GPU op (an
+//! activation, a residual add, a GLU, a layer norm before a Linear) are
+//! folded into its kernel, and their nodes become views with no launch of
+//! their own. A chunk step is a chain of small dependent kernels, each
+//! costing a few microseconds however little it does, so every launch
+//! saved shows in the step's latency.
+//!
+//! A fused-away node keeps its place in the graph (the CPU runs it as
+//! before); on the GPU its output is a view that nothing reads, and
+//! `fused_into` says which node computes it, so comparisons skip it.
+
+use super::ops::shape::{view, view_of};
+use super::translator::Placement;
+use crate::graph::{Graph, OutletId};
+use crate::ops::matmul::Linear;
+use crate::ops::norm::LayerNorm;
+use crate::ops::shape::Slice;
+use crate::ops::{Binary, Const, DType, TypedFact, Unary};
+
+/// For each node, the node its output was fused into; for each node, the
+/// inputs its GPU form reads besides its own (launched after them).
+pub type Fused = (Vec<Option<usize>>, Vec<Vec<OutletId>>);
+
+/// Runs every pass, in an order where each leaves the next its pattern.
+pub fn fuse(graph: &Graph, facts: &[Vec<TypedFact>], placements: &mut [Placement]) -> Fused {
+    let mut f = Fusion::new(graph, facts, placements);
+    if f.pos.is_empty() {
+        return (f.fused, f.extra);
+    }
+    for id in 0..graph.nodes.len() {
+        f.activation(id);
+    }
+    for id in 0..graph.nodes.len() {
+        f.glu(id);
+    }
+    for id in 0..graph.nodes.len() {
+        f.residual(id);
+    }
+    for id in 0..graph.nodes.len() {
+        f.norm(id);
+    }
+    (f.fused, f.extra)
+}
+
+struct Fusion<'a> {
+    graph: &'a Graph,
+    facts: &'a [Vec<TypedFact>],
+    placements: &'a mut [Placement],
+    /// How many times each node's outputs are read (graph outputs count).
+    readers: Vec<usize>,
+    /// Readers of each node's output 0: (reader, input index).
+    users: Vec<Vec<(usize, usize)>>,
+    /// Topological position (empty when the graph has a cycle).
+    pos: Vec<usize>,
+    fused: Vec<Option<usize>>,
+    extra: Vec<Vec<OutletId>>,
+}
+
+impl<'a> Fusion<'a> {
+    fn new(
+        graph: &'a Graph,
+        facts: &'a [Vec<TypedFact>],
+        placements: &'a mut [Placement],
+    ) -> Fusion<'a> {
+        let n = graph.nodes.len();
+        let mut readers = vec![0usize; n];
+        let mut users = vec![Vec::new(); n];
+        for (id, node) in graph.nodes.iter().enumerate() {
+            for (k, o) in node.inputs.iter().enumerate() {
+                readers[o.node] += 1;
+                if o.slot == 0 {
+                    users[o.node].push((id, k));
+                }
+            }
+        }
+        for (_, o) in &graph.outputs {
+            readers[o.node] += 1;
+        }
+        let mut pos = Vec::new();
+        if let Ok(order) = graph.topo_order() {
+            pos = vec![usize::MAX; n];
+            for (t, &id) in order.iter().enumerate() {
+                pos[id] = t;
+            }
+        }
+        Fusion {
+            graph,
+            facts,
+            placements,
+            readers,
+            users,
+            pos,
+            fused: vec![None; n],
+            extra: vec![Vec::new(); n],
+        }
+    }
+
+    fn gpu(&self, id: usize) -> bool {
+        self.placements[id].is_gpu() && self.fused[id].is_none()
+    }
+
+    /// The single reader of `id`'s only output, when that is all there is.
+    fn sole_user(&self, id: usize) -> Option<(usize, usize)> {
+        (self.readers[id] == 1 && self.users[id].len() == 1).then(|| self.users[id][0])
+    }
+
+    fn is<T: 'static>(&self, id: usize) -> bool {
+        self.graph.nodes[id].op.as_any().is::<T>()
+    }
+
+    fn binary(&self, id: usize) -> Option<Binary> {
+        self.graph.nodes[id]
+            .op
+            .as_any()
+            .downcast_ref::<Binary>()
+            .copied()
+    }
+
+    fn unary(&self, id: usize) -> Option<Unary> {
+        self.graph.nodes[id]
+            .op
+            .as_any()
+            .downcast_ref::<Unary>()
+            .copied()
+    }
+
+    fn scalar(&self, o: OutletId) -> Option<f32> {
+        let c = self.graph.nodes[o.node]
+            .op
+            .as_any()
+            .downcast_ref::<Const>()?;
+        (c.value.len() == 1 && c.value.dtype() == DType::F32).then(|| c.value.to_f32_vec()[0])
+    }
+
+    /// Index the next extra input of `id` will have.
+    fn next_input(&self, id: usize) -> usize {
+        self.graph.nodes[id].inputs.len() + self.extra[id].len()
+    }
+
+    /// Marks `id` as computed by `into`: a view of its input `input`.
+    fn absorb(&mut self, id: usize, input: usize, into: usize) {
+        self.placements[id] = Placement::Gpu(if input == 0 { view() } else { view_of(input) });
+        self.fused[id] = Some(into);
+    }
+
+    /// An activation (Relu, Sigmoid, Tanh, Silu, Gelu) applied by its only
+    /// producer (a Linear, a LayerNorm) when nothing else reads that.
+    fn activation(&mut self, id: usize) {
+        let Some(code) = self
+            .unary(id)
+            .and_then(super::ops::elementwise::unary_code)
+            .filter(|c| (5..=9).contains(c))
+        else {
+            return;
+        };
+        let src = self.graph.nodes[id].inputs[0];
+        if src.slot != 0 || self.readers[src.node] != 1 || !self.gpu(id) || !self.gpu(src.node) {
+            return;
+        }
+        if let Placement::Gpu(op) = &mut self.placements[src.node] {
+            if op.fuse_activation(code) {
+                self.placements[id] = Placement::Gpu(view());
+                // the producer's own output no longer exists on its own
+                self.fused[src.node] = Some(id);
+            }
+        }
+    }
+
+    /// `a * sigmoid(b)` over the two halves of a Linear's output (two
+    /// Slices of the last axis, a Sigmoid, a Mul) in the Linear's epilogue.
+    fn glu(&mut self, l: usize) {
+        if !self.is::<Linear>(l) || !self.gpu(l) || self.readers[l] != 2 {
+            return;
+        }
+        let out = &self.facts[l][0];
+        let Some(width) = out.shape.last().and_then(|d| d.as_const()) else {
+            return;
+        };
+        let width = width as usize;
+        let last = out.rank() - 1;
+        let half = width / 2;
+        let slice = |id: usize| -> Option<(i64, i64)> {
+            let s = self.graph.nodes[id].op.as_any().downcast_ref::<Slice>()?;
+            (s.axis == last).then_some((s.start, s.end.unwrap_or(width as i64)))
+        };
+        let users = &self.users[l];
+        if users.len() != 2 || users.iter().any(|&(u, _)| !self.gpu(u)) {
+            return;
+        }
+        let (mut a, mut b) = (None, None);
+        for &(u, _) in users {
+            match slice(u) {
+                Some((0, e)) if e == half as i64 => a = Some(u),
+                Some((s, e)) if s == half as i64 && e == width as i64 => b = Some(u),
+                _ => {}
+            }
+        }
+        let (Some(a), Some(b)) = (a, b) else { return };
+        let Some((g, _)) = self.sole_user(b) else {
+            return;
+        };
+        if self.unary(g) != Some(Unary::Sigmoid) || !self.gpu(g) {
+            return;
+        }
+        let (Some((m, ka)), Some((m2, _))) = (self.sole_user(a), self.sole_user(g)) else {
+            return;
+        };
+        if m != m2 || self.binary(m) != Some(Binary::Mul) || !self.gpu(m) {
+            return;
+        }
+        let fused = match &mut self.placements[l] {
+            Placement::Gpu(op) => op.fuse_glu(),
+            _ => false,
+        };
+        if !fused {
+            return;
+        }
+        // the Mul reads the Linear's (half-filled) output through `a`
+        self.absorb(a, 0, m);
+        self.absorb(b, 0, m);
+        self.absorb(g, 0, m);
+        self.placements[m] = Placement::Gpu(view_of(ka));
+        self.fused[l] = Some(m);
+    }
+
+    /// `residual + linear * c` (a Linear, optionally a Mul by a constant
+    /// scalar, then an Add of a same-shaped tensor computed before the
+    /// Linear) in the Linear's epilogue: the Mul and the Add become views.
+    fn residual(&mut self, l: usize) {
+        if !self.is::<Linear>(l) || !self.gpu(l) || self.graph.nodes[l].facts.len() != 1 {
+            return;
+        }
+        let Some((mut next, _)) = self.sole_user(l) else {
+            return;
+        };
+        let mut chain = l;
+        let mut alpha = 1.0f32;
+        let mut mul = None;
+        if self.binary(next) == Some(Binary::Mul) && self.gpu(next) {
+            let other = self.graph.nodes[next]
+                .inputs
+                .iter()
+                .find(|o| o.node != chain);
+            let (Some(c), Some((after, _))) =
+                (other.and_then(|&o| self.scalar(o)), self.sole_user(next))
+            else {
+                return;
+            };
+            alpha = c;
+            mul = Some(next);
+            chain = next;
+            next = after;
+        }
+        let add = next;
+        if self.binary(add) != Some(Binary::Add) || !self.gpu(add) {
+            return;
+        }
+        let ins = &self.graph.nodes[add].inputs;
+        let Some(k) = ins.iter().position(|o| o.node == chain) else {
+            return;
+        };
+        let r = ins[1 - k.min(1)];
+        if ins.len() != 2
+            || r.node == chain
+            || self.pos[r.node] >= self.pos[l]
+            || !self.placements[r.node].is_gpu()
+            || self.facts[r.node][r.slot] != self.facts[add][0]
+            || self.facts[l][0] != self.facts[add][0]
+        {
+            return;
+        }
+        let input = self.next_input(l);
+        let fused = match &mut self.placements[l] {
+            Placement::Gpu(op) => op.fuse_residual(alpha, input),
+            _ => false,
+        };
+        if !fused {
+            return;
+        }
+        self.extra[l].push(r);
+        if let Some(m) = mul {
+            self.absorb(m, 0, add);
+        }
+        self.placements[add] = Placement::Gpu(view_of(k));
+        self.fused[l] = Some(add);
+    }
+
+    /// A layer norm over the last axis whose readers are all Linears: each
+    /// normalises its input itself; when every one does, the norm is a view.
+    fn norm(&mut self, n: usize) {
+        let Some(ln) = self.graph.nodes[n].op.as_any().downcast_ref::<LayerNorm>() else {
+            return;
+        };
+        let ins = self.graph.nodes[n].inputs.clone();
+        let rank = self.facts[n][0].rank() as isize;
+        if ins.len() != 3
+            || !self.gpu(n)
+            || (ln.axis != -1 && ln.axis != rank - 1)
+            || self.readers[n] != self.users[n].len()
+            || ins.iter().any(|o| {
+                !matches!(
+                    self.placements[o.node],
+                    Placement::Gpu(_) | Placement::Const | Placement::Input
+                )
+            })
+        {
+            return;
+        }
+        let mut all = true;
+        for (u, k) in self.users[n].clone() {
+            // a Linear with a fused activation still takes a norm before it
+            if k != 0
+                || !self.is::<Linear>(u)
+                || !self.placements[u].is_gpu()
+                || self.pos[u] <= self.pos[n]
+            {
+                all = false;
+                continue;
+            }
+            let input = self.next_input(u);
+            let fused = match &mut self.placements[u] {
+                Placement::Gpu(op) => op.fuse_norm(ln.eps, input),
+                _ => false,
+            };
+            if fused {
+                self.extra[u].extend_from_slice(&ins);
+            } else {
+                all = false;
+            }
+        }
+        if all {
+            // its readers compute it; its output aliases x (same shape)
+            let into = self.users[n][0].0;
+            self.absorb(n, 0, into);
+        }
+    }
+}
