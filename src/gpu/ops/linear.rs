@@ -77,7 +77,7 @@ impl GpuOp for LinearGpu {
         if !self.fusable()
             || self.act >= 0
             || self.residual.is_some()
-            || self.gemm.n % 2 != 0
+            || !self.gemm.n.is_multiple_of(2)
             || self.warps_per_col > 4
         {
             return false;
