@@ -55,6 +55,20 @@ impl Engine {
         }
     }
 
+    /// The same engine for one more concurrent stream of work: on a GPU, a
+    /// lane with its own CUDA stream ([`crate::gpu::GpuDevice::lane`]), so
+    /// sessions on different threads run side by side; the CPU as is.
+    pub fn lane(&self) -> Result<Engine> {
+        match self {
+            Engine::Cpu => Ok(Engine::Cpu),
+            #[cfg(feature = "cuda")]
+            Engine::Gpu { device, options } => Ok(Engine::Gpu {
+                device: device.lane()?,
+                options: options.clone(),
+            }),
+        }
+    }
+
     /// A streaming session over `model` on this engine.
     pub fn session(&self, model: Arc<PulsedModel>) -> Result<StreamingSession> {
         let runner = self.runner(model.graph.clone().into(), None)?;

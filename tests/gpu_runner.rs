@@ -707,3 +707,39 @@ fn fused_neighbours_equal_cpu() {
         assert!(err <= tol * scale, "[{p:?}] {err} > {tol} x {scale}");
     }
 }
+
+/// Lanes (a CUDA stream each, shared kernels and weights) let threads stream
+/// side by side: four at once, each equal to the CPU chunk by chunk.
+#[test]
+#[ignore]
+fn concurrent_lanes_each_equal_cpu() {
+    let Some(d) = dev() else { return };
+    let (_, model) = shipped(Head::LogProbs, 5120);
+    let samples = audio();
+    let before = allocations();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let (d, model, samples) = (d.clone(), model.clone(), &samples);
+                s.spawn(move || {
+                    let lane = d.lane().expect("lane");
+                    let r = GpuRunner::new(
+                        lane,
+                        model.graph.clone(),
+                        None,
+                        &GpuRunnerOptions::new(Precision::F32),
+                    )
+                    .expect("runner");
+                    // each thread starts at a different offset, so steps differ
+                    let c = compare_pulsed(model, Box::new(r), &samples[i * 800..], 1e-4, false)
+                        .expect("compare");
+                    report(&format!("lane {i}"), &c);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("lane thread");
+        }
+    });
+    eprintln!("4 lanes: {} device allocations", allocations() - before);
+}

@@ -168,32 +168,44 @@ impl Recognizer {
 
     /// Transcribes a whole signal (mono, at [`Recognizer::sample_rate`]).
     pub fn transcribe(&self, samples: &[f32]) -> Result<Transcript> {
+        self.transcribe_on(&self.engine, samples)
+    }
+
+    /// [`Recognizer::transcribe`] with the encoder on `engine` (a lane of
+    /// this recogniser's engine, for one of several concurrent streams).
+    pub fn transcribe_on(&self, engine: &Engine, samples: &[f32]) -> Result<Transcript> {
         match self.options.mode {
             Mode::Streamed { .. } => {
-                let mut s = self.stream()?;
+                let mut s = self.stream_on(engine)?;
                 s.push(samples)?;
                 s.finish()
             }
-            Mode::Whole => self.transcribe_whole(samples),
+            Mode::Whole => self.transcribe_whole(engine, samples),
         }
     }
 
     /// A streaming transcriber (needs [`Mode::Streamed`]).
     pub fn stream(&self) -> Result<StreamTranscriber> {
+        self.stream_on(&self.engine)
+    }
+
+    /// A streaming transcriber whose encoder runs on `engine` (a lane of
+    /// this recogniser's engine, for one of several concurrent streams).
+    pub fn stream_on(&self, engine: &Engine) -> Result<StreamTranscriber> {
         let Some(model) = &self.pulsed else {
             return Err(Error::Other(
                 "stream() needs a recogniser opened in streamed mode".into(),
             ));
         };
         StreamTranscriber::new(
-            self.engine.session(model.clone())?,
+            engine.session(model.clone())?,
             self.tokens.clone(),
             self.options.decoding,
             self.timing(),
         )
     }
 
-    fn transcribe_whole(&self, samples: &[f32]) -> Result<Transcript> {
+    fn transcribe_whole(&self, engine: &Engine, samples: &[f32]) -> Result<Transcript> {
         if let Some((index, v)) = samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
             return Err(Error::Input {
                 name: "audio".into(),
@@ -204,9 +216,7 @@ impl Recognizer {
             // shorter than one feature hop: no output frame exists
             return Ok(GreedyDecoder::new(self.tokens.clone(), self.timing())?.finish());
         }
-        let mut runner = self
-            .engine
-            .runner(self.graph.clone(), Some(samples.len() as i64))?;
+        let mut runner = engine.runner(self.graph.clone(), Some(samples.len() as i64))?;
         runner.step(&[&Tensor::from_slice(samples)])?;
         let outs: Vec<Tensor> = (0..self.graph.outputs.len())
             .map(|i| runner.output(i).clone())

@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::asr::{Mode, Recognizer, StreamTranscriber};
 use crate::audio::WavStream;
 use crate::decode::Transcript;
+use crate::engine::Engine;
 
 /// Settings of a batch run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,7 +207,9 @@ fn worker(
     control: &Control,
     tx: mpsc::Sender<FileResult>,
 ) {
-    // One session per worker, reused (reset) from file to file.
+    // One session per worker, reused (reset) from file to file, on a lane
+    // of its own (on a GPU: its own CUDA stream, so workers run side by side).
+    let engine = rec.engine().lane().map_err(|e| e.to_string());
     let mut stream: Option<StreamTranscriber> = None;
     while !control.is_stopped() {
         let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) else {
@@ -215,8 +218,11 @@ fn worker(
         let path = &files[index];
         let t0 = Instant::now();
         let mut pushed = 0u64;
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            transcribe_file(rec, &mut stream, path, chunk, control, &mut pushed)
+        let outcome = catch_unwind(AssertUnwindSafe(|| match &engine {
+            Ok(engine) => {
+                transcribe_file(rec, engine, &mut stream, path, chunk, control, &mut pushed)
+            }
+            Err(e) => Outcome::Failed(format!("{}: {e}", path.display())),
         }))
         .unwrap_or_else(|panic| {
             stream = None; // its state is unknown after a panic
@@ -244,6 +250,7 @@ fn worker(
 
 fn transcribe_file(
     rec: &Recognizer,
+    engine: &Engine,
     stream: &mut Option<StreamTranscriber>,
     path: &Path,
     chunk: usize,
@@ -257,7 +264,7 @@ fn transcribe_file(
             Ok(a) => a,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
-        return match rec.transcribe(&audio.samples) {
+        return match rec.transcribe_on(engine, &audio.samples) {
             Ok(transcript) => {
                 *pushed = audio.samples.len() as u64;
                 control.samples_pushed.fetch_add(*pushed, Ordering::Relaxed);
@@ -278,7 +285,7 @@ fn transcribe_file(
             st.reset();
             st
         }
-        None => match rec.stream() {
+        None => match rec.stream_on(engine) {
             Ok(st) => stream.insert(st),
             Err(e) => return Outcome::Failed(format!("{name}: {e}")),
         },

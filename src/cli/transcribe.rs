@@ -54,7 +54,9 @@ pub struct Args {
     /// f32 accumulation).
     #[arg(long, value_enum, default_value = "f32")]
     precision: Precision,
-    /// Parallel workers, each with its own streaming session (default: one per core).
+    /// Parallel workers, each with its own streaming session (default: one per
+    /// core); on a GPU, each streams its file on a CUDA stream of its own, so the
+    /// GPU runs their chunk steps concurrently.
     #[arg(long, short)]
     jobs: Option<usize>,
     /// Write here instead of standard output.
@@ -71,8 +73,8 @@ pub struct Args {
     /// (default: input order on standard output, completion order with -o/--output-dir).
     #[arg(long, value_enum)]
     order: Option<Order>,
-    /// Print batch throughput with 1 worker and with --jobs workers over the inputs,
-    /// instead of transcripts.
+    /// Print batch throughput over the inputs with 1, 2, 4, ... up to --jobs workers
+    /// (concurrent streams on a GPU), instead of transcripts.
     #[arg(long, conflicts_with_all = ["output", "output_dir", "resume"])]
     bench: bool,
 }
@@ -131,16 +133,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     )
     .map_err(|e| e.to_string())?
     .with_engine(engine);
-    let gpu = rec.engine().name() != "cpu";
-    if gpu && a.jobs.is_some_and(|j| j > 1) {
-        eprintln!("note: GPU runs use one worker (GPU sessions share one stream)");
-    }
     let mut opts = BatchOptions {
-        jobs: if gpu {
-            1
-        } else {
-            a.jobs.unwrap_or_else(batch::default_jobs)
-        },
+        // on a GPU each worker streams its file on a CUDA stream of its own
+        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
         chunk_samples: chunk_samples(mode),
         longest_first: true,
     };
@@ -436,7 +431,7 @@ impl Progress {
     }
 }
 
-/// `--bench`: the same files with 1 worker, then with `opts.jobs` workers.
+/// `--bench`: the same files with 1 worker, then doubling up to `opts.jobs`.
 fn bench(rec: &Recognizer, files: &[PathBuf], opts: BatchOptions) -> Result<ExitCode, String> {
     println!(
         "machine: {}, {} cores available",
@@ -444,18 +439,20 @@ fn bench(rec: &Recognizer, files: &[PathBuf], opts: BatchOptions) -> Result<Exit
         batch::default_jobs()
     );
     println!(
-        "files: {} (pulse {:?}, {:?})",
+        "files: {} (pulse {:?}, {:?}), encoder on {}",
         files.len(),
         rec.options().mode,
-        rec.options().decoding
+        rec.options().decoding,
+        rec.engine().name()
     );
     // warm-up: page in the weights and the allocator on one file
     let warm = Control::new();
     let one = BatchOptions { jobs: 1, ..opts };
     batch::run(rec, &files[..1], one, &warm, |_| Ok::<(), ()>(())).ok();
     let mut worker_counts = vec![1];
-    if opts.jobs > 1 {
-        worker_counts.push(opts.jobs);
+    while worker_counts[worker_counts.len() - 1] < opts.jobs {
+        let next = (worker_counts[worker_counts.len() - 1] * 2).min(opts.jobs);
+        worker_counts.push(next);
     }
     let mut base = None;
     println!(

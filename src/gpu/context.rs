@@ -117,6 +117,24 @@ impl GpuContext {
         })
     }
 
+    /// The same device and context with a stream of its own, so work on it
+    /// runs concurrently with this one's (one per concurrent stream of audio).
+    pub fn with_new_stream(&self) -> Result<GpuContext, GpuError> {
+        no_panic(|| {
+            Ok(GpuContext {
+                ctx: self.ctx.clone(),
+                stream: self.ctx.new_stream()?,
+                pdl: self.pdl().into(),
+            })
+        })
+    }
+
+    /// Makes this context current on the calling thread (raw driver calls
+    /// need it; cudarc's own calls do it themselves).
+    pub fn bind(&self) -> Result<(), GpuError> {
+        no_panic(|| Ok(self.ctx.bind_to_thread()?))
+    }
+
     /// The cudarc context.
     pub fn ctx(&self) -> &Arc<CudaContext> {
         &self.ctx

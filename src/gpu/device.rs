@@ -14,11 +14,11 @@ use crate::ops::Op;
 #[derive(Debug)]
 pub struct GpuDevice {
     pub ctx: GpuContext,
-    pub lib: KernelLibrary,
+    pub lib: Arc<KernelLibrary>,
     pub blas: Blas,
     /// Uploaded constants by (op address, precision): runners of the same
-    /// graph (one per file or stream) share their weights.
-    consts: Mutex<HashMap<(usize, Precision), ConstEntry>>,
+    /// graph (one per file or stream, on any lane) share their weights.
+    consts: Arc<Mutex<HashMap<(usize, Precision), ConstEntry>>>,
 }
 
 type ConstEntry = (Arc<dyn Op>, Arc<DeviceBuffer>);
@@ -35,10 +35,25 @@ impl GpuDevice {
         let blas = Blas::new(&ctx)?;
         Ok(GpuDevice {
             ctx,
-            lib,
+            lib: Arc::new(lib),
             blas,
-            consts: Mutex::new(HashMap::new()),
+            consts: Arc::new(Mutex::new(HashMap::new())),
         })
+    }
+
+    /// A lane: this device with a CUDA stream (and cuBLAS handle) of its
+    /// own, sharing the compiled kernels and uploaded weights. Runners on
+    /// different lanes run concurrently, so one thread per lane can stream
+    /// one file each; runners on one lane must stay on one thread.
+    pub fn lane(&self) -> Result<Arc<GpuDevice>, GpuError> {
+        let ctx = self.ctx.with_new_stream()?;
+        let blas = Blas::new(&ctx)?;
+        Ok(Arc::new(GpuDevice {
+            ctx,
+            lib: self.lib.clone(),
+            blas,
+            consts: self.consts.clone(),
+        }))
     }
 
     /// The device copy of the constant op `op` (a `Const`) holding `value`,
