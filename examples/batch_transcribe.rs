@@ -1,5 +1,6 @@
 //! Transcribes every WAV under the given folders (or files, or glob patterns)
-//! on all cores and prints one line per file as each finishes.
+//! on all cores, the encoder on the GPU when there is one (each worker on a
+//! CUDA stream of its own), and prints one line per file as each finishes.
 //!
 //! ```text
 //! cargo run --release --example batch_transcribe -- fixtures/asr/heldout
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 
 use pulsed::asr::{Recognizer, RecognizerOptions};
 use pulsed::batch::{self, BatchOptions, Control, Outcome};
+use pulsed::engine::Engine;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let inputs: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
@@ -16,11 +18,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: batch_transcribe FILE|DIR|GLOB...".into());
     }
     let files = batch::expand_inputs(&inputs)?;
-    // One recogniser, shared read-only by the workers; each worker streams its files.
+    // One recogniser, shared read-only by the workers; each worker streams its
+    // files on a lane of the recogniser's engine.
     let rec = Recognizer::open(
         pulsed::models::ModelDir::default_path(),
         RecognizerOptions::default(),
-    )?;
+    )?
+    .with_engine(Engine::auto());
+    eprintln!("encoder on {}", rec.engine().name());
     let control = Control::new();
     let summary = batch::run(&rec, &files, BatchOptions::default(), &control, |r| {
         match r.outcome {

@@ -28,6 +28,19 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// The first GPU when one is usable (f32, captured chunk steps), the CPU
+    /// otherwise; never an error.
+    pub fn auto() -> Engine {
+        #[cfg(feature = "cuda")]
+        if let Ok(device) = crate::gpu::GpuDevice::shared() {
+            return Engine::Gpu {
+                device,
+                options: crate::gpu::GpuRunnerOptions::new(crate::gpu::Precision::F32),
+            };
+        }
+        Engine::Cpu
+    }
+
     /// `"cpu"` or `"cuda"`.
     pub fn name(&self) -> &'static str {
         match self {
