@@ -99,6 +99,16 @@ impl<'a> Fusion<'a> {
         self.placements[id].is_gpu() && self.fused[id].is_none()
     }
 
+    /// Whether `id`'s output is on the device whenever a GPU node runs: a
+    /// GPU node's, a graph input's (copied in first) or a constant's
+    /// (uploaded once), so a fused op may read it as an extra input.
+    fn on_device(&self, id: usize) -> bool {
+        matches!(
+            self.placements[id],
+            Placement::Gpu(_) | Placement::Const | Placement::Input
+        )
+    }
+
     /// The single reader of `id`'s only output, when that is all there is.
     fn sole_user(&self, id: usize) -> Option<(usize, usize)> {
         (self.readers[id] == 1 && self.users[id].len() == 1).then(|| self.users[id][0])
@@ -263,7 +273,7 @@ impl<'a> Fusion<'a> {
         if ins.len() != 2
             || r.node == chain
             || self.pos[r.node] >= self.pos[l]
-            || !self.placements[r.node].is_gpu()
+            || !self.on_device(r.node)
             || self.facts[r.node][r.slot] != self.facts[add][0]
             || self.facts[l][0] != self.facts[add][0]
         {
@@ -297,12 +307,7 @@ impl<'a> Fusion<'a> {
             || !self.gpu(n)
             || (ln.axis != -1 && ln.axis != rank - 1)
             || self.readers[n] != self.users[n].len()
-            || ins.iter().any(|o| {
-                !matches!(
-                    self.placements[o.node],
-                    Placement::Gpu(_) | Placement::Const | Placement::Input
-                )
-            })
+            || ins.iter().any(|o| !self.on_device(o.node))
         {
             return;
         }
@@ -333,5 +338,231 @@ impl<'a> Fusion<'a> {
             let into = self.users[n][0].0;
             self.absorb(n, 0, into);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The passes on small graphs with stand-in GPU ops (no device needed):
+    //! each stand-in accepts what a skinny Linear or a LayerNorm would and
+    //! records it in its description.
+    use super::*;
+    use crate::gpu::op::{GpuOp, Io, LaunchCx};
+    use crate::gpu::GpuError;
+    use crate::graph::GraphBuilder;
+    use crate::ops::{Dim, Tensor};
+
+    #[derive(Debug, Default)]
+    struct Stub {
+        kind: &'static str,
+        fused: Vec<String>,
+    }
+
+    impl GpuOp for Stub {
+        fn describe(&self) -> String {
+            format!("{}{}", self.kind, self.fused.concat())
+        }
+        fn launch(&self, _: &LaunchCx, _: &Io) -> Result<(), GpuError> {
+            Ok(())
+        }
+        fn fuse_activation(&mut self, code: i32) -> bool {
+            let ok = matches!(self.kind, "Linear" | "LayerNorm");
+            if ok {
+                self.fused.push(format!(" +act{code}"));
+            }
+            ok
+        }
+        fn fuse_residual(&mut self, alpha: f32, input: usize) -> bool {
+            let ok = self.kind == "Linear" && !self.fused.iter().any(|f| f.contains("glu"));
+            if ok {
+                self.fused.push(format!(" +res({alpha}, in{input})"));
+            }
+            ok
+        }
+        fn fuse_glu(&mut self) -> bool {
+            let ok = self.kind == "Linear" && self.fused.is_empty();
+            if ok {
+                self.fused.push(" +glu".into());
+            }
+            ok
+        }
+        fn fuse_norm(&mut self, eps: f32, input: usize) -> bool {
+            let ok = self.kind == "Linear";
+            if ok {
+                self.fused.push(format!(" +norm({eps}, in{input})"));
+            }
+            ok
+        }
+    }
+
+    /// Every node placed as the translator would on a GPU with every kernel.
+    fn place(g: &Graph) -> Vec<Placement> {
+        g.nodes
+            .iter()
+            .map(|n| {
+                let any = n.op.as_any();
+                if any.is::<crate::ops::Source>() {
+                    Placement::Input
+                } else if any.is::<Const>() {
+                    Placement::Const
+                } else {
+                    Placement::Gpu(Box::new(Stub {
+                        kind: n.op.name(),
+                        fused: Vec::new(),
+                    }))
+                }
+            })
+            .collect()
+    }
+
+    fn run(g: &Graph) -> (Vec<String>, Fused) {
+        let facts: Vec<Vec<TypedFact>> = g.nodes.iter().map(|n| n.facts.clone()).collect();
+        let mut p = place(g);
+        let fused = fuse(g, &facts, &mut p);
+        (p.iter().map(|p| p.to_string()).collect(), fused)
+    }
+
+    fn at(g: &Graph, name: &str) -> usize {
+        g.nodes.iter().position(|n| n.name == name).expect(name)
+    }
+
+    fn weight(b: &mut GraphBuilder, name: &str, shape: &[usize]) -> OutletId {
+        let n = shape.iter().product();
+        b.constant(
+            name,
+            Tensor::from_vec(shape.to_vec(), vec![0.1f32; n]).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn norm() -> LayerNorm {
+        LayerNorm {
+            eps: 1e-5,
+            axis: -1,
+        }
+    }
+
+    /// LayerNorm -> Linear(+Silu) -> Linear -> *0.5 -> + x, then a conv-module
+    /// style GLU, and a norm read by a Linear and by a Tanh.
+    fn block() -> Graph {
+        let c = 8;
+        let mut b = GraphBuilder::new();
+        let x = b
+            .input(
+                "x",
+                TypedFact::new(DType::F32, [Dim::n(4), Dim::n(c as i64)]),
+            )
+            .unwrap();
+        let (g1, b1) = (weight(&mut b, "g1", &[c]), weight(&mut b, "b1", &[c]));
+        let n1 = b.op("n1", norm(), &[x, g1, b1]).unwrap();
+        let (w1, c1) = (
+            weight(&mut b, "w1", &[2 * c, c]),
+            weight(&mut b, "c1", &[2 * c]),
+        );
+        let up = b.op("up", Linear, &[n1, w1, c1]).unwrap();
+        let act = b.op("act", Unary::Silu, &[up]).unwrap();
+        let (w2, c2) = (
+            weight(&mut b, "w2", &[c, 2 * c]),
+            weight(&mut b, "c2", &[c]),
+        );
+        let down = b.op("down", Linear, &[act, w2, c2]).unwrap();
+        let half = b.constant("half", Tensor::scalar(0.5f32)).unwrap();
+        let scaled = b.op("scaled", Binary::Mul, &[down, half]).unwrap();
+        let r = b.op("res", Binary::Add, &[x, scaled]).unwrap();
+        let (w3, c3) = (
+            weight(&mut b, "w3", &[2 * c, c]),
+            weight(&mut b, "c3", &[2 * c]),
+        );
+        let pw = b.op("pw", Linear, &[r, w3, c3]).unwrap();
+        let slice = |start: i64, end: i64| Slice {
+            axis: 1,
+            start,
+            end: Some(end),
+        };
+        let ga = b.op("glu_a", slice(0, c as i64), &[pw]).unwrap();
+        let gb = b.op("glu_b", slice(c as i64, 2 * c as i64), &[pw]).unwrap();
+        let gs = b.op("glu_gate", Unary::Sigmoid, &[gb]).unwrap();
+        let glu = b.op("glu", Binary::Mul, &[ga, gs]).unwrap();
+        let (g2, b2) = (weight(&mut b, "g2", &[c]), weight(&mut b, "b2", &[c]));
+        let n2 = b.op("n2", norm(), &[glu, g2, b2]).unwrap();
+        let (w4, c4) = (weight(&mut b, "w4", &[c, c]), weight(&mut b, "c4", &[c]));
+        let out = b.op("out", Linear, &[n2, w4, c4]).unwrap();
+        let side = b.op("side", Unary::Tanh, &[n2]).unwrap();
+        let y = b.op("y", Binary::Add, &[out, side]).unwrap();
+        b.output("y", y);
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn every_pattern_fuses_into_its_producer() {
+        let g = block();
+        let (d, (fused, extra)) = run(&g);
+        let show = |name: &str| d[at(&g, name)].clone();
+        assert!(
+            show("up").ends_with("Linear +act8 +norm(0.00001, in3)"),
+            "{d:#?}"
+        );
+        assert!(show("down").ends_with("Linear +res(0.5, in3)"), "{d:#?}");
+        assert!(show("pw").ends_with("Linear +glu"), "{d:#?}");
+        assert!(
+            show("out").ends_with("Linear +norm(0.00001, in3)"),
+            "{d:#?}"
+        );
+        for v in [
+            "n1", "act", "scaled", "res", "glu_a", "glu_b", "glu_gate", "glu",
+        ] {
+            assert!(
+                show(v).contains("no kernel"),
+                "{v} should be a view: {d:#?}"
+            );
+        }
+        // n2 is also read by `side`, so it still runs
+        assert_eq!(show("n2"), "GPU  LayerNorm");
+        assert_eq!(show("side"), "GPU  Unary");
+        // what each fused node reads besides its own inputs
+        let x = g.inputs[0];
+        let outlet = |name: &str| OutletId {
+            node: at(&g, name),
+            slot: 0,
+        };
+        assert_eq!(
+            extra[at(&g, "up")],
+            vec![OutletId { node: x, slot: 0 }, outlet("g1"), outlet("b1")]
+        );
+        assert_eq!(extra[at(&g, "down")], vec![OutletId { node: x, slot: 0 }]);
+        assert_eq!(
+            extra[at(&g, "out")],
+            vec![outlet("glu"), outlet("g2"), outlet("b2")]
+        );
+        assert_eq!(fused[at(&g, "glu_gate")], Some(at(&g, "glu")));
+        assert_eq!(fused[at(&g, "pw")], Some(at(&g, "glu")));
+        assert_eq!(fused[at(&g, "n2")], None);
+        assert_eq!(fused[at(&g, "glu")], None, "the GLU's result is real");
+    }
+
+    #[test]
+    fn nodes_on_the_cpu_or_read_twice_are_left_alone() {
+        let g = block();
+        let facts: Vec<Vec<TypedFact>> = g.nodes.iter().map(|n| n.facts.clone()).collect();
+        // the Sigmoid on the CPU: no GLU; `down` on the CPU: no residual
+        let mut p = place(&g);
+        p[at(&g, "glu_gate")] = Placement::Cpu("forced".into());
+        p[at(&g, "down")] = Placement::Cpu("forced".into());
+        let _ = fuse(&g, &facts, &mut p);
+        assert_eq!(p[at(&g, "pw")].to_string(), "GPU  Linear");
+        for n in ["glu_a", "glu_b", "glu", "scaled", "res"] {
+            assert!(!p[at(&g, n)].to_string().contains("no kernel"), "{n}");
+        }
+        // a Linear whose output is also a graph output keeps its own result
+        let mut b = GraphBuilder::from_graph(block());
+        let up = OutletId {
+            node: at(b.graph(), "up"),
+            slot: 0,
+        };
+        b.output("up", up);
+        let g = b.build().unwrap();
+        let (d, _) = run(&g);
+        assert!(!d[at(&g, "up")].contains("+act"), "{d:#?}");
+        assert!(!d[at(&g, "act")].contains("no kernel"), "{d:#?}");
     }
 }
