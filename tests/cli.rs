@@ -85,3 +85,62 @@ fn compare_without_a_gpu_says_so_in_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("no usable GPU"), "{err}");
 }
+
+const HELDOUT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/fixtures/asr/heldout/manifest.jsonl"
+);
+
+/// The shipped word language model, weighed into beam search, fixes words
+/// the acoustics misspell: the sweep decodes the same log-probs with and
+/// without it.
+#[test]
+fn the_language_model_lowers_word_errors_on_held_out_speech() {
+    let (code, out, err) = pulsed(&["eval", HELDOUT, "--beam", "8", "--sweep-weight", "0.8"]);
+    assert_eq!(code, 0, "{err}");
+    let wer = |first: &str| -> f64 {
+        let row = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("no `{first}` row: {out}"));
+        row.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let (none, lm) = (wer("none"), wer("0.8"));
+    assert!(
+        lm < none * 0.8,
+        "WER without {none} %, with the model {lm} %: {out}"
+    );
+}
+
+#[test]
+fn a_broken_language_model_is_one_line_and_exit_2() {
+    let d = temp_dir("lm");
+    let bad = d.join("bad.arpa");
+    std::fs::write(
+        &bad,
+        "\\data\\\nngram 1=2\n\n\\1-grams:\n-1.0\ta\n\\end\\\n",
+    )
+    .unwrap();
+    let (code, out, err) = pulsed(&[
+        "transcribe",
+        HELLO,
+        "--beam",
+        "4",
+        "--lm",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.arpa") && err.contains("announces 2 1-grams"),
+        "{err}"
+    );
+    // beam search with and without it still transcribes the fixture
+    for extra in [&["--no-lm"][..], &[][..]] {
+        let mut args = vec!["transcribe", HELLO, "--beam", "8"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = pulsed(&args);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out.trim(), "if anything can go wrong it will");
+    }
+}

@@ -5,5 +5,5 @@ pub mod metrics;
 mod recognizer;
 mod stream;
 
-pub use recognizer::{Decoding, Mode, Recognizer, RecognizerOptions};
+pub use recognizer::{Decoding, Lm, Mode, Recognizer, RecognizerOptions};
 pub use stream::StreamTranscriber;

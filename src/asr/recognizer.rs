@@ -5,7 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::StreamTranscriber;
-use crate::decode::{prefix_beam_search, FrameTiming, GreedyDecoder, Tokens, Transcript};
+use crate::decode::{
+    prefix_beam_search_lm, FrameTiming, GreedyDecoder, LmScorer, LmWeights, Tokens, Transcript,
+    WordLm,
+};
 use crate::engine::Engine;
 use crate::graph::Graph;
 use crate::models::conformer::{Head, Taps};
@@ -65,6 +68,14 @@ pub struct Recognizer {
     graph: Arc<Graph>,
     pulsed: Option<Arc<PulsedModel>>,
     engine: Engine,
+    lm: Option<Lm>,
+}
+
+/// A word language model and how beam search weighs it.
+#[derive(Debug, Clone)]
+pub struct Lm {
+    pub model: Arc<WordLm>,
+    pub weights: LmWeights,
 }
 
 impl Recognizer {
@@ -114,6 +125,17 @@ impl Recognizer {
             }
             Mode::Whole => None,
         };
+        // beam search uses the model's language model when it ships one
+        let lm = match (options.decoding, model.lm_path()) {
+            (Decoding::Beam { .. }, Some(p)) => Some(Lm {
+                model: Arc::new(WordLm::load(&p).map_err(|e| Error::File {
+                    path: p.clone(),
+                    reason: e.to_string(),
+                })?),
+                weights: LmWeights::default(),
+            }),
+            _ => None,
+        };
         Ok(Recognizer {
             model,
             tokens,
@@ -121,7 +143,20 @@ impl Recognizer {
             graph,
             pulsed,
             engine: Engine::Cpu,
+            lm,
         })
+    }
+
+    /// Beam search weighs prefixes with `lm` (`None`: acoustics alone).
+    /// Greedy decoding ignores it.
+    pub fn with_lm(mut self, lm: Option<Lm>) -> Recognizer {
+        self.lm = lm;
+        self
+    }
+
+    /// The language model beam search uses, if any.
+    pub fn lm(&self) -> Option<&Lm> {
+        self.lm.as_ref()
     }
 
     /// Runs the encoder on `engine` (the CPU by default).
@@ -184,6 +219,35 @@ impl Recognizer {
         }
     }
 
+    /// The encoder's log-probs for `samples` (`[frames, vocab]`, row-major,
+    /// and the frame count), streamed or whole as the options say; for
+    /// decoding them several ways (needs [`Decoding::Beam`]).
+    pub fn log_probs(&self, samples: &[f32]) -> Result<(Vec<f32>, usize)> {
+        match self.options.mode {
+            Mode::Streamed { .. } => {
+                let mut s = self.stream()?;
+                s.push(samples)?;
+                s.finish_log_probs()
+            }
+            Mode::Whole => {
+                if self.options.decoding == Decoding::Greedy {
+                    return Err(Error::Other(
+                        "log-probs need a recogniser opened for beam search".into(),
+                    ));
+                }
+                if samples.len() < self.model.config.hop {
+                    return Ok((Vec::new(), 0));
+                }
+                let mut runner = self
+                    .engine
+                    .runner(self.graph.clone(), Some(samples.len() as i64))?;
+                runner.step(&[&Tensor::from_slice(samples)])?;
+                let out = runner.output(0);
+                Ok((out.to_vec::<f32>()?, out.shape()[0]))
+            }
+        }
+    }
+
     /// A streaming transcriber (needs [`Mode::Streamed`]).
     pub fn stream(&self) -> Result<StreamTranscriber> {
         self.stream_on(&self.engine)
@@ -201,6 +265,7 @@ impl Recognizer {
             engine.session(model.clone())?,
             self.tokens.clone(),
             self.options.decoding,
+            self.lm.clone(),
             self.timing(),
         )
     }
@@ -221,7 +286,13 @@ impl Recognizer {
         let outs: Vec<Tensor> = (0..self.graph.outputs.len())
             .map(|i| runner.output(i).clone())
             .collect();
-        decode_outputs(&self.tokens, self.options.decoding, self.timing(), &outs)
+        decode_outputs(
+            &self.tokens,
+            self.options.decoding,
+            self.lm.as_ref(),
+            self.timing(),
+            &outs,
+        )
     }
 }
 
@@ -229,6 +300,7 @@ impl Recognizer {
 pub(super) fn decode_outputs(
     tokens: &Tokens,
     decoding: Decoding,
+    lm: Option<&Lm>,
     timing: FrameTiming,
     outs: &[Tensor],
 ) -> Result<Transcript> {
@@ -243,7 +315,7 @@ pub(super) fn decode_outputs(
         Decoding::Beam { width } => {
             let lp = outs[0].to_vec::<f32>()?;
             let (frames, vocab) = (outs[0].shape()[0], outs[0].shape()[1]);
-            beam(tokens, &lp, frames, vocab, width, timing)
+            beam(tokens, &lp, frames, vocab, width, lm, timing)
         }
     }
 }
@@ -254,9 +326,14 @@ pub(super) fn beam(
     frames: usize,
     vocab: usize,
     width: usize,
+    lm: Option<&Lm>,
     timing: FrameTiming,
 ) -> Result<Transcript> {
-    let hyps = prefix_beam_search(lp, frames, vocab, tokens.blank(), width)?;
+    let scorer = match lm {
+        Some(lm) => Some(LmScorer::new(&lm.model, tokens, lm.weights)?),
+        None => None,
+    };
+    let hyps = prefix_beam_search_lm(lp, frames, vocab, tokens.blank(), width, scorer.as_ref())?;
     Ok(match hyps.into_iter().next() {
         Some(h) => h.transcript(tokens, timing, frames)?,
         None => GreedyDecoder::new(tokens.clone(), timing)?.finish(),

@@ -1,6 +1,6 @@
 //! Streaming transcription: samples in as they arrive, partial text out.
 
-use super::recognizer::beam;
+use super::recognizer::{beam, Lm};
 use super::Decoding;
 use crate::decode::{FrameTiming, GreedyDecoder, Tokens, Transcript};
 use crate::pulse::StreamingSession;
@@ -11,6 +11,7 @@ pub struct StreamTranscriber {
     session: StreamingSession,
     tokens: Tokens,
     decoding: Decoding,
+    lm: Option<Lm>,
     timing: FrameTiming,
     greedy: GreedyDecoder,
     /// `[frames, vocab]` log-probs kept for beam search.
@@ -24,6 +25,7 @@ impl StreamTranscriber {
         session: StreamingSession,
         tokens: Tokens,
         decoding: Decoding,
+        lm: Option<Lm>,
         timing: FrameTiming,
     ) -> Result<Self> {
         let vocab = tokens.len();
@@ -32,6 +34,7 @@ impl StreamTranscriber {
             session,
             tokens,
             decoding,
+            lm,
             timing,
             greedy,
             rows: Vec::new(),
@@ -58,9 +61,27 @@ impl StreamTranscriber {
                 self.frames,
                 self.vocab,
                 width,
+                self.lm.as_ref(),
                 self.timing,
             ),
         }
+    }
+
+    /// Flushes the tail of the stream and returns every frame's log-probs
+    /// (`[frames, vocab]`, row-major) instead of decoding them (beam-search
+    /// recognisers only: greedy ones never see the rows).
+    pub fn finish_log_probs(&mut self) -> Result<(Vec<f32>, usize)> {
+        if self.decoding == Decoding::Greedy {
+            return Err(crate::Error::Other(
+                "log-probs need a recogniser opened for beam search".into(),
+            ));
+        }
+        let chunks = self.session.finish()?;
+        self.take(chunks)?;
+        Ok((
+            std::mem::take(&mut self.rows),
+            std::mem::replace(&mut self.frames, 0),
+        ))
     }
 
     /// The transcript so far (greedy; with beam search, the greedy view of

@@ -5,6 +5,7 @@ mod compare;
 mod device;
 mod eval;
 mod inspect;
+mod lm;
 mod mic;
 mod transcribe;
 mod vad;

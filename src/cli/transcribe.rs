@@ -47,6 +47,8 @@ pub struct Args {
     /// CTC prefix beam search of this width (greedy when absent).
     #[arg(long)]
     beam: Option<usize>,
+    #[command(flatten)]
+    lm: super::lm::LmArgs,
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: Device,
@@ -133,6 +135,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     )
     .map_err(|e| e.to_string())?
     .with_engine(engine);
+    let rec = a.lm.apply(rec)?;
     let mut opts = BatchOptions {
         // on a GPU each worker streams its file on a CUDA stream of its own
         jobs: a.jobs.unwrap_or_else(batch::default_jobs),

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use super::lm::{LmScorer, LmState};
 use super::{DecodeError, FrameTiming, TokenSpan, Tokens, Transcript};
 
 /// One result of [`prefix_beam_search`].
@@ -21,6 +22,9 @@ pub struct Hypothesis {
     pub spans: Vec<TokenSpan>,
     /// Log-probability of the prefix: the sum over all its alignments.
     pub log_prob: f64,
+    /// What a language model added (0 without one); hypotheses are ranked
+    /// by `log_prob + lm_score`.
+    pub lm_score: f64,
 }
 
 impl Hypothesis {
@@ -49,20 +53,27 @@ fn logaddexp(a: f64, b: f64) -> f64 {
 
 /// Prefixes as nodes of a trie, so that equal prefixes reached in different
 /// ways share one id and extending a prefix costs no copy.
-struct Trie {
+struct Trie<'a> {
     parent: Vec<u32>,
     token: Vec<u32>,
     children: HashMap<(u32, u32), u32>,
+    /// With a language model: each node's state and the score it added so far.
+    lm: Option<&'a LmScorer<'a>>,
+    lm_state: Vec<LmState>,
+    lm_score: Vec<f64>,
 }
 
 const ROOT: u32 = 0;
 
-impl Trie {
-    fn new() -> Self {
+impl<'a> Trie<'a> {
+    fn new(lm: Option<&'a LmScorer<'a>>) -> Self {
         Trie {
             parent: vec![ROOT],
             token: vec![u32::MAX],
             children: HashMap::new(),
+            lm,
+            lm_state: lm.map(|s| s.start()).into_iter().collect(),
+            lm_score: vec![0.0],
         }
     }
 
@@ -71,8 +82,24 @@ impl Trie {
         *self.children.entry((node, tok as u32)).or_insert_with(|| {
             self.parent.push(node);
             self.token.push(tok as u32);
+            let mut score = self.lm_score[node as usize];
+            if let Some(lm) = self.lm {
+                let (s, d) = lm.extend(&self.lm_state[node as usize], tok);
+                self.lm_state.push(s);
+                score += d;
+            }
+            self.lm_score.push(score);
             next
         })
+    }
+
+    /// The language model's score of the prefix, finished when `end`.
+    fn score(&self, node: u32, end: bool) -> f64 {
+        let s = self.lm_score[node as usize];
+        match self.lm {
+            Some(lm) if end => s + lm.finish(&self.lm_state[node as usize]),
+            _ => s,
+        }
     }
 
     fn last(&self, node: u32) -> Option<usize> {
@@ -168,6 +195,19 @@ pub fn prefix_beam_search(
     blank: usize,
     width: usize,
 ) -> Result<Vec<Hypothesis>, DecodeError> {
+    prefix_beam_search_lm(log_probs, frames, vocab, blank, width, None)
+}
+
+/// [`prefix_beam_search`] with prefixes ranked by their CTC log-probability
+/// plus what `lm` adds (shallow fusion of a word language model).
+pub fn prefix_beam_search_lm(
+    log_probs: &[f32],
+    frames: usize,
+    vocab: usize,
+    blank: usize,
+    width: usize,
+    lm: Option<&LmScorer>,
+) -> Result<Vec<Hypothesis>, DecodeError> {
     if width == 0 {
         return Err(DecodeError::Param("beam width must be at least 1".into()));
     }
@@ -205,7 +245,7 @@ pub fn prefix_beam_search(
         }
     }
 
-    let mut trie = Trie::new();
+    let mut trie = Trie::new(lm);
     let mut beam = vec![Entry {
         node: ROOT,
         pb: 0.0,
@@ -300,12 +340,12 @@ pub fn prefix_beam_search(
         let mut order: Vec<usize> = (0..cands.len())
             .filter(|&i| logaddexp(cands[i].pb, cands[i].pnb) > f64::NEG_INFINITY)
             .collect();
+        let rank =
+            |i: usize| logaddexp(cands[i].pb, cands[i].pnb) + trie.score(cands[i].node, false);
         order.sort_by(|&a, &b| {
-            let (ta, tb) = (
-                logaddexp(cands[a].pb, cands[a].pnb),
-                logaddexp(cands[b].pb, cands[b].pnb),
-            );
-            tb.total_cmp(&ta).then(cands[a].node.cmp(&cands[b].node))
+            rank(b)
+                .total_cmp(&rank(a))
+                .then(cands[a].node.cmp(&cands[b].node))
         });
         order.truncate(width);
 
@@ -351,7 +391,7 @@ pub fn prefix_beam_search(
         beam = next;
     }
 
-    Ok(beam
+    let mut hyps: Vec<Hypothesis> = beam
         .into_iter()
         .map(|e| {
             let (_, best_is_b) = e.best();
@@ -359,7 +399,11 @@ pub fn prefix_beam_search(
                 tokens: trie.tokens(e.node),
                 spans: e.path(best_is_b).to_vec(),
                 log_prob: e.total(),
+                lm_score: trie.score(e.node, true),
             }
         })
-        .collect())
+        .collect();
+    // the last word and the sentence end can reorder the beam
+    hyps.sort_by(|a, b| (b.log_prob + b.lm_score).total_cmp(&(a.log_prob + a.lm_score)));
+    Ok(hyps)
 }

@@ -45,6 +45,13 @@ pub enum DecodeError {
     /// Log-prob rows whose size disagrees with frames x vocab, or a row with no finite value.
     #[error("log-probs: {0}")]
     Shape(String),
+    /// A language model file that cannot be used (line 0: the file as a whole).
+    #[error("{path}: line {line}: {reason}")]
+    BadLm {
+        path: String,
+        line: usize,
+        reason: String,
+    },
     /// A parameter out of its range (beam width 0, frame duration <= 0, ...).
     #[error("invalid parameter: {0}")]
     Param(String),

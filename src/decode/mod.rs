@@ -6,6 +6,8 @@
 //!   results at any time.
 //! - [`prefix_beam_search`]: CTC prefix beam search over whole log-prob rows;
 //!   sums over alignments, so it can beat the single best path.
+//! - [`WordLm`] / [`LmScorer`]: a word n-gram model (ARPA) the beam search
+//!   can weigh prefixes with (shallow fusion).
 //! - [`Transcript`] / [`Word`]: text, word start/end seconds and confidence.
 //!
 //! Conventions (greedy and beam alike):
@@ -21,15 +23,17 @@
 mod beam;
 mod error;
 mod greedy;
+mod lm;
 mod tokens;
 mod transcript;
 
 #[cfg(test)]
 mod tests;
 
-pub use beam::{prefix_beam_search, Hypothesis};
+pub use beam::{prefix_beam_search, prefix_beam_search_lm, Hypothesis};
 pub use error::DecodeError;
 pub use greedy::GreedyDecoder;
+pub use lm::{LmScorer, LmState, LmWeights, WordLm};
 pub use tokens::Tokens;
 pub use transcript::{FrameTiming, TokenSpan, Transcript, Word};
 

@@ -54,6 +54,12 @@ impl ModelDir {
         })
     }
 
+    /// The word language model beam search uses by default, when the
+    /// folder has one (`lm.arpa`).
+    pub fn lm_path(&self) -> Option<PathBuf> {
+        Some(self.path.join("lm.arpa")).filter(|p| p.is_file())
+    }
+
     /// The token list file.
     pub fn tokens_path(&self) -> PathBuf {
         self.path.join("tokens.txt")
