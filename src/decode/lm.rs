@@ -536,7 +536,19 @@ ngram 2=13
         };
         // "the f?elds": the second letter is `e` (0.55) or `i` (0.45)
         let mut rows = Vec::new();
-        for frame in ["t", "h", "e", " ", "f", "e:0.55 i:0.45", "_", "e", "l", "d", "s"] {
+        for frame in [
+            "t",
+            "h",
+            "e",
+            " ",
+            "f",
+            "e:0.55 i:0.45",
+            "_",
+            "e",
+            "l",
+            "d",
+            "s",
+        ] {
             let mut row = vec![1e-4f32; vocab];
             for part in frame.split(' ').filter(|p| !p.is_empty()) {
                 let (c, p) = part.split_once(':').unwrap_or((part, "0.99"));

@@ -1,4 +1,5 @@
-//! A model directory: `config.json`, `model.safetensors`, `tokens.txt`.
+//! A model directory: `config.json`, `model.safetensors`, `tokens.txt`, and
+//! optionally `lm.arpa` (a word language model for beam search).
 
 use std::path::{Path, PathBuf};
 
