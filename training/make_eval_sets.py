@@ -10,6 +10,8 @@ no noise/gain augmentation, like make_fixtures.py):
              `test`), held-out voice variants m3/f4 in any accent
 Each set's rng draws the sentences (rng.sample) and then, per sentence in order,
 synth.random_params(rng, variants) -- the parameter function used for training.
+Also test_voice/tune.jsonl: the test_voice lines whose sentence is not in test
+(for tuning the language model's weights).
 Manifest lines: file, text, voice, held_out_voice, rate, pitch, range, wordgap, seconds.
 
 e.g. /usr/bin/python3 training/make_eval_sets.py /work/data/text /work/data --procs 2
@@ -59,6 +61,14 @@ def main():
         print(f"{name}: {len(rows)} files, {sum(secs) / 3600:.3f} h, "
               f"{min(secs):.2f}-{max(secs):.2f} s, outside 1-10 s: {sum(not 1 <= s <= 10 for s in secs)}",
               flush=True)
+    # the language model's weights are tuned on held-out-voice sentences that
+    # are not in `test`, so `test` stays unseen by every choice
+    test = {json.loads(l)["text"] for l in open(os.path.join(a.out_root, "test", "manifest.jsonl"))}
+    tv = os.path.join(a.out_root, "test_voice")
+    tune = [l for l in open(os.path.join(tv, "manifest.jsonl")) if json.loads(l)["text"] not in test]
+    with open(os.path.join(tv, "tune.jsonl"), "w") as f:
+        f.writelines(tune)
+    print(f"test_voice/tune.jsonl: {len(tune)} lines", flush=True)
 
 
 if __name__ == "__main__":
