@@ -1,6 +1,7 @@
 """Word n-gram language model (ARPA) for the Rust beam search's shallow fusion.
 
 usage: python3 build_lm.py TRAIN_SENTENCES.txt OUT.arpa [--order 2] [--prune 1]
+                          [--lexicon WORDLIST ... [--lexicon-count 0.5]]
 
 Interpolated Kneser-Ney (one discount per order, D = n1 / (n1 + 2 n2)) over
 the training sentences only (one per line, already normalised by
@@ -9,7 +10,10 @@ sentences stay unseen. Lower orders use continuation counts. `<unk>` gets
 the unigram mass of words seen once (a stand-in for words never seen).
 `--prune K` drops highest-order n-grams (order >= 2) seen at most K times
 (their probability then comes from the back-off, a small approximation)
-to keep the file small. Standard library only.
+to keep the file small. `--lexicon` adds the words of spelling word lists
+(one per line; Debian's wamerican/wbritish) that the sentences lack as
+unigrams with a small count, so beam search does not charge correct
+spellings of unseen words as out-of-vocabulary. Standard library only.
 """
 import argparse
 import math
@@ -28,6 +32,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--order", type=int, default=2)
     ap.add_argument("--prune", type=int, default=1)
+    ap.add_argument("--lexicon", nargs="*", default=[])
+    ap.add_argument("--lexicon-count", type=float, default=0.5)
     a = ap.parse_args()
     N = a.order
 
@@ -56,6 +62,16 @@ def main():
         use[n] = cont
     singletons = sum(1 for g, c in raw[1].items() if c == 1)
     use[1][("<unk>",)] = max(singletons, 1)
+    allowed = set("abcdefghijklmnopqrstuvwxyz'")
+    added = 0
+    for path in a.lexicon:
+        for w in open(path, encoding="utf-8", errors="ignore"):
+            w = w.strip().lower()
+            if w and set(w) <= allowed and (w,) not in use[1]:
+                use[1][(w,)] = a.lexicon_count
+                added += 1
+    if a.lexicon:
+        print(f"lexicon: {added} words added", flush=True)
 
     # probabilities, lowest order first
     prob = [dict() for _ in range(N + 1)]
