@@ -6,6 +6,11 @@
 //! `logaddexp(pb, pnb)` after every frame. Beside the sums it keeps, for each
 //! of the two states, the best single alignment (Viterbi score and path): the
 //! tokens' frames come from the best alignment of the winning prefix.
+//!
+//! Prefixes live in a trie and alignments in an arena of spans with parent
+//! links, so a frame costs the same however long the input; both are
+//! compacted to what the beam still reaches every [`COMPACT_EVERY`] frames,
+//! so memory stays bounded on hour-long files.
 
 use std::collections::HashMap;
 
@@ -93,6 +98,43 @@ impl<'a> Trie<'a> {
         })
     }
 
+    /// Keeps only the prefixes `nodes` and their ancestors (renumbered in place).
+    fn compact(&mut self, nodes: &mut [&mut u32]) {
+        let n = self.parent.len();
+        let mut live = vec![false; n];
+        live[ROOT as usize] = true;
+        for x in nodes.iter() {
+            let mut x = **x;
+            while !live[x as usize] {
+                live[x as usize] = true;
+                x = self.parent[x as usize];
+            }
+        }
+        let mut map = vec![ROOT; n];
+        // the root's state is the start state the new trie begins with
+        let mut kept = Trie::new(self.lm);
+        let mut states = std::mem::take(&mut self.lm_state);
+        for (old, alive) in live.into_iter().enumerate().skip(1) {
+            if !alive {
+                continue;
+            }
+            let parent = map[self.parent[old] as usize];
+            let id = kept.parent.len() as u32;
+            map[old] = id;
+            kept.parent.push(parent);
+            kept.token.push(self.token[old]);
+            kept.children.insert((parent, self.token[old]), id);
+            kept.lm_score.push(self.lm_score[old]);
+            if self.lm.is_some() {
+                kept.lm_state.push(std::mem::take(&mut states[old]));
+            }
+        }
+        for x in nodes.iter_mut() {
+            **x = map[**x as usize];
+        }
+        *self = kept;
+    }
+
     /// The language model's score of the prefix, finished when `end`.
     fn score(&self, node: u32, end: bool) -> f64 {
         let s = self.lm_score[node as usize];
@@ -117,6 +159,79 @@ impl<'a> Trie<'a> {
     }
 }
 
+/// Frames between compactions of the trie and the span arena.
+const COMPACT_EVERY: usize = 128;
+
+/// No span: the empty path.
+const NO_SPAN: u32 = u32::MAX;
+
+/// Alignment paths as linked spans: a path is the id of its last span.
+#[derive(Default)]
+struct Spans {
+    span: Vec<TokenSpan>,
+    parent: Vec<u32>,
+}
+
+impl Spans {
+    fn push(&mut self, span: TokenSpan, parent: u32) -> u32 {
+        self.span.push(span);
+        self.parent.push(parent);
+        (self.span.len() - 1) as u32
+    }
+
+    /// `path` with its last span extended to frame `t`.
+    fn extend(&mut self, path: u32, t: usize, logp: f64) -> u32 {
+        if path == NO_SPAN {
+            return NO_SPAN;
+        }
+        let mut last = self.span[path as usize].clone();
+        last.extend(t, logp);
+        self.push(last, self.parent[path as usize])
+    }
+
+    fn collect(&self, mut path: u32) -> Vec<TokenSpan> {
+        let mut out = Vec::new();
+        while path != NO_SPAN {
+            out.push(self.span[path as usize].clone());
+            path = self.parent[path as usize];
+        }
+        out.reverse();
+        out
+    }
+
+    /// Keeps only the spans reachable from `heads` (renumbered in place).
+    fn compact(&mut self, heads: &mut [&mut u32]) {
+        let mut live = vec![false; self.span.len()];
+        for h in heads.iter() {
+            let mut x = **h;
+            while x != NO_SPAN && !live[x as usize] {
+                live[x as usize] = true;
+                x = self.parent[x as usize];
+            }
+        }
+        // parents come before children, so one pass renumbers
+        let mut map = vec![NO_SPAN; self.span.len()];
+        let mut kept = Spans::default();
+        for (old, alive) in live.into_iter().enumerate() {
+            if alive {
+                let p = self.parent[old];
+                let p = if p == NO_SPAN {
+                    NO_SPAN
+                } else {
+                    map[p as usize]
+                };
+                map[old] = kept.push(self.span[old], p);
+            }
+        }
+        for h in heads.iter_mut() {
+            if **h != NO_SPAN {
+                **h = map[**h as usize];
+            }
+        }
+        *self = kept;
+    }
+}
+
 /// A prefix in the beam, with the best alignment of each state.
 struct Entry {
     node: u32,
@@ -124,8 +239,8 @@ struct Entry {
     pnb: f64,
     vb: f64,
     vnb: f64,
-    path_b: Vec<TokenSpan>,
-    path_nb: Vec<TokenSpan>,
+    path_b: u32,
+    path_nb: u32,
 }
 
 impl Entry {
@@ -142,11 +257,11 @@ impl Entry {
         }
     }
 
-    fn path(&self, blank_state: bool) -> &[TokenSpan] {
+    fn path(&self, blank_state: bool) -> u32 {
         if blank_state {
-            &self.path_b
+            self.path_b
         } else {
-            &self.path_nb
+            self.path_nb
         }
     }
 }
@@ -208,6 +323,18 @@ pub fn prefix_beam_search_lm(
     width: usize,
     lm: Option<&LmScorer>,
 ) -> Result<Vec<Hypothesis>, DecodeError> {
+    search(log_probs, frames, vocab, blank, width, lm, COMPACT_EVERY)
+}
+
+fn search(
+    log_probs: &[f32],
+    frames: usize,
+    vocab: usize,
+    blank: usize,
+    width: usize,
+    lm: Option<&LmScorer>,
+    compact_every: usize,
+) -> Result<Vec<Hypothesis>, DecodeError> {
     if width == 0 {
         return Err(DecodeError::Param("beam width must be at least 1".into()));
     }
@@ -246,14 +373,15 @@ pub fn prefix_beam_search_lm(
     }
 
     let mut trie = Trie::new(lm);
+    let mut spans = Spans::default();
     let mut beam = vec![Entry {
         node: ROOT,
         pb: 0.0,
         pnb: f64::NEG_INFINITY,
         vb: 0.0,
         vnb: f64::NEG_INFINITY,
-        path_b: Vec::new(),
-        path_nb: Vec::new(),
+        path_b: NO_SPAN,
+        path_nb: NO_SPAN,
     }];
     let mut cands: Vec<Candidate> = Vec::new();
     let mut index: HashMap<u32, usize> = HashMap::new();
@@ -335,8 +463,8 @@ pub fn prefix_beam_search_lm(
             }
         }
 
-        // Most probable first; ties go to the prefix created first, so the
-        // order is deterministic.
+        // Most probable first; ties go to the lower trie id (created first,
+        // compaction keeps the order), so the order is deterministic.
         let mut order: Vec<usize> = (0..cands.len())
             .filter(|&i| logaddexp(cands[i].pb, cands[i].pnb) > f64::NEG_INFINITY)
             .collect();
@@ -355,27 +483,23 @@ pub fn prefix_beam_search_lm(
                 let c = &cands[i];
                 let path_b = c
                     .b_origin
-                    .map(|(p, from_b)| beam[p].path(from_b).to_vec())
-                    .unwrap_or_default();
+                    .map_or(NO_SPAN, |(p, from_b)| beam[p].path(from_b));
                 let path_nb = match c.nb_origin {
-                    None => Vec::new(),
+                    None => NO_SPAN,
                     Some(NbOrigin::Repeat { parent }) => {
-                        let mut path = beam[parent].path_nb.clone();
-                        if let Some(span) = path.last_mut() {
-                            span.extend(t, row[span.id] as f64);
-                        }
-                        path
+                        let path = beam[parent].path_nb;
+                        let logp = match path {
+                            NO_SPAN => 0.0,
+                            p => row[spans.span[p as usize].id] as f64,
+                        };
+                        spans.extend(path, t, logp)
                     }
                     Some(NbOrigin::Append {
                         parent,
                         from_blank,
                         tok,
                         logp,
-                    }) => {
-                        let mut path = beam[parent].path(from_blank).to_vec();
-                        path.push(TokenSpan::new(tok, t, logp));
-                        path
-                    }
+                    }) => spans.push(TokenSpan::new(tok, t, logp), beam[parent].path(from_blank)),
                 };
                 Entry {
                     node: c.node,
@@ -389,6 +513,17 @@ pub fn prefix_beam_search_lm(
             })
             .collect();
         beam = next;
+        if (t + 1) % compact_every == 0 {
+            let mut heads: Vec<&mut u32> = Vec::with_capacity(2 * beam.len());
+            let mut nodes: Vec<&mut u32> = Vec::with_capacity(beam.len());
+            for e in beam.iter_mut() {
+                heads.push(&mut e.path_b);
+                heads.push(&mut e.path_nb);
+                nodes.push(&mut e.node);
+            }
+            spans.compact(&mut heads);
+            trie.compact(&mut nodes);
+        }
     }
 
     let mut hyps: Vec<Hypothesis> = beam
@@ -397,7 +532,7 @@ pub fn prefix_beam_search_lm(
             let (_, best_is_b) = e.best();
             Hypothesis {
                 tokens: trie.tokens(e.node),
-                spans: e.path(best_is_b).to_vec(),
+                spans: spans.collect(e.path(best_is_b)),
                 log_prob: e.total(),
                 lm_score: trie.score(e.node, true),
             }
@@ -406,4 +541,68 @@ pub fn prefix_beam_search_lm(
     // the last word and the sentence end can reorder the beam
     hyps.sort_by(|a, b| (b.log_prob + b.lm_score).total_cmp(&(a.log_prob + a.lm_score)));
     Ok(hyps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic peaky rows: one likely token per frame, every other
+    /// value distinct too, so no two prefixes tie exactly (on a tie the
+    /// order of creation decides, and compaction renumbers prefixes).
+    fn rows(frames: usize, vocab: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut out = Vec::with_capacity(frames * vocab);
+        for _ in 0..frames {
+            let hot = (next() % vocab as u64) as usize;
+            let mut row: Vec<f32> = (0..vocab)
+                .map(|_| 0.01 + (next() >> 40) as f32 / (1u64 << 24) as f32 * 0.2)
+                .collect();
+            row[hot] += 2.0 + (next() >> 40) as f32 / (1u64 << 24) as f32 * 4.0;
+            let sum: f32 = row.iter().sum();
+            out.extend(row.iter().map(|p| (p / sum).ln()));
+        }
+        out
+    }
+
+    #[test]
+    fn compaction_changes_no_result() {
+        let (frames, vocab) = (1000, 28);
+        let lp = rows(frames, vocab, 42);
+        let syms = ["<blk>", "<sp>"]
+            .into_iter()
+            .map(String::from)
+            .chain(('a'..='z').map(String::from));
+        let tokens = Tokens::from_lines(syms).unwrap();
+        let arpa = "\\data\\\nngram 1=4\n\n\\1-grams:\n-0.5\t</s>\n-99\t<s>\n-1.0\t<unk>\n-0.7\tab\n\n\\end\\\n";
+        let lm = crate::decode::WordLm::parse(arpa, "t").unwrap();
+        let sc = LmScorer::new(&lm, &tokens, Default::default()).unwrap();
+        for scorer in [None, Some(&sc)] {
+            let every = search(&lp, frames, vocab, 0, 8, scorer, 7).unwrap();
+            let never = search(&lp, frames, vocab, 0, 8, scorer, usize::MAX).unwrap();
+            assert_eq!(every.len(), never.len(), "lm {}", scorer.is_some());
+            for (i, (a, b)) in every.iter().zip(&never).enumerate() {
+                assert_eq!(
+                    a.tokens,
+                    b.tokens,
+                    "hyp {i} tokens, lm {}",
+                    scorer.is_some()
+                );
+                assert!(a.spans == b.spans, "hyp {i} spans, lm {}", scorer.is_some());
+                assert_eq!(
+                    (a.log_prob, a.lm_score),
+                    (b.log_prob, b.lm_score),
+                    "hyp {i}, lm {}",
+                    scorer.is_some()
+                );
+            }
+            assert!(every[0].tokens.len() > 100, "{}", every[0].tokens.len());
+        }
+    }
 }
