@@ -184,7 +184,7 @@ impl Spans {
         if path == NO_SPAN {
             return NO_SPAN;
         }
-        let mut last = self.span[path as usize].clone();
+        let mut last = self.span[path as usize];
         last.extend(t, logp);
         self.push(last, self.parent[path as usize])
     }
@@ -192,7 +192,7 @@ impl Spans {
     fn collect(&self, mut path: u32) -> Vec<TokenSpan> {
         let mut out = Vec::new();
         while path != NO_SPAN {
-            out.push(self.span[path as usize].clone());
+            out.push(self.span[path as usize]);
             path = self.parent[path as usize];
         }
         out.reverse();
