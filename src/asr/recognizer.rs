@@ -226,6 +226,7 @@ impl Recognizer {
         match self.options.mode {
             Mode::Streamed { .. } => {
                 let mut s = self.stream()?;
+                s.keep_log_probs();
                 s.push(samples)?;
                 s.finish_log_probs()
             }
@@ -330,10 +331,14 @@ pub(super) fn beam(
     timing: FrameTiming,
 ) -> Result<Transcript> {
     let scorer = match lm {
-        Some(lm) => Some(LmScorer::new(&lm.model, tokens, lm.weights)?),
+        Some(lm) => Some(Arc::new(LmScorer::new(
+            lm.model.clone(),
+            tokens.clone(),
+            lm.weights,
+        )?)),
         None => None,
     };
-    let hyps = prefix_beam_search_lm(lp, frames, vocab, tokens.blank(), width, scorer.as_ref())?;
+    let hyps = prefix_beam_search_lm(lp, frames, vocab, tokens.blank(), width, scorer)?;
     Ok(match hyps.into_iter().next() {
         Some(h) => h.transcript(tokens, timing, frames)?,
         None => GreedyDecoder::new(tokens.clone(), timing)?.finish(),

@@ -1,8 +1,10 @@
 //! Streaming transcription: samples in as they arrive, partial text out.
 
-use super::recognizer::{beam, Lm};
+use std::sync::Arc;
+
+use super::recognizer::Lm;
 use super::Decoding;
-use crate::decode::{FrameTiming, GreedyDecoder, Tokens, Transcript};
+use crate::decode::{BeamSearch, FrameTiming, GreedyDecoder, LmScorer, Tokens, Transcript};
 use crate::pulse::StreamingSession;
 use crate::Result;
 
@@ -11,13 +13,13 @@ pub struct StreamTranscriber {
     session: StreamingSession,
     tokens: Tokens,
     decoding: Decoding,
-    lm: Option<Lm>,
     timing: FrameTiming,
     greedy: GreedyDecoder,
-    /// `[frames, vocab]` log-probs kept for beam search.
-    rows: Vec<f32>,
+    /// With beam search: fed each chunk's rows as they come out.
+    search: Option<BeamSearch>,
+    /// `[frames, vocab]` log-probs, kept only for [`Self::finish_log_probs`].
+    rows: Option<Vec<f32>>,
     frames: usize,
-    vocab: usize,
 }
 
 impl StreamTranscriber {
@@ -28,18 +30,35 @@ impl StreamTranscriber {
         lm: Option<Lm>,
         timing: FrameTiming,
     ) -> Result<Self> {
-        let vocab = tokens.len();
         let greedy = GreedyDecoder::new(tokens.clone(), timing)?;
+        let search = match decoding {
+            Decoding::Greedy => None,
+            Decoding::Beam { width } => {
+                let scorer = match lm {
+                    Some(lm) => Some(Arc::new(LmScorer::new(
+                        lm.model,
+                        tokens.clone(),
+                        lm.weights,
+                    )?)),
+                    None => None,
+                };
+                Some(BeamSearch::new(
+                    tokens.len(),
+                    tokens.blank(),
+                    width,
+                    scorer,
+                )?)
+            }
+        };
         Ok(StreamTranscriber {
             session,
             tokens,
             decoding,
-            lm,
             timing,
             greedy,
-            rows: Vec::new(),
+            search,
+            rows: None,
             frames: 0,
-            vocab,
         })
     }
 
@@ -53,18 +72,18 @@ impl StreamTranscriber {
     pub fn finish(&mut self) -> Result<Transcript> {
         let chunks = self.session.finish()?;
         self.take(chunks)?;
-        match self.decoding {
-            Decoding::Greedy => Ok(self.greedy.partial()),
-            Decoding::Beam { width } => beam(
-                &self.tokens,
-                &self.rows,
-                self.frames,
-                self.vocab,
-                width,
-                self.lm.as_ref(),
-                self.timing,
-            ),
+        match &self.search {
+            None => Ok(self.greedy.partial()),
+            Some(search) => Ok(match search.finish().into_iter().next() {
+                Some(h) => h.transcript(&self.tokens, self.timing, self.frames)?,
+                None => GreedyDecoder::new(self.tokens.clone(), self.timing)?.finish(),
+            }),
         }
+    }
+
+    /// Keeps every frame's log-probs from now on, for [`Self::finish_log_probs`].
+    pub(super) fn keep_log_probs(&mut self) {
+        self.rows.get_or_insert_with(Vec::new);
     }
 
     /// Flushes the tail of the stream and returns every frame's log-probs
@@ -79,7 +98,7 @@ impl StreamTranscriber {
         let chunks = self.session.finish()?;
         self.take(chunks)?;
         Ok((
-            std::mem::take(&mut self.rows),
+            std::mem::take(&mut self.rows).unwrap_or_default(),
             std::mem::replace(&mut self.frames, 0),
         ))
     }
@@ -110,7 +129,12 @@ impl StreamTranscriber {
     pub fn reset(&mut self) {
         self.session.reset();
         self.greedy.reset();
-        self.rows.clear();
+        if let Some(s) = &mut self.search {
+            s.reset();
+        }
+        if let Some(rows) = &mut self.rows {
+            rows.clear();
+        }
         self.frames = 0;
     }
 
@@ -134,7 +158,13 @@ impl StreamTranscriber {
             }
             Decoding::Beam { .. } => {
                 for c in chunks.iter().filter(|c| c.output == 0) {
-                    self.rows.extend(c.data.to_vec::<f32>()?);
+                    let rows = c.data.to_vec::<f32>()?;
+                    if let Some(s) = &mut self.search {
+                        s.push(&rows)?;
+                    }
+                    if let Some(kept) = &mut self.rows {
+                        kept.extend_from_slice(&rows);
+                    }
                     self.frames += c.data.shape()[0];
                     changed = true;
                 }

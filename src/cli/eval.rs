@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use pulsed::asr::metrics::ErrorCounts;
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
@@ -86,10 +87,10 @@ fn sweep(a: &Args, rec: &Recognizer, items: &[Item], base: &Path) -> Result<Exit
             }));
         }
     }
-    let scorers: Vec<Option<LmScorer>> = settings
+    let scorers: Vec<Option<Arc<LmScorer>>> = settings
         .iter()
         .map(|s| {
-            s.map(|w| LmScorer::new(&lm.model, rec.tokens(), w))
+            s.map(|w| LmScorer::new(lm.model.clone(), rec.tokens().clone(), w).map(Arc::new))
                 .transpose()
         })
         .collect::<Result<_, _>>()
@@ -109,7 +110,7 @@ fn sweep(a: &Args, rec: &Recognizer, items: &[Item], base: &Path) -> Result<Exit
                 tokens.len(),
                 tokens.blank(),
                 width,
-                scorer.as_ref(),
+                scorer.clone(),
             )
             .map_err(|e| format!("{}: {e}", it.file))?;
             let text = match hyps.first() {

@@ -13,6 +13,7 @@
 //! so memory stays bounded on hour-long files.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::lm::{LmScorer, LmState};
 use super::{DecodeError, FrameTiming, TokenSpan, Tokens, Transcript};
@@ -58,26 +59,26 @@ fn logaddexp(a: f64, b: f64) -> f64 {
 
 /// Prefixes as nodes of a trie, so that equal prefixes reached in different
 /// ways share one id and extending a prefix costs no copy.
-struct Trie<'a> {
+struct Trie {
     parent: Vec<u32>,
     token: Vec<u32>,
     children: HashMap<(u32, u32), u32>,
     /// With a language model: each node's state and the score it added so far.
-    lm: Option<&'a LmScorer<'a>>,
+    lm: Option<Arc<LmScorer>>,
     lm_state: Vec<LmState>,
     lm_score: Vec<f64>,
 }
 
 const ROOT: u32 = 0;
 
-impl<'a> Trie<'a> {
-    fn new(lm: Option<&'a LmScorer<'a>>) -> Self {
+impl Trie {
+    fn new(lm: Option<Arc<LmScorer>>) -> Self {
         Trie {
             parent: vec![ROOT],
             token: vec![u32::MAX],
             children: HashMap::new(),
+            lm_state: lm.iter().map(|s| s.start()).collect(),
             lm,
-            lm_state: lm.map(|s| s.start()).into_iter().collect(),
             lm_score: vec![0.0],
         }
     }
@@ -88,7 +89,7 @@ impl<'a> Trie<'a> {
             self.parent.push(node);
             self.token.push(tok as u32);
             let mut score = self.lm_score[node as usize];
-            if let Some(lm) = self.lm {
+            if let Some(lm) = &self.lm {
                 let (s, d) = lm.extend(&self.lm_state[node as usize], tok);
                 self.lm_state.push(s);
                 score += d;
@@ -112,7 +113,7 @@ impl<'a> Trie<'a> {
         }
         let mut map = vec![ROOT; n];
         // the root's state is the start state the new trie begins with
-        let mut kept = Trie::new(self.lm);
+        let mut kept = Trie::new(self.lm.clone());
         let mut states = std::mem::take(&mut self.lm_state);
         for (old, alive) in live.into_iter().enumerate().skip(1) {
             if !alive {
@@ -138,7 +139,7 @@ impl<'a> Trie<'a> {
     /// The language model's score of the prefix, finished when `end`.
     fn score(&self, node: u32, end: bool) -> f64 {
         let s = self.lm_score[node as usize];
-        match self.lm {
+        match &self.lm {
             Some(lm) if end => s + lm.finish(&self.lm_state[node as usize]),
             _ => s,
         }
@@ -244,6 +245,19 @@ struct Entry {
 }
 
 impl Entry {
+    /// The empty prefix before any frame.
+    fn start() -> Entry {
+        Entry {
+            node: ROOT,
+            pb: 0.0,
+            pnb: f64::NEG_INFINITY,
+            vb: 0.0,
+            vnb: f64::NEG_INFINITY,
+            path_b: NO_SPAN,
+            path_nb: NO_SPAN,
+        }
+    }
+
     fn total(&self) -> f64 {
         logaddexp(self.pb, self.pnb)
     }
@@ -321,33 +335,9 @@ pub fn prefix_beam_search_lm(
     vocab: usize,
     blank: usize,
     width: usize,
-    lm: Option<&LmScorer>,
+    lm: Option<Arc<LmScorer>>,
 ) -> Result<Vec<Hypothesis>, DecodeError> {
-    search(log_probs, frames, vocab, blank, width, lm, COMPACT_EVERY)
-}
-
-fn search(
-    log_probs: &[f32],
-    frames: usize,
-    vocab: usize,
-    blank: usize,
-    width: usize,
-    lm: Option<&LmScorer>,
-    compact_every: usize,
-) -> Result<Vec<Hypothesis>, DecodeError> {
-    if width == 0 {
-        return Err(DecodeError::Param("beam width must be at least 1".into()));
-    }
-    if vocab == 0 || blank >= vocab {
-        return Err(DecodeError::Param(format!(
-            "blank id {blank} must be below the vocabulary size {vocab}"
-        )));
-    }
-    if vocab > u32::MAX as usize {
-        return Err(DecodeError::Param(format!(
-            "vocabulary of {vocab} is too large"
-        )));
-    }
+    let mut search = BeamSearch::new(vocab, blank, width, lm)?;
     let expected = frames
         .checked_mul(vocab)
         .ok_or_else(|| DecodeError::Shape(format!("{frames} frames x {vocab} tokens overflows")))?;
@@ -357,36 +347,141 @@ fn search(
             log_probs.len()
         )));
     }
-    for (t, row) in log_probs.chunks_exact(vocab).enumerate() {
-        if let Some(token) = row.iter().position(|v| v.is_nan() || *v == f32::INFINITY) {
-            return Err(DecodeError::NonFinite {
-                value: row[token],
-                frame: t,
-                token,
-            });
+    search.push(log_probs)?;
+    Ok(search.finish())
+}
+
+/// CTC prefix beam search fed rows of log-probs as they come (a stream),
+/// holding only what the beam reaches: memory stays bounded however long
+/// the input. [`prefix_beam_search`] is one [`BeamSearch::push`] of every row.
+pub struct BeamSearch {
+    vocab: usize,
+    blank: usize,
+    width: usize,
+    compact_every: usize,
+    /// Frames consumed.
+    t: usize,
+    trie: Trie,
+    spans: Spans,
+    beam: Vec<Entry>,
+    cands: Vec<Candidate>,
+    index: HashMap<u32, usize>,
+}
+
+impl BeamSearch {
+    /// A search over rows of `vocab` log-probs with CTC blank `blank`,
+    /// keeping `width` prefixes, weighed by `lm` when given.
+    pub fn new(
+        vocab: usize,
+        blank: usize,
+        width: usize,
+        lm: Option<Arc<LmScorer>>,
+    ) -> Result<BeamSearch, DecodeError> {
+        if width == 0 {
+            return Err(DecodeError::Param("beam width must be at least 1".into()));
         }
-        if row.iter().all(|v| *v == f32::NEG_INFINITY) {
-            return Err(DecodeError::Shape(format!(
-                "frame {t} has no finite log-prob"
+        if vocab == 0 || blank >= vocab {
+            return Err(DecodeError::Param(format!(
+                "blank id {blank} must be below the vocabulary size {vocab}"
             )));
         }
+        if vocab > u32::MAX as usize {
+            return Err(DecodeError::Param(format!(
+                "vocabulary of {vocab} is too large"
+            )));
+        }
+        Ok(BeamSearch {
+            vocab,
+            blank,
+            width,
+            compact_every: COMPACT_EVERY,
+            t: 0,
+            trie: Trie::new(lm),
+            spans: Spans::default(),
+            beam: vec![Entry::start()],
+            cands: Vec::new(),
+            index: HashMap::new(),
+        })
     }
 
-    let mut trie = Trie::new(lm);
-    let mut spans = Spans::default();
-    let mut beam = vec![Entry {
-        node: ROOT,
-        pb: 0.0,
-        pnb: f64::NEG_INFINITY,
-        vb: 0.0,
-        vnb: f64::NEG_INFINITY,
-        path_b: NO_SPAN,
-        path_nb: NO_SPAN,
-    }];
-    let mut cands: Vec<Candidate> = Vec::new();
-    let mut index: HashMap<u32, usize> = HashMap::new();
+    /// Back to no frames, keeping the language model.
+    pub fn reset(&mut self) {
+        self.t = 0;
+        self.trie = Trie::new(self.trie.lm.clone());
+        self.spans = Spans::default();
+        self.beam = vec![Entry::start()];
+    }
 
-    for (t, row) in log_probs.chunks_exact(vocab).enumerate() {
+    /// Frames consumed so far.
+    pub fn frames(&self) -> usize {
+        self.t
+    }
+
+    /// Consumes whole rows (`rows.len()` a multiple of the vocabulary). Rows
+    /// need not be normalised, but each must hold a finite value; on NaN,
+    /// +inf or a row of -inf it is an error and no row of this call is used.
+    pub fn push(&mut self, rows: &[f32]) -> Result<(), DecodeError> {
+        let vocab = self.vocab;
+        if !rows.len().is_multiple_of(vocab) {
+            return Err(DecodeError::Shape(format!(
+                "{} values are not whole rows of {vocab} tokens",
+                rows.len()
+            )));
+        }
+        for (i, row) in rows.chunks_exact(vocab).enumerate() {
+            let t = self.t + i;
+            if let Some(token) = row.iter().position(|v| v.is_nan() || *v == f32::INFINITY) {
+                return Err(DecodeError::NonFinite {
+                    value: row[token],
+                    frame: t,
+                    token,
+                });
+            }
+            if row.iter().all(|v| *v == f32::NEG_INFINITY) {
+                return Err(DecodeError::Shape(format!(
+                    "frame {t} has no finite log-prob"
+                )));
+            }
+        }
+        for row in rows.chunks_exact(vocab) {
+            self.step(row);
+        }
+        Ok(())
+    }
+
+    /// Up to `width` hypotheses over the frames so far, most probable first
+    /// (with a language model, its end-of-sentence score included).
+    pub fn finish(&self) -> Vec<Hypothesis> {
+        let (trie, spans) = (&self.trie, &self.spans);
+        let mut hyps: Vec<Hypothesis> = self
+            .beam
+            .iter()
+            .map(|e| {
+                let (_, best_is_b) = e.best();
+                Hypothesis {
+                    tokens: trie.tokens(e.node),
+                    spans: spans.collect(e.path(best_is_b)),
+                    log_prob: e.total(),
+                    lm_score: trie.score(e.node, true),
+                }
+            })
+            .collect();
+        // the last word and the sentence end can reorder the beam
+        hyps.sort_by(|a, b| (b.log_prob + b.lm_score).total_cmp(&(a.log_prob + a.lm_score)));
+        hyps
+    }
+
+    /// One frame.
+    fn step(&mut self, row: &[f32]) {
+        let (t, blank, width, compact_every) = (self.t, self.blank, self.width, self.compact_every);
+        let BeamSearch {
+            trie,
+            spans,
+            beam,
+            cands,
+            index,
+            ..
+        } = self;
         cands.clear();
         index.clear();
         let mut slot = |node: u32, cands: &mut Vec<Candidate>| -> usize {
@@ -410,7 +505,7 @@ fn search(
 
             let p = row[blank] as f64;
             if p > f64::NEG_INFINITY {
-                let i = slot(e.node, &mut cands);
+                let i = slot(e.node, cands);
                 let c = &mut cands[i];
                 c.pb = logaddexp(c.pb, total + p);
                 if vbest + p > c.vb {
@@ -425,7 +520,7 @@ fn search(
                 }
                 if last == Some(tok) {
                     // The same token again: a repeat unless a blank came between.
-                    let i = slot(e.node, &mut cands);
+                    let i = slot(e.node, cands);
                     let c = &mut cands[i];
                     c.pnb = logaddexp(c.pnb, e.pnb + p);
                     if e.vnb + p > c.vnb {
@@ -433,7 +528,7 @@ fn search(
                         c.nb_origin = Some(NbOrigin::Repeat { parent: pi });
                     }
                     let child = trie.child(e.node, tok);
-                    let i = slot(child, &mut cands);
+                    let i = slot(child, cands);
                     let c = &mut cands[i];
                     c.pnb = logaddexp(c.pnb, e.pb + p);
                     if e.vb + p > c.vnb {
@@ -447,7 +542,7 @@ fn search(
                     }
                 } else {
                     let child = trie.child(e.node, tok);
-                    let i = slot(child, &mut cands);
+                    let i = slot(child, cands);
                     let c = &mut cands[i];
                     c.pnb = logaddexp(c.pnb, total + p);
                     if vbest + p > c.vnb {
@@ -512,7 +607,7 @@ fn search(
                 }
             })
             .collect();
-        beam = next;
+        *beam = next;
         if (t + 1) % compact_every == 0 {
             let mut heads: Vec<&mut u32> = Vec::with_capacity(2 * beam.len());
             let mut nodes: Vec<&mut u32> = Vec::with_capacity(beam.len());
@@ -524,23 +619,8 @@ fn search(
             spans.compact(&mut heads);
             trie.compact(&mut nodes);
         }
+        self.t += 1;
     }
-
-    let mut hyps: Vec<Hypothesis> = beam
-        .into_iter()
-        .map(|e| {
-            let (_, best_is_b) = e.best();
-            Hypothesis {
-                tokens: trie.tokens(e.node),
-                spans: spans.collect(e.path(best_is_b)),
-                log_prob: e.total(),
-                lm_score: trie.score(e.node, true),
-            }
-        })
-        .collect();
-    // the last word and the sentence end can reorder the beam
-    hyps.sort_by(|a, b| (b.log_prob + b.lm_score).total_cmp(&(a.log_prob + a.lm_score)));
-    Ok(hyps)
 }
 
 #[cfg(test)]
@@ -572,7 +652,7 @@ mod tests {
     }
 
     #[test]
-    fn compaction_changes_no_result() {
+    fn compaction_and_chunked_pushes_change_no_result() {
         let (frames, vocab) = (1000, 28);
         let lp = rows(frames, vocab, 42);
         let syms = ["<blk>", "<sp>"]
@@ -582,10 +662,20 @@ mod tests {
         let tokens = Tokens::from_lines(syms).unwrap();
         let arpa = "\\data\\\nngram 1=4\n\n\\1-grams:\n-0.5\t</s>\n-99\t<s>\n-1.0\t<unk>\n-0.7\tab\n\n\\end\\\n";
         let lm = crate::decode::WordLm::parse(arpa, "t").unwrap();
-        let sc = LmScorer::new(&lm, &tokens, Default::default()).unwrap();
-        for scorer in [None, Some(&sc)] {
-            let every = search(&lp, frames, vocab, 0, 8, scorer, 7).unwrap();
-            let never = search(&lp, frames, vocab, 0, 8, scorer, usize::MAX).unwrap();
+        let sc = Arc::new(LmScorer::new(Arc::new(lm), tokens, Default::default()).unwrap());
+        let run = |scorer: Option<Arc<LmScorer>>, every: usize, chunk: usize| {
+            let mut s = BeamSearch::new(vocab, 0, 8, scorer).unwrap();
+            s.compact_every = every;
+            for rows in lp.chunks(chunk * vocab) {
+                s.push(rows).unwrap();
+            }
+            s.finish()
+        };
+        for scorer in [None, Some(sc)] {
+            // compacted every 7 frames and fed 13 rows at a time, or never
+            // compacted and fed at once: the same search
+            let every = run(scorer.clone(), 7, 13);
+            let never = run(scorer.clone(), usize::MAX, frames);
             assert_eq!(every.len(), never.len(), "lm {}", scorer.is_some());
             for (i, (a, b)) in every.iter().zip(&never).enumerate() {
                 assert_eq!(

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::{DecodeError, Tokens};
 
@@ -292,19 +293,15 @@ pub struct LmState {
 
 /// A [`WordLm`] applied to token sequences of a character model.
 #[derive(Debug)]
-pub struct LmScorer<'a> {
-    lm: &'a WordLm,
-    tokens: &'a Tokens,
+pub struct LmScorer {
+    lm: Arc<WordLm>,
+    tokens: Tokens,
     weights: LmWeights,
 }
 
-impl<'a> LmScorer<'a> {
+impl LmScorer {
     /// Scores `tokens`' pieces as characters of words split at `<sp>`.
-    pub fn new(
-        lm: &'a WordLm,
-        tokens: &'a Tokens,
-        weights: LmWeights,
-    ) -> Result<Self, DecodeError> {
+    pub fn new(lm: Arc<WordLm>, tokens: Tokens, weights: LmWeights) -> Result<Self, DecodeError> {
         if tokens.space().is_none() {
             return Err(DecodeError::Param(
                 "a word language model needs a word boundary token (<sp>)".into(),
@@ -470,7 +467,7 @@ ngram 2=13
     #[test]
     fn a_known_spelling_outscores_an_unknown_one() {
         let (lm, tokens) = (lm(), tokens());
-        let sc = LmScorer::new(&lm, &tokens, LmWeights::default()).unwrap();
+        let sc = LmScorer::new(Arc::new(lm), tokens.clone(), LmWeights::default()).unwrap();
         let spell = |text: &str| -> f64 {
             let mut s = sc.start();
             let mut total = 0.0;
@@ -521,7 +518,7 @@ ngram 2=13
             weight: f64::NAN,
             ..LmWeights::default()
         };
-        assert!(LmScorer::new(&lm, &tokens, bad).is_err());
+        assert!(LmScorer::new(Arc::new(lm), tokens, bad).is_err());
     }
 
     #[test]
@@ -560,12 +557,12 @@ ngram 2=13
             rows.extend(row.iter().map(|p| p.ln()));
         }
         let frames = rows.len() / vocab;
-        let text = |scorer: Option<&LmScorer>| {
+        let text = |scorer: Option<Arc<LmScorer>>| {
             let h = prefix_beam_search_lm(&rows, frames, vocab, tokens.blank(), 8, scorer).unwrap();
             tokens.text_of(&h[0].tokens).unwrap()
         };
         assert_eq!(text(None), "the feelds");
-        let sc = LmScorer::new(&lm, &tokens, LmWeights::default()).unwrap();
-        assert_eq!(text(Some(&sc)), "the fields");
+        let sc = LmScorer::new(Arc::new(lm), tokens.clone(), LmWeights::default()).unwrap();
+        assert_eq!(text(Some(Arc::new(sc))), "the fields");
     }
 }

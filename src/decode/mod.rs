@@ -4,8 +4,9 @@
 //! - [`Tokens`]: the alphabet from `tokens.txt` (`<blk>` blank, `<sp>` space).
 //! - [`GreedyDecoder`]: best path, fed frame by frame (streaming), partial
 //!   results at any time.
-//! - [`prefix_beam_search`]: CTC prefix beam search over whole log-prob rows;
-//!   sums over alignments, so it can beat the single best path.
+//! - [`prefix_beam_search`] / [`BeamSearch`]: CTC prefix beam search, over
+//!   whole log-prob rows or fed as they stream; sums over alignments, so it
+//!   can beat the single best path.
 //! - [`WordLm`] / [`LmScorer`]: a word n-gram model (ARPA) the beam search
 //!   can weigh prefixes with (shallow fusion).
 //! - [`Transcript`] / [`Word`]: text, word start/end seconds and confidence.
@@ -30,7 +31,7 @@ mod transcript;
 #[cfg(test)]
 mod tests;
 
-pub use beam::{prefix_beam_search, prefix_beam_search_lm, Hypothesis};
+pub use beam::{prefix_beam_search, prefix_beam_search_lm, BeamSearch, Hypothesis};
 pub use error::DecodeError;
 pub use greedy::GreedyDecoder;
 pub use lm::{LmScorer, LmState, LmWeights, WordLm};
