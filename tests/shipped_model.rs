@@ -137,3 +137,46 @@ fn bad_session_input_is_a_typed_error_and_loses_nothing() {
         Err(Error::Session(SessionError::Finished))
     ));
 }
+
+/// Beam search with the shipped language model, streamed (the search fed
+/// chunk by chunk, partial text on the way) and whole, on held-out files:
+/// the same words, with the same timings.
+#[test]
+fn streamed_beam_search_with_the_lm_equals_the_whole_utterance() {
+    let open = |mode| {
+        Recognizer::open(
+            ModelDir::default_path(),
+            RecognizerOptions {
+                mode,
+                decoding: Decoding::Beam { width: 8 },
+            },
+        )
+        .unwrap()
+    };
+    let (streamed, whole) = (open(Mode::Streamed { pulse: 5120 }), open(Mode::Whole));
+    assert!(streamed.lm().is_some(), "the shipped model has lm.arpa");
+    for name in ["00", "05", "13"] {
+        let path = format!("{FIX}/heldout/{name}.wav");
+        let audio = pulsed::audio::load_wav(path.as_ref(), streamed.sample_rate()).unwrap();
+        let mut s = streamed.stream().unwrap();
+        let mut partials = Vec::new();
+        for chunk in audio.samples.chunks(4000) {
+            if s.push(chunk).unwrap() {
+                partials.push(s.partial().text);
+            }
+        }
+        let a = s.finish().unwrap();
+        let b = whole.transcribe(&audio.samples).unwrap();
+        assert_eq!(a.text, b.text, "{name}");
+        assert!(!a.text.is_empty(), "{name}");
+        for (x, y) in a.words.iter().zip(&b.words) {
+            assert!((x.start_s - y.start_s).abs() < 1e-9, "{name}");
+            assert!((x.end_s - y.end_s).abs() < 1e-9, "{name}");
+        }
+        assert!(partials.len() >= 3, "{name}: {partials:?}");
+        assert!(
+            partials.iter().any(|p| !p.is_empty()),
+            "{name}: no partial text"
+        );
+    }
+}

@@ -103,10 +103,20 @@ impl StreamTranscriber {
         ))
     }
 
-    /// The transcript so far (greedy; with beam search, the greedy view of
-    /// the frames seen so far is not kept, so this is empty until `finish`).
+    /// The transcript so far: greedy, or beam search's best prefix now
+    /// (which later frames may still revise, earlier words included).
     pub fn partial(&self) -> Transcript {
-        self.greedy.partial()
+        match self.best() {
+            Some(h) => h
+                .transcript(&self.tokens, self.timing, self.frames)
+                .unwrap_or_else(|_| self.greedy.partial()),
+            None => self.greedy.partial(),
+        }
+    }
+
+    /// Beam search's best hypothesis over the frames so far.
+    fn best(&self) -> Option<crate::decode::Hypothesis> {
+        self.search.as_ref()?.finish().into_iter().next()
     }
 
     /// Encoder frames decoded so far.
@@ -114,15 +124,20 @@ impl StreamTranscriber {
         self.greedy.frames().max(self.frames)
     }
 
-    /// The last encoder frame that emitted a letter (greedy; spaces do not
-    /// count, the model may emit them in silence), if any.
+    /// The last encoder frame that emitted a letter (spaces do not count,
+    /// the model may emit them in silence), if any.
     pub fn last_token_frame(&self) -> Option<usize> {
-        self.greedy
-            .spans()
-            .iter()
-            .rev()
-            .find(|s| !self.tokens.is_space(s.id))
-            .map(|s| s.last_frame)
+        let last = |spans: &[crate::decode::TokenSpan]| {
+            spans
+                .iter()
+                .rev()
+                .find(|s| !self.tokens.is_space(s.id))
+                .map(|s| s.last_frame)
+        };
+        match self.best() {
+            Some(h) => last(&h.spans),
+            None => last(self.greedy.spans()),
+        }
     }
 
     /// Back to a fresh stream.
