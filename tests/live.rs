@@ -123,3 +123,49 @@ fn mic_without_the_feature_or_a_bad_input_says_why() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nonexistent"), "{err}");
 }
+
+/// Live beam search with the shipped language model: partial text while
+/// speaking, one final per utterance (the search starts afresh at each end,
+/// so a final is never revised), timed where the second utterance is.
+#[test]
+fn live_beam_search_gives_a_final_per_utterance() {
+    let hello = pulsed::audio::load_wav(format!("{FIX}/hello.wav").as_ref(), 16000)
+        .unwrap()
+        .samples;
+    let mut audio = hello.clone();
+    audio.extend(std::iter::repeat_n(0.0, 24000));
+    audio.extend(&hello);
+    let opts = RecognizerOptions {
+        mode: Mode::Streamed { pulse: 2560 },
+        decoding: Decoding::Beam { width: 8 },
+    };
+    let rec = Arc::new(Recognizer::open(ModelDir::default_path(), opts).unwrap());
+    assert!(rec.lm().is_some());
+    let (mut lt, mut input) = LiveTranscriber::start(rec, LiveOptions::default()).unwrap();
+    for c in audio.chunks(320) {
+        input.write(c);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    lt.finish();
+    let events: Vec<LiveEvent> = lt.events().try_iter().collect();
+    let want = std::fs::read_to_string(format!("{FIX}/hello.txt"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let f = finals(&events);
+    assert_eq!(f, vec![want.clone(), want], "{events:?}");
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, LiveEvent::Partial { .. })));
+    // the second final's words start after the first utterance and the pause
+    let second = events
+        .iter()
+        .filter_map(|e| match e {
+            LiveEvent::Final { words, .. } => Some(words.clone()),
+            _ => None,
+        })
+        .nth(1)
+        .unwrap();
+    let first_len = hello.len() as f64 / 16000.0;
+    assert!(second[0].start_s > first_len + 1.0, "{second:?}");
+}

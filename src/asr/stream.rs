@@ -20,6 +20,8 @@ pub struct StreamTranscriber {
     /// `[frames, vocab]` log-probs, kept only for [`Self::finish_log_probs`].
     rows: Option<Vec<f32>>,
     frames: usize,
+    /// Frames before the beam search's start (see [`Self::cut`]).
+    cut_frame: usize,
 }
 
 impl StreamTranscriber {
@@ -59,6 +61,7 @@ impl StreamTranscriber {
             search,
             rows: None,
             frames: 0,
+            cut_frame: 0,
         })
     }
 
@@ -75,7 +78,7 @@ impl StreamTranscriber {
         match &self.search {
             None => Ok(self.greedy.partial()),
             Some(search) => Ok(match search.finish().into_iter().next() {
-                Some(h) => h.transcript(&self.tokens, self.timing, self.frames)?,
+                Some(h) => h.transcript(&self.tokens, self.cut_timing(), search.frames())?,
                 None => GreedyDecoder::new(self.tokens.clone(), self.timing)?.finish(),
             }),
         }
@@ -104,13 +107,37 @@ impl StreamTranscriber {
     }
 
     /// The transcript so far: greedy, or beam search's best prefix now
-    /// (which later frames may still revise, earlier words included).
+    /// (which later frames may still revise, earlier words included; since
+    /// the last [`Self::cut`]).
     pub fn partial(&self) -> Transcript {
-        match self.best() {
-            Some(h) => h
-                .transcript(&self.tokens, self.timing, self.frames)
+        match (self.best(), &self.search) {
+            (Some(h), Some(s)) => h
+                .transcript(&self.tokens, self.cut_timing(), s.frames())
                 .unwrap_or_else(|_| self.greedy.partial()),
-            None => self.greedy.partial(),
+            _ => self.greedy.partial(),
+        }
+    }
+
+    /// Ends the words decided so far (an utterance's end, live): beam
+    /// search starts afresh here, so earlier words are never revised again
+    /// and later ones are timed from here on. Returns whether the
+    /// transcript restarted (beam search); greedy words are final anyway.
+    pub fn cut(&mut self) -> bool {
+        match &mut self.search {
+            Some(s) => {
+                s.reset();
+                self.cut_frame = self.frames;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Timing of frames counted from the last cut.
+    fn cut_timing(&self) -> FrameTiming {
+        FrameTiming {
+            offset_s: self.timing.offset_s + self.cut_frame as f64 * self.timing.frame_duration_s,
+            ..self.timing
         }
     }
 
@@ -135,7 +162,7 @@ impl StreamTranscriber {
                 .map(|s| s.last_frame)
         };
         match self.best() {
-            Some(h) => last(&h.spans),
+            Some(h) => last(&h.spans).map(|f| f + self.cut_frame),
             None => last(self.greedy.spans()),
         }
     }
@@ -151,6 +178,7 @@ impl StreamTranscriber {
             rows.clear();
         }
         self.frames = 0;
+        self.cut_frame = 0;
     }
 
     /// The underlying session (delays, steps).

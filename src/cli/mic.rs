@@ -23,6 +23,13 @@ pub struct Args {
     /// Input samples per pulse (a multiple of 640).
     #[arg(long, default_value_t = 2560)]
     pulse: usize,
+    /// CTC prefix beam search of this width, with the model's word language
+    /// model (greedy when absent); partial text may then revise itself, and
+    /// each final line is the best hypothesis of its utterance.
+    #[arg(long)]
+    beam: Option<usize>,
+    #[command(flatten)]
+    lm: super::lm::LmArgs,
     /// Output format: text or jsonl.
     #[arg(long, default_value = "text")]
     format: pulsed::output::Format,
@@ -41,10 +48,13 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     }
     let opts = RecognizerOptions {
         mode: Mode::Streamed { pulse: a.pulse },
-        decoding: Decoding::Greedy,
+        decoding: a
+            .beam
+            .map_or(Decoding::Greedy, |width| Decoding::Beam { width }),
     };
     let rec =
-        Arc::new(Recognizer::open(super::model_dir(a.model), opts).map_err(|e| e.to_string())?);
+        Recognizer::open(super::model_dir(a.model.clone()), opts).map_err(|e| e.to_string())?;
+    let rec = Arc::new(a.lm.apply(rec)?);
     let rate = rec.sample_rate();
     let live = LiveOptions {
         end_silence_s: a.end_silence,

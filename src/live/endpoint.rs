@@ -46,6 +46,13 @@ impl Endpointer {
         self.committed += n;
         self.pending = false;
     }
+
+    /// The transcript starts afresh (a cut beam search): no word of the new
+    /// one is final yet.
+    pub fn restart(&mut self) {
+        self.committed = 0;
+        self.pending = false;
+    }
 }
 
 #[cfg(test)]

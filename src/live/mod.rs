@@ -251,6 +251,10 @@ impl Worker {
             .join(" ");
         let event = if ended {
             self.endpointer.commit(words.len());
+            // beam search must not revise what was just given out as final
+            if self.stream.cut() {
+                self.endpointer.restart();
+            }
             self.last_partial.clear();
             LiveEvent::Final { text, words, at }
         } else if text == self.last_partial {
