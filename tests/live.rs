@@ -23,6 +23,34 @@ fn finals(events: &[LiveEvent]) -> Vec<String> {
         .collect()
 }
 
+/// hello.wav, 1.5 s of silence (which ends the first utterance), hello.wav
+/// again, fed quickly through a live transcriber decoding as `decoding`
+/// asks: its events, and the length of hello.wav in seconds.
+fn two_utterances(decoding: Decoding) -> (Vec<LiveEvent>, f64) {
+    let hello = pulsed::audio::load_wav(format!("{FIX}/hello.wav").as_ref(), 16000)
+        .unwrap()
+        .samples;
+    let mut audio = hello.clone();
+    audio.extend(std::iter::repeat_n(0.0, 24000));
+    audio.extend(&hello);
+    let opts = RecognizerOptions {
+        mode: Mode::Streamed { pulse: 2560 },
+        decoding,
+    };
+    let rec = Arc::new(Recognizer::open(ModelDir::default_path(), opts).unwrap());
+    if decoding != Decoding::Greedy {
+        assert!(rec.lm().is_some(), "the shipped model has lm.arpa");
+    }
+    let (mut lt, mut input) = LiveTranscriber::start(rec, LiveOptions::default()).unwrap();
+    for c in audio.chunks(320) {
+        input.write(c);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    lt.finish();
+    let events = lt.events().try_iter().collect();
+    (events, hello.len() as f64 / 16000.0)
+}
+
 #[test]
 fn live_transcriber_gives_partials_then_the_final_text() {
     let opts = RecognizerOptions {
@@ -59,25 +87,7 @@ fn live_transcriber_gives_partials_then_the_final_text() {
 
 #[test]
 fn two_utterances_give_two_finals() {
-    // speech, 1.5 s of silence, speech: the silence ends the first utterance
-    let hello = pulsed::audio::load_wav(format!("{FIX}/hello.wav").as_ref(), 16000)
-        .unwrap()
-        .samples;
-    let mut audio = hello.clone();
-    audio.extend(std::iter::repeat_n(0.0, 24000));
-    audio.extend(&hello);
-    let opts = RecognizerOptions {
-        mode: Mode::Streamed { pulse: 2560 },
-        decoding: Decoding::Greedy,
-    };
-    let rec = Arc::new(Recognizer::open(ModelDir::default_path(), opts).unwrap());
-    let (mut lt, mut input) = LiveTranscriber::start(rec, LiveOptions::default()).unwrap();
-    for c in audio.chunks(320) {
-        input.write(c);
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-    lt.finish();
-    let events: Vec<LiveEvent> = lt.events().try_iter().collect();
+    let (events, _) = two_utterances(Decoding::Greedy);
     let f = finals(&events);
     assert_eq!(f.len(), 2, "{f:?}");
     assert_eq!(f[0], f[1]);
@@ -129,25 +139,7 @@ fn mic_without_the_feature_or_a_bad_input_says_why() {
 /// so a final is never revised), timed where the second utterance is.
 #[test]
 fn live_beam_search_gives_a_final_per_utterance() {
-    let hello = pulsed::audio::load_wav(format!("{FIX}/hello.wav").as_ref(), 16000)
-        .unwrap()
-        .samples;
-    let mut audio = hello.clone();
-    audio.extend(std::iter::repeat_n(0.0, 24000));
-    audio.extend(&hello);
-    let opts = RecognizerOptions {
-        mode: Mode::Streamed { pulse: 2560 },
-        decoding: Decoding::Beam { width: 8 },
-    };
-    let rec = Arc::new(Recognizer::open(ModelDir::default_path(), opts).unwrap());
-    assert!(rec.lm().is_some());
-    let (mut lt, mut input) = LiveTranscriber::start(rec, LiveOptions::default()).unwrap();
-    for c in audio.chunks(320) {
-        input.write(c);
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-    lt.finish();
-    let events: Vec<LiveEvent> = lt.events().try_iter().collect();
+    let (events, hello_s) = two_utterances(Decoding::Beam { width: 8 });
     let want = std::fs::read_to_string(format!("{FIX}/hello.txt"))
         .unwrap()
         .trim()
@@ -166,6 +158,5 @@ fn live_beam_search_gives_a_final_per_utterance() {
         })
         .nth(1)
         .unwrap();
-    let first_len = hello.len() as f64 / 16000.0;
-    assert!(second[0].start_s > first_len + 1.0, "{second:?}");
+    assert!(second[0].start_s > hello_s + 1.0, "{second:?}");
 }

@@ -78,6 +78,17 @@ pub struct Lm {
     pub weights: LmWeights,
 }
 
+impl Lm {
+    /// The scorer beam search over `tokens` uses.
+    pub fn scorer(&self, tokens: &Tokens) -> Result<Arc<LmScorer>> {
+        Ok(Arc::new(LmScorer::new(
+            self.model.clone(),
+            tokens.clone(),
+            self.weights,
+        )?))
+    }
+}
+
 impl Recognizer {
     /// Loads the model in `dir` and prepares its graph for `options`.
     pub fn open(dir: impl AsRef<Path>, options: RecognizerOptions) -> Result<Recognizer> {
@@ -236,15 +247,10 @@ impl Recognizer {
                         "log-probs need a recogniser opened for beam search".into(),
                     ));
                 }
-                if samples.len() < self.model.config.hop {
-                    return Ok((Vec::new(), 0));
-                }
-                let mut runner = self
-                    .engine
-                    .runner(self.graph.clone(), Some(samples.len() as i64))?;
-                runner.step(&[&Tensor::from_slice(samples)])?;
-                let out = runner.output(0);
-                Ok((out.to_vec::<f32>()?, out.shape()[0]))
+                Ok(match self.run_whole(&self.engine, samples)? {
+                    Some(outs) => (outs[0].to_vec::<f32>()?, outs[0].shape()[0]),
+                    None => (Vec::new(), 0),
+                })
             }
         }
     }
@@ -271,7 +277,9 @@ impl Recognizer {
         )
     }
 
-    fn transcribe_whole(&self, engine: &Engine, samples: &[f32]) -> Result<Transcript> {
+    /// The graph's outputs for a whole signal on `engine`; `None` when it is
+    /// shorter than one feature hop (no output frame exists).
+    fn run_whole(&self, engine: &Engine, samples: &[f32]) -> Result<Option<Vec<Tensor>>> {
         if let Some((index, v)) = samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
             return Err(Error::Input {
                 name: "audio".into(),
@@ -279,14 +287,21 @@ impl Recognizer {
             });
         }
         if samples.len() < self.model.config.hop {
-            // shorter than one feature hop: no output frame exists
-            return Ok(GreedyDecoder::new(self.tokens.clone(), self.timing())?.finish());
+            return Ok(None);
         }
         let mut runner = engine.runner(self.graph.clone(), Some(samples.len() as i64))?;
         runner.step(&[&Tensor::from_slice(samples)])?;
-        let outs: Vec<Tensor> = (0..self.graph.outputs.len())
-            .map(|i| runner.output(i).clone())
-            .collect();
+        Ok(Some(
+            (0..self.graph.outputs.len())
+                .map(|i| runner.output(i).clone())
+                .collect(),
+        ))
+    }
+
+    fn transcribe_whole(&self, engine: &Engine, samples: &[f32]) -> Result<Transcript> {
+        let Some(outs) = self.run_whole(engine, samples)? else {
+            return Ok(GreedyDecoder::new(self.tokens.clone(), self.timing())?.finish());
+        };
         decode_outputs(
             &self.tokens,
             self.options.decoding,
@@ -330,14 +345,7 @@ pub(super) fn beam(
     lm: Option<&Lm>,
     timing: FrameTiming,
 ) -> Result<Transcript> {
-    let scorer = match lm {
-        Some(lm) => Some(Arc::new(LmScorer::new(
-            lm.model.clone(),
-            tokens.clone(),
-            lm.weights,
-        )?)),
-        None => None,
-    };
+    let scorer = lm.map(|lm| lm.scorer(tokens)).transpose()?;
     let hyps = prefix_beam_search_lm(lp, frames, vocab, tokens.blank(), width, scorer)?;
     Ok(match hyps.into_iter().next() {
         Some(h) => h.transcript(tokens, timing, frames)?,

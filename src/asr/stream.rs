@@ -1,10 +1,8 @@
 //! Streaming transcription: samples in as they arrive, partial text out.
 
-use std::sync::Arc;
-
 use super::recognizer::Lm;
 use super::Decoding;
-use crate::decode::{BeamSearch, FrameTiming, GreedyDecoder, LmScorer, Tokens, Transcript};
+use crate::decode::{BeamSearch, FrameTiming, GreedyDecoder, Tokens, Transcript};
 use crate::pulse::StreamingSession;
 use crate::Result;
 
@@ -36,14 +34,7 @@ impl StreamTranscriber {
         let search = match decoding {
             Decoding::Greedy => None,
             Decoding::Beam { width } => {
-                let scorer = match lm {
-                    Some(lm) => Some(Arc::new(LmScorer::new(
-                        lm.model,
-                        tokens.clone(),
-                        lm.weights,
-                    )?)),
-                    None => None,
-                };
+                let scorer = lm.map(|lm| lm.scorer(&tokens)).transpose()?;
                 Some(BeamSearch::new(
                     tokens.len(),
                     tokens.blank(),
@@ -77,7 +68,7 @@ impl StreamTranscriber {
         self.take(chunks)?;
         match &self.search {
             None => Ok(self.greedy.partial()),
-            Some(search) => Ok(match search.finish().into_iter().next() {
+            Some(search) => Ok(match search.best() {
                 Some(h) => h.transcript(&self.tokens, self.cut_timing(), search.frames())?,
                 None => GreedyDecoder::new(self.tokens.clone(), self.timing)?.finish(),
             }),
@@ -143,7 +134,7 @@ impl StreamTranscriber {
 
     /// Beam search's best hypothesis over the frames so far.
     fn best(&self) -> Option<crate::decode::Hypothesis> {
-        self.search.as_ref()?.finish().into_iter().next()
+        self.search.as_ref()?.best()
     }
 
     /// Encoder frames decoded so far.

@@ -67,6 +67,7 @@ fn read_manifest(path: &Path) -> Result<Vec<Item>, String> {
 
 /// `--sweep-weight`: every file's log-probs once, decoded per setting.
 fn sweep(a: &Args, rec: &Recognizer, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    use pulsed::asr::Lm;
     use pulsed::decode::{prefix_beam_search_lm, LmScorer, LmWeights};
     let lm = rec
         .lm()
@@ -90,8 +91,14 @@ fn sweep(a: &Args, rec: &Recognizer, items: &[Item], base: &Path) -> Result<Exit
     let scorers: Vec<Option<Arc<LmScorer>>> = settings
         .iter()
         .map(|s| {
-            s.map(|w| LmScorer::new(lm.model.clone(), rec.tokens().clone(), w).map(Arc::new))
-                .transpose()
+            s.map(|weights| {
+                Lm {
+                    model: lm.model.clone(),
+                    weights,
+                }
+                .scorer(rec.tokens())
+            })
+            .transpose()
         })
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;

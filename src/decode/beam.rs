@@ -452,23 +452,33 @@ impl BeamSearch {
     /// Up to `width` hypotheses over the frames so far, most probable first
     /// (with a language model, its end-of-sentence score included).
     pub fn finish(&self) -> Vec<Hypothesis> {
-        let (trie, spans) = (&self.trie, &self.spans);
-        let mut hyps: Vec<Hypothesis> = self
-            .beam
-            .iter()
-            .map(|e| {
-                let (_, best_is_b) = e.best();
-                Hypothesis {
-                    tokens: trie.tokens(e.node),
-                    spans: spans.collect(e.path(best_is_b)),
-                    log_prob: e.total(),
-                    lm_score: trie.score(e.node, true),
-                }
-            })
-            .collect();
+        let mut hyps: Vec<Hypothesis> = self.beam.iter().map(|e| self.hypothesis(e)).collect();
         // the last word and the sentence end can reorder the beam
         hyps.sort_by(|a, b| (b.log_prob + b.lm_score).total_cmp(&(a.log_prob + a.lm_score)));
         hyps
+    }
+
+    /// The first of [`BeamSearch::finish`], without building the others
+    /// (partial text asks for it after every chunk).
+    pub fn best(&self) -> Option<Hypothesis> {
+        let rank = |e: &Entry| e.total() + self.trie.score(e.node, true);
+        let mut best: Option<&Entry> = None;
+        for e in &self.beam {
+            if best.is_none_or(|b| rank(e) > rank(b)) {
+                best = Some(e);
+            }
+        }
+        best.map(|e| self.hypothesis(e))
+    }
+
+    fn hypothesis(&self, e: &Entry) -> Hypothesis {
+        let (_, best_is_b) = e.best();
+        Hypothesis {
+            tokens: self.trie.tokens(e.node),
+            spans: self.spans.collect(e.path(best_is_b)),
+            log_prob: e.total(),
+            lm_score: self.trie.score(e.node, true),
+        }
     }
 
     /// One frame.
@@ -669,7 +679,9 @@ mod tests {
             for rows in lp.chunks(chunk * vocab) {
                 s.push(rows).unwrap();
             }
-            s.finish()
+            let all = s.finish();
+            assert_eq!(s.best().as_ref(), all.first(), "best() is finish()'s first");
+            all
         };
         for scorer in [None, Some(sc)] {
             // compacted every 7 frames and fed 13 rows at a time, or never
