@@ -41,6 +41,8 @@ pub enum Error {
     #[error(transparent)]
     Session(#[from] crate::pulse::SessionError),
     #[error(transparent)]
+    Batch(#[from] crate::pulse::BatchError),
+    #[error(transparent)]
     Decode(#[from] crate::decode::DecodeError),
     #[error(transparent)]
     Audio(#[from] crate::audio::AudioError),

@@ -41,22 +41,57 @@ pub struct Taps {
 /// Builds the whole-utterance graph: input `audio` `[S]` f32 at the model's
 /// sample rate; outputs as chosen by `taps` (the head's first).
 pub fn build(cfg: &ConformerConfig, w: &Weights, taps: Taps) -> Result<Graph> {
+    build_with_batch(cfg, w, taps, None)
+}
+
+/// The same graph over `batch` utterances of one length side by side: input
+/// `audio` `[B, S]`, every tensor with a leading batch axis. Pulsified, it
+/// runs `B` streams in one step, so a GPU reads each weight once for all of
+/// them. The fused greedy head has no batch axis; take [`Head::LogProbs`].
+pub fn build_batched(cfg: &ConformerConfig, w: &Weights, taps: Taps, batch: usize) -> Result<Graph> {
+    if taps.head == Head::Greedy {
+        return Err(crate::Error::Graph(
+            "a batched graph outputs log-probs: the fused greedy CTC head has no batch axis".into(),
+        ));
+    }
+    if batch == 0 {
+        return Err(crate::Error::Graph("a batch of 0 streams".into()));
+    }
+    build_with_batch(cfg, w, taps, Some(batch))
+}
+
+fn build_with_batch(
+    cfg: &ConformerConfig,
+    w: &Weights,
+    taps: Taps,
+    batch: Option<usize>,
+) -> Result<Graph> {
     let mut gb = GraphBuilder::new();
-    let mut m = Builder { b: &mut gb, w, cfg };
-    let audio = m.b.input("audio", TypedFact::new(DType::F32, [Dim::s()]))?;
+    let batched = batch.is_some();
+    let mut m = Builder {
+        b: &mut gb,
+        w,
+        cfg,
+        batched,
+    };
+    let shape: Vec<Dim> = match batch {
+        Some(b) => vec![Dim::n(b as i64), Dim::s()],
+        None => vec![Dim::s()],
+    };
+    let audio = m.b.input("audio", TypedFact::new(DType::F32, shape))?;
     let feats =
-        m.b.scoped("frontend", |b| Builder { b, w, cfg }.frontend(audio))?;
+        m.b.scoped("frontend", |b| Builder { b, w, cfg, batched }.frontend(audio))?;
     let mut x =
-        m.b.scoped("subsample", |b| Builder { b, w, cfg }.subsample(feats))?;
+        m.b.scoped("subsample", |b| Builder { b, w, cfg, batched }.subsample(feats))?;
     let sub = x;
     for i in 0..cfg.n_blocks {
         x =
-            m.b.scoped(&format!("blocks.{i}"), |b| Builder { b, w, cfg }.block(x))?;
+            m.b.scoped(&format!("blocks.{i}"), |b| Builder { b, w, cfg, batched }.block(x))?;
     }
     match taps.head {
         Head::LogProbs => {
             let logits = m.b.scoped("ctc", |b| {
-                Builder { b, w, cfg }.linear("", x, cfg.d_model, cfg.vocab_size)
+                Builder { b, w, cfg, batched }.linear("", x, cfg.d_model, cfg.vocab_size)
             })?;
             let logp = m.b.op("log_probs", LogSoftmax { axis: -1 }, &[logits])?;
             m.b.output("log_probs", logp);
@@ -88,6 +123,8 @@ struct Builder<'a, 'w> {
     b: &'a mut GraphBuilder,
     w: &'w Weights,
     cfg: &'w ConformerConfig,
+    /// A leading batch axis on every activation.
+    batched: bool,
 }
 
 impl Builder<'_, '_> {
@@ -103,7 +140,11 @@ impl Builder<'_, '_> {
         let padded = self.b.op(
             "pad",
             Pad {
-                pads: vec![(c.n_fft - c.hop, 0)],
+                pads: if self.batched {
+                    vec![(0, 0), (c.n_fft - c.hop, 0)]
+                } else {
+                    vec![(c.n_fft - c.hop, 0)]
+                },
                 mode: PadMode::Constant(0.0),
             },
             &[audio],
@@ -204,12 +245,13 @@ impl Builder<'_, '_> {
 
     fn conv_module(&mut self, x: OutletId) -> Result<OutletId> {
         let (d, k) = (self.cfg.d_model, self.cfg.conv_kernel);
+        let channels = if self.batched { 2 } else { 1 };
         let y = self.layer_norm("norm", x)?;
         let y = self.linear("pointwise1", y, d, 2 * d)?;
         let a = self.b.op(
             "glu_a",
             Slice {
-                axis: 1,
+                axis: channels,
                 start: 0,
                 end: Some(d as i64),
             },
@@ -218,7 +260,7 @@ impl Builder<'_, '_> {
         let g = self.b.op(
             "glu_b",
             Slice {
-                axis: 1,
+                axis: channels,
                 start: d as i64,
                 end: Some(2 * d as i64),
             },
@@ -252,22 +294,22 @@ impl Builder<'_, '_> {
     }
 
     fn block(&mut self, x: OutletId) -> Result<OutletId> {
-        let (w, cfg) = (self.w, self.cfg);
+        let (w, cfg, batched) = (self.w, self.cfg, self.batched);
         let y = self
             .b
-            .scoped("ff1", |b| Builder { b, w, cfg }.feed_forward(x))?;
+            .scoped("ff1", |b| Builder { b, w, cfg, batched }.feed_forward(x))?;
         let x = self.half_residual(x, y, "ff1")?;
         let y = self
             .b
-            .scoped("attn", |b| Builder { b, w, cfg }.attention(x))?;
+            .scoped("attn", |b| Builder { b, w, cfg, batched }.attention(x))?;
         let x = self.b.op("attn.residual", Binary::Add, &[x, y])?;
         let y = self
             .b
-            .scoped("conv", |b| Builder { b, w, cfg }.conv_module(x))?;
+            .scoped("conv", |b| Builder { b, w, cfg, batched }.conv_module(x))?;
         let x = self.b.op("conv.residual", Binary::Add, &[x, y])?;
         let y = self
             .b
-            .scoped("ff2", |b| Builder { b, w, cfg }.feed_forward(x))?;
+            .scoped("ff2", |b| Builder { b, w, cfg, batched }.feed_forward(x))?;
         let x = self.half_residual(x, y, "ff2")?;
         self.layer_norm("norm_out", x)
     }

@@ -70,4 +70,10 @@ impl ModelDir {
     pub fn graph(&self, taps: Taps) -> Result<Graph> {
         conformer::build(&self.config, &self.weights, taps)
     }
+
+    /// The whole-utterance graph over `batch` utterances side by side
+    /// (input `[batch, S]`; `taps.head` must be [`conformer::Head::LogProbs`]).
+    pub fn batched_graph(&self, taps: Taps, batch: usize) -> Result<Graph> {
+        conformer::build_batched(&self.config, &self.weights, taps, batch)
+    }
 }

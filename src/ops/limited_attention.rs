@@ -8,7 +8,8 @@ use crate::op_common;
 
 /// Query frame `i` attends to key frames `i - left_context ..= i` (and never
 /// before frame 0). Inputs `q, k, v` are time-major `[T, heads * head_dim]`
-/// (heads side by side, as a Linear produces them); output `[T, heads * head_dim]`.
+/// (heads side by side, as a Linear produces them), or `[B, T, heads *
+/// head_dim]` for a batch of independent sequences; output shaped like `q`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimitedAttention {
     pub heads: usize,
@@ -18,21 +19,38 @@ pub struct LimitedAttention {
 }
 
 impl LimitedAttention {
-    pub(crate) fn check(&self, inputs: &[&TypedFact]) -> OpResult<usize> {
+    /// Checks the inputs; gives the width and the time axis (0, or 1 after
+    /// a batch axis).
+    pub(crate) fn check(&self, inputs: &[&TypedFact]) -> OpResult<(usize, usize)> {
         input_count(inputs, 3)?;
+        let r = inputs[0].rank();
+        if r != 2 && r != 3 {
+            return Err(OpError::Rank {
+                input: 0,
+                expected: "2 or 3".into(),
+                got: r,
+            });
+        }
         for (i, f) in inputs.iter().enumerate() {
-            rank(f, i, 2)?;
+            rank(f, i, r)?;
             float(f, i)?;
             same_dtype(inputs[0], f, i)?;
         }
-        let d = inputs[0].shape[1];
-        if inputs[1].shape[1] != d || inputs[2].shape[1] != d {
+        let t = r - 2;
+        if r == 3 && (inputs[1].shape[0] != inputs[0].shape[0] || inputs[2].shape[0] != inputs[0].shape[0]) {
+            return Err(OpError::Shape(format!(
+                "q, k, v batches differ: {} {} {}",
+                inputs[0], inputs[1], inputs[2]
+            )));
+        }
+        let d = inputs[0].shape[t + 1];
+        if inputs[1].shape[t + 1] != d || inputs[2].shape[t + 1] != d {
             return Err(OpError::Shape(format!(
                 "q, k, v widths differ: {} {} {}",
                 inputs[0], inputs[1], inputs[2]
             )));
         }
-        if inputs[1].shape[0] != inputs[2].shape[0] {
+        if inputs[1].shape[t] != inputs[2].shape[t] {
             return Err(OpError::Shape(format!(
                 "k and v lengths differ: {} vs {}",
                 inputs[1], inputs[2]
@@ -45,7 +63,7 @@ impl LimitedAttention {
                 self.heads
             )));
         }
-        Ok(d)
+        Ok((d, t))
     }
 }
 
@@ -53,8 +71,8 @@ impl Op for LimitedAttention {
     op_common!("LimitedAttention");
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
-        self.check(inputs)?;
-        if inputs[0].shape[0] != inputs[1].shape[0] {
+        let (_, t) = self.check(inputs)?;
+        if inputs[0].shape[t] != inputs[1].shape[t] {
             return Err(OpError::Shape(format!(
                 "self-attention needs q and k of one length: {} vs {}",
                 inputs[0], inputs[1]
@@ -72,7 +90,7 @@ impl Op for LimitedAttention {
         let facts: Vec<TypedFact> = inputs.iter().map(|t| TypedFact::of(t)).collect();
         let refs: Vec<&TypedFact> = facts.iter().collect();
         self.output_facts(&refs)?;
-        let t = inputs[0].shape()[0];
+        let t = inputs[0].shape()[inputs[0].rank() - 2];
         let lc = self.left_context as i64;
         attend(
             self.heads,
@@ -93,8 +111,9 @@ impl Op for LimitedAttention {
     }
 }
 
-/// Runs attention for `tq` queries. `window(i)` gives, for query row `i`, the
-/// inclusive range of key rows it sees (empty when `lo > hi`: output zeros).
+/// Runs attention for `tq` queries (per batch entry, for rank-3 inputs).
+/// `window(i)` gives, for query row `i`, the inclusive range of key rows it
+/// sees (empty when `lo > hi`: output zeros).
 pub(crate) fn attend(
     heads: usize,
     scale: Option<f32>,
@@ -114,8 +133,10 @@ pub(crate) fn attend(
         outputs[0] = tmp[0].cast(dt);
         return Ok(());
     }
-    let d = inputs[0].shape()[1];
-    let tk = inputs[1].shape()[0];
+    let r = inputs[0].rank();
+    let batch = if r == 3 { inputs[0].shape()[0] } else { 1 };
+    let d = inputs[0].shape()[r - 1];
+    let tk = inputs[1].shape()[r - 2];
     let dh = d / heads;
     let scale = scale.unwrap_or(1.0 / (dh as f32).sqrt());
     let (q, k, v) = (contig(inputs[0]), contig(inputs[1]), contig(inputs[2]));
@@ -125,10 +146,35 @@ pub(crate) fn attend(
         v.as_slice::<f32>()?,
     );
     outputs_len(outputs, 1);
-    outputs[0].ensure(DType::F32, &[tq, d]);
-    let out = outputs[0].as_slice_mut::<f32>()?;
-    out.fill(0.0);
+    let shape: &[usize] = if r == 3 { &[batch, tq, d] } else { &[tq, d] };
+    outputs[0].ensure(DType::F32, shape);
+    let out_all = outputs[0].as_slice_mut::<f32>()?;
+    out_all.fill(0.0);
     let scores = scratch.one(tk.max(1));
+    for bi in 0..batch {
+        let q = &q[bi * tq * d..(bi + 1) * tq * d];
+        let k = &k[bi * tk * d..(bi + 1) * tk * d];
+        let v = &v[bi * tk * d..(bi + 1) * tk * d];
+        let out = &mut out_all[bi * tq * d..(bi + 1) * tq * d];
+        attend_one(heads, scale, (q, k, v), out, scores, &window, tq, tk, d, dh);
+    }
+    Ok(())
+}
+
+/// One sequence of [`attend`]: `q [tq, d]`, `k, v [tk, d]` into `out [tq, d]`.
+#[allow(clippy::too_many_arguments)]
+fn attend_one(
+    heads: usize,
+    scale: f32,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    out: &mut [f32],
+    scores: &mut [f32],
+    window: &impl Fn(usize) -> (i64, i64),
+    tq: usize,
+    tk: usize,
+    d: usize,
+    dh: usize,
+) {
     for i in 0..tq {
         let (lo, hi) = window(i);
         let lo = lo.max(0) as usize;
@@ -163,5 +209,4 @@ pub(crate) fn attend(
             }
         }
     }
-    Ok(())
 }

@@ -6,7 +6,8 @@ use crate::ops::limited_attention::{attend, LimitedAttention};
 use crate::ops::{Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact};
 
 /// Inputs: q `[P, d]`, and k, v `[P + left_context, d]` whose first rows are
-/// the `left_context` frames before the pulse. `delay` is the stream's delay.
+/// the `left_context` frames before the pulse (each with a leading batch axis
+/// when batched: the streams advance together). `delay` is the stream's delay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PulsedLimitedAttention {
     pub attn: LimitedAttention,
@@ -18,9 +19,9 @@ impl Op for PulsedLimitedAttention {
     op_common!("PulsedLimitedAttention");
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
-        self.attn.check(inputs)?;
-        let ok = inputs[0].shape[0].as_const() == Some(self.pulse as i64)
-            && inputs[1].shape[0].as_const() == Some((self.pulse + self.attn.left_context) as i64);
+        let (_, t) = self.attn.check(inputs)?;
+        let ok = inputs[0].shape[t].as_const() == Some(self.pulse as i64)
+            && inputs[1].shape[t].as_const() == Some((self.pulse + self.attn.left_context) as i64);
         if !ok {
             return Err(OpError::Shape(format!(
                 "expected q of {} rows and k, v of {} rows, got {} {}",
@@ -77,7 +78,8 @@ impl OpState for AttnState {
             });
         }
         let (p, lc) = (self.op.pulse, self.op.attn.left_context);
-        if inputs[0].shape().first() != Some(&p) || inputs[1].shape().first() != Some(&(p + lc)) {
+        let t = inputs[0].rank().saturating_sub(2);
+        if inputs[0].shape().get(t) != Some(&p) || inputs[1].shape().get(t) != Some(&(p + lc)) {
             return Err(OpError::Shape(format!(
                 "expected q of {p} rows and k of {} rows, got {:?} {:?}",
                 p + lc,

@@ -4,6 +4,7 @@
 
 mod attention;
 mod batch_conv;
+mod batched;
 mod concat;
 mod delay;
 mod fact;
@@ -22,6 +23,7 @@ pub mod verify;
 mod window;
 
 pub use attention::PulsedLimitedAttention;
+pub use batched::{BatchChunk, BatchError, BatchedSession};
 pub use concat::PulsedSameAxisConcat;
 pub use delay::Delay;
 pub use fact::{PulsedFact, StreamInfo};

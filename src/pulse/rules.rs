@@ -40,10 +40,12 @@ fn limited_attention(cx: &mut Ctx, node: &Node, ins: &[Pulsed]) -> Result<Option
     let Some(op) = node.op.as_any().downcast_ref::<LimitedAttention>() else {
         return Ok(None);
     };
-    if ins.iter().any(|p| p.1.stream.is_none_or(|s| s.axis != 0)) {
+    // time is the axis before the width: 0, or 1 after a batch axis
+    let time = ins[0].1.fact.rank().saturating_sub(2);
+    if ins.iter().any(|p| p.1.stream.is_none_or(|s| s.axis != time)) {
         return Err(not_streamable(
             node,
-            "q, k and v must all stream along axis 0".into(),
+            format!("q, k and v must all stream along their time axis {time}"),
         ));
     }
     let ins = cx.align(&node.name, ins)?;
@@ -57,7 +59,7 @@ fn limited_attention(cx: &mut Ctx, node: &Node, ins: &[Pulsed]) -> Result<Option
     };
     let inputs: Vec<OutletId> = vec![ins[0].0, k.0, v.0];
     let out = Some(StreamInfo {
-        len: node.facts[0].shape[0],
+        len: node.facts[0].shape[time],
         overlap: 0,
         ..s
     });
