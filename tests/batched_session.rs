@@ -24,7 +24,11 @@ fn model() -> ModelDir {
 fn utterances() -> Vec<Vec<f32>> {
     let mut v: Vec<Vec<f32>> = ["00.wav", "01.wav", "02.wav"]
         .iter()
-        .map(|f| audio::load_wav(std::path::Path::new(&format!("{HELD}/{f}")), 16000).unwrap().samples)
+        .map(|f| {
+            audio::load_wav(std::path::Path::new(&format!("{HELD}/{f}")), 16000)
+                .unwrap()
+                .samples
+        })
         .collect();
     let half = v[2].len() / 2 + 77;
     v[2].truncate(half);
@@ -57,7 +61,11 @@ fn batched(session: &mut BatchedSession, utts: &[Vec<f32>]) -> Vec<Vec<f32>> {
             }
         }
         for c in session.step().unwrap() {
-            assert_eq!(c.chunk.start, next[c.stream], "stream {} frames in order", c.stream);
+            assert_eq!(
+                c.chunk.start, next[c.stream],
+                "stream {} frames in order",
+                c.stream
+            );
             next[c.stream] += c.chunk.data.shape()[0] as u64;
             rows[c.stream].extend(c.chunk.data.to_f32_vec());
         }
@@ -80,7 +88,11 @@ fn batched_streams_equal_their_own_sessions() {
     for (b, (g, w)) in got.iter().zip(&want).enumerate() {
         let w = w.to_f32_vec();
         assert_eq!(g.len(), w.len(), "stream {b}: frames");
-        let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        let d = g
+            .iter()
+            .zip(&w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
         assert!(d <= 1e-4, "stream {b}: max abs diff {d}");
     }
     // a reset session gives the same again
@@ -107,7 +119,11 @@ fn batched_whole_graph_equals_unbatched_on_equal_lengths() {
     for (b, u) in utts.iter().enumerate() {
         let one = whole.run(&[Tensor::from_slice(u)]).unwrap().remove(0);
         let entry = out.narrow(0, b, 1).unwrap().contiguous();
-        let d = entry.reshape(one.shape()).unwrap().max_abs_diff(&one).unwrap();
+        let d = entry
+            .reshape(one.shape())
+            .unwrap()
+            .max_abs_diff(&one)
+            .unwrap();
         assert!(d <= 1e-4, "utterance {b}: max abs diff {d}");
     }
 }
@@ -126,7 +142,10 @@ fn bad_feeds_are_typed_errors_that_use_nothing() {
     let mut s = BatchedSession::new(pulsed).unwrap();
     assert_eq!(
         batch_err(s.fill(2, &[0.0]).unwrap_err()),
-        BatchError::NoSuchStream { stream: 2, batch: 2 }
+        BatchError::NoSuchStream {
+            stream: 2,
+            batch: 2
+        }
     );
     assert!(matches!(
         batch_err(s.fill(0, &[0.0, f32::NAN]).unwrap_err()),
@@ -136,10 +155,17 @@ fn bad_feeds_are_typed_errors_that_use_nothing() {
     assert_eq!(s.fill(0, &[0.5; 100]).unwrap(), 100);
     assert_eq!(
         batch_err(s.step().unwrap_err()),
-        BatchError::NotReady { stream: 0, filled: 100, pulse: 640 }
+        BatchError::NotReady {
+            stream: 0,
+            filled: 100,
+            pulse: 640
+        }
     );
     s.end(0).unwrap();
-    assert_eq!(batch_err(s.fill(0, &[0.0]).unwrap_err()), BatchError::Ended { stream: 0 });
+    assert_eq!(
+        batch_err(s.fill(0, &[0.0]).unwrap_err()),
+        BatchError::Ended { stream: 0 }
+    );
     assert!(matches!(
         batch_err(s.step().unwrap_err()),
         BatchError::NotReady { stream: 1, .. }

@@ -277,6 +277,29 @@ impl Recognizer {
         )
     }
 
+    /// A transcriber of `batch` streams at once on `engine`: one chunk step
+    /// (one CUDA graph on a GPU) advances them all, sharing each weight read.
+    pub fn batch_on(&self, engine: &Engine, batch: usize) -> Result<super::BatchTranscriber> {
+        let Mode::Streamed { pulse } = self.options.mode else {
+            return Err(Error::Other(
+                "batched streams need a recogniser opened in streamed mode".into(),
+            ));
+        };
+        let taps = Taps {
+            head: Head::LogProbs,
+            intermediates: false,
+        };
+        let model = Arc::new(pulsify(&self.model.batched_graph(taps, batch)?, pulse)?);
+        let runner = engine.runner(Arc::new(model.graph.clone()), None)?;
+        super::BatchTranscriber::new(
+            crate::pulse::BatchedSession::with_runner(model, runner)?,
+            self.tokens.clone(),
+            self.options.decoding,
+            self.lm.clone(),
+            self.timing(),
+        )
+    }
+
     /// The graph's outputs for a whole signal on `engine`; `None` when it is
     /// shorter than one feature hop (no output frame exists).
     fn run_whole(&self, engine: &Engine, samples: &[f32]) -> Result<Option<Vec<Tensor>>> {

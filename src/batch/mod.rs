@@ -7,11 +7,15 @@
 //!   [`crate::asr::Recognizer`] (its model is read-only); each worker keeps one
 //!   [`crate::asr::StreamTranscriber`] and feeds it a [`crate::audio::WavStream`]
 //!   chunk by chunk, so a one-hour file costs no more memory than a short one.
+//! - With [`BatchOptions::streams`] > 1 each worker runs its files in
+//!   cohorts through one batched session ([`crate::asr::BatchTranscriber`]):
+//!   one chunk step, one CUDA graph on a GPU, for the whole cohort.
 //! - [`Control`] stops a run from another thread (Ctrl-C) and exposes
 //!   counters for a progress display.
 //! - [`open_for_resume`] reopens a JSON-lines output, dropping a line cut
 //!   short by a killed run, and says which files it already covers.
 
+mod cohort;
 mod inputs;
 mod pool;
 mod resume;

@@ -24,6 +24,10 @@ pub struct BatchOptions {
     /// met last does not leave the other workers idle; results then come in
     /// roughly that order.
     pub longest_first: bool,
+    /// Streams each worker runs in one chunk step (a batched session; 1:
+    /// one stream per worker). Files go in cohorts of this many, longest
+    /// first, so that a cohort's files have similar lengths.
+    pub streams: usize,
 }
 
 impl Default for BatchOptions {
@@ -33,6 +37,7 @@ impl Default for BatchOptions {
             jobs: default_jobs(),
             chunk_samples: 20_480,
             longest_first: false,
+            streams: 1,
         }
     }
 }
@@ -76,6 +81,14 @@ impl Control {
     /// Files finished so far (transcribed or failed).
     pub fn files_finished(&self) -> u64 {
         self.files_finished.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_pushed(&self, samples: u64) {
+        self.samples_pushed.fetch_add(samples, Ordering::Relaxed);
+    }
+
+    pub(super) fn count_finished(&self) {
+        self.files_finished.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -155,8 +168,10 @@ pub fn run<E>(
     let jobs = opts.jobs.clamp(1, files.len().max(1));
     let chunk = opts.chunk_samples.max(1);
     let next = AtomicUsize::new(0);
+    let streams = opts.streams.max(1);
+    let batched = streams > 1 && matches!(rec.options().mode, Mode::Streamed { .. });
     let mut order: Vec<usize> = (0..files.len()).collect();
-    if opts.longest_first {
+    if opts.longest_first || batched {
         let sizes: Vec<u64> = files
             .iter()
             .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
@@ -170,7 +185,15 @@ pub fn run<E>(
         for _ in 0..jobs {
             let tx = tx.clone();
             let (next, order) = (&next, &order);
-            s.spawn(move || worker(rec, files, order, next, chunk, control, tx));
+            if batched {
+                s.spawn(move || {
+                    super::cohort::cohort_worker(
+                        rec, files, order, next, chunk, streams, control, tx,
+                    )
+                });
+            } else {
+                s.spawn(move || worker(rec, files, order, next, chunk, control, tx));
+            }
         }
         drop(tx);
         for r in rx {
@@ -317,7 +340,7 @@ fn transcribe_file(
     }
 }
 
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+pub(super) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())

@@ -61,6 +61,11 @@ pub struct Args {
     /// GPU runs their chunk steps concurrently.
     #[arg(long, short)]
     jobs: Option<usize>,
+    /// Files each worker streams together through one batched chunk step (one
+    /// CUDA graph on a GPU reads each weight once for all of them); files are
+    /// then taken longest first, in cohorts of this many.
+    #[arg(long, default_value_t = 1, conflicts_with = "whole")]
+    streams: usize,
     /// Write here instead of standard output.
     #[arg(long, short)]
     output: Option<PathBuf>,
@@ -76,7 +81,8 @@ pub struct Args {
     #[arg(long, value_enum)]
     order: Option<Order>,
     /// Print batch throughput over the inputs with 1, 2, 4, ... up to --jobs workers
-    /// (concurrent streams on a GPU), instead of transcripts.
+    /// (concurrent streams on a GPU), each with 1 and with --streams streams per
+    /// step, instead of transcripts.
     #[arg(long, conflicts_with_all = ["output", "output_dir", "resume"])]
     bench: bool,
 }
@@ -120,6 +126,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.jobs == Some(0) {
         return Err("--jobs must be at least 1".into());
     }
+    if a.streams == 0 {
+        return Err("--streams must be at least 1".into());
+    }
     let mode = if a.whole {
         Mode::Whole
     } else {
@@ -141,6 +150,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         jobs: a.jobs.unwrap_or_else(batch::default_jobs),
         chunk_samples: chunk_samples(mode),
         longest_first: true,
+        streams: a.streams,
     };
     if a.bench {
         return bench(&rec, &files, opts);
@@ -457,15 +467,24 @@ fn bench(rec: &Recognizer, files: &[PathBuf], opts: BatchOptions) -> Result<Exit
         let next = (worker_counts[worker_counts.len() - 1] * 2).min(opts.jobs);
         worker_counts.push(next);
     }
+    let mut runs: Vec<(usize, usize)> = worker_counts.iter().map(|&j| (j, 1)).collect();
+    if opts.streams > 1 {
+        runs.extend(worker_counts.iter().map(|&j| (j, opts.streams)));
+    }
     let mut base = None;
     println!(
-        "{:>8} {:>10} {:>10} {:>12} {:>10} {:>8}",
-        "workers", "audio s", "wall s", "audio s/s", "RTF", "speed-up"
+        "{:>8} {:>8} {:>10} {:>10} {:>12} {:>10} {:>8}",
+        "workers", "streams", "audio s", "wall s", "audio s/s", "RTF", "speed-up"
     );
-    for jobs in worker_counts {
+    for (jobs, streams) in runs {
         let control = Control::new();
         let mut failed = 0;
-        let s = batch::run(rec, files, BatchOptions { jobs, ..opts }, &control, |r| {
+        let o = BatchOptions {
+            jobs,
+            streams,
+            ..opts
+        };
+        let s = batch::run(rec, files, o, &control, |r| {
             failed += matches!(r.outcome, Outcome::Failed(_)) as usize;
             Ok::<(), ()>(())
         })
@@ -477,7 +496,7 @@ fn bench(rec: &Recognizer, files: &[PathBuf], opts: BatchOptions) -> Result<Exit
         let speedup = base.map_or(1.0, |b| speed / b);
         base.get_or_insert(speed);
         println!(
-            "{jobs:>8} {:>10.1} {:>10.2} {speed:>12.1} {:>10.4} {speedup:>7.2}x{}",
+            "{jobs:>8} {streams:>8} {:>10.1} {:>10.2} {speed:>12.1} {:>10.4} {speedup:>7.2}x{}",
             s.audio_s,
             s.wall_s,
             s.wall_s / s.audio_s,

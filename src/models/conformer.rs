@@ -48,7 +48,12 @@ pub fn build(cfg: &ConformerConfig, w: &Weights, taps: Taps) -> Result<Graph> {
 /// `audio` `[B, S]`, every tensor with a leading batch axis. Pulsified, it
 /// runs `B` streams in one step, so a GPU reads each weight once for all of
 /// them. The fused greedy head has no batch axis; take [`Head::LogProbs`].
-pub fn build_batched(cfg: &ConformerConfig, w: &Weights, taps: Taps, batch: usize) -> Result<Graph> {
+pub fn build_batched(
+    cfg: &ConformerConfig,
+    w: &Weights,
+    taps: Taps,
+    batch: usize,
+) -> Result<Graph> {
     if taps.head == Head::Greedy {
         return Err(crate::Error::Graph(
             "a batched graph outputs log-probs: the fused greedy CTC head has no batch axis".into(),
@@ -79,14 +84,17 @@ fn build_with_batch(
         None => vec![Dim::s()],
     };
     let audio = m.b.input("audio", TypedFact::new(DType::F32, shape))?;
-    let feats =
-        m.b.scoped("frontend", |b| Builder { b, w, cfg, batched }.frontend(audio))?;
-    let mut x =
-        m.b.scoped("subsample", |b| Builder { b, w, cfg, batched }.subsample(feats))?;
+    let feats = m.b.scoped("frontend", |b| {
+        Builder { b, w, cfg, batched }.frontend(audio)
+    })?;
+    let mut x = m.b.scoped("subsample", |b| {
+        Builder { b, w, cfg, batched }.subsample(feats)
+    })?;
     let sub = x;
     for i in 0..cfg.n_blocks {
-        x =
-            m.b.scoped(&format!("blocks.{i}"), |b| Builder { b, w, cfg, batched }.block(x))?;
+        x = m.b.scoped(&format!("blocks.{i}"), |b| {
+            Builder { b, w, cfg, batched }.block(x)
+        })?;
     }
     match taps.head {
         Head::LogProbs => {

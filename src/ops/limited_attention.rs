@@ -37,7 +37,10 @@ impl LimitedAttention {
             same_dtype(inputs[0], f, i)?;
         }
         let t = r - 2;
-        if r == 3 && (inputs[1].shape[0] != inputs[0].shape[0] || inputs[2].shape[0] != inputs[0].shape[0]) {
+        if r == 3
+            && (inputs[1].shape[0] != inputs[0].shape[0]
+                || inputs[2].shape[0] != inputs[0].shape[0])
+        {
             return Err(OpError::Shape(format!(
                 "q, k, v batches differ: {} {} {}",
                 inputs[0], inputs[1], inputs[2]

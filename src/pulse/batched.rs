@@ -152,6 +152,11 @@ impl BatchedSession {
         self.input.pulse
     }
 
+    /// The runner, to read any node's output of the last step.
+    pub fn runner(&self) -> &dyn StepRunner {
+        self.runner.as_ref()
+    }
+
     /// Steps run so far.
     pub fn steps(&self) -> u64 {
         self.steps
@@ -174,7 +179,11 @@ impl BatchedSession {
     /// Values stream `stream` can still take before the next step.
     pub fn room(&self, stream: usize) -> Result<usize> {
         let s = self.slot(stream)?;
-        Ok(if s.ended { 0 } else { self.input.pulse - s.filled })
+        Ok(if s.ended {
+            0
+        } else {
+            self.input.pulse - s.filled
+        })
     }
 
     /// Copies as many of `values` as fit into stream `stream`'s pending
@@ -315,7 +324,9 @@ impl BatchedSession {
 fn end_dependent_node(model: &PulsedModel) -> Option<String> {
     model.graph.nodes.iter().find_map(|n| {
         let any = n.op.as_any();
-        let ends = any.downcast_ref::<PulsePad>().is_some_and(|p| p.end.is_some())
+        let ends = any
+            .downcast_ref::<PulsePad>()
+            .is_some_and(|p| p.end.is_some())
             || any.is::<ReflectPulsePad>()
             || any
                 .downcast_ref::<PulsedSameAxisConcat>()

@@ -42,7 +42,10 @@ fn limited_attention(cx: &mut Ctx, node: &Node, ins: &[Pulsed]) -> Result<Option
     };
     // time is the axis before the width: 0, or 1 after a batch axis
     let time = ins[0].1.fact.rank().saturating_sub(2);
-    if ins.iter().any(|p| p.1.stream.is_none_or(|s| s.axis != time)) {
+    if ins
+        .iter()
+        .any(|p| p.1.stream.is_none_or(|s| s.axis != time))
+    {
         return Err(not_streamable(
             node,
             format!("q, k and v must all stream along their time axis {time}"),

@@ -105,6 +105,12 @@ __device__ void limited_attention_impl(const T* q, const T* k, const T* v, T* ou
     extern __shared__ float sh[];
     const i64 i = blockIdx.x;
     const int h = blockIdx.y;
+    // grid z: independent sequences of a batch, gridDim.x query rows each
+    const u64 b = blockIdx.z;
+    q += b * gridDim.x * width;
+    out += b * gridDim.x * width;
+    k += b * (u64)tk * width;
+    v += b * (u64)tk * width;
     i64 lo, hi;
     if (step != 0) {
         const i64 first = (i64)(*step) * pulse - delay;

@@ -1,5 +1,6 @@
 // Skinny Linear for chunk steps: y[m, n] = act(sum_k x[m, k] * w[n, k] + b[n])
-// with few rows (m <= 16, a pulse's frames). Lanes stride along k, so each
+// with few rows (a pulse's frames: at most R = 16 per block, more rows, from
+// batched streams, in groups along grid y). Lanes stride along k, so each
 // weight row is read once, coalesced, and x (a few KiB, shared by every
 // warp) stays in cache. f32 accumulation; cuBLAS takes the large-m case
 // (whole utterances). Without a bias, `has_bias` is 0 and `bias` any valid
@@ -28,6 +29,16 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
                                    const T* gamma, const T* beta, float eps, int has_norm) {
     __shared__ float part[8][R];
     __shared__ float mean[R], rstd[R];
+    // grid y walks groups of R rows (a batch of streams' frames): each group
+    // reads the weights again, from L2, and keeps every epilogue fusion
+    {
+        const int g0 = blockIdx.y * R;
+        const int width = glu ? n / 2 : n;
+        x += (u64)g0 * k;
+        y += (u64)g0 * width;
+        if (has_residual) residual += (u64)g0 * n;
+        m = min(R, m - g0);
+    }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int cols = 8 / wpc;
     int local = warp / wpc;

@@ -72,7 +72,7 @@ impl GpuOp for LimitedGpu {
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
         expect_io("limited attention", io, 3, 1)?;
-        if self.tq == 0 {
+        if self.tq == 0 || self.grid.grid.2 == 0 {
             return Ok(());
         }
         launch(
@@ -132,12 +132,25 @@ fn build_limited(
         return Err(err(format!("{what}: mixed dtypes")));
     }
     let (q, k, v, out) = (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?, cx.out_shape(0)?);
-    if q.len() != 2 || k.len() != 2 || k != v || out != q || k[1] != q[1] {
+    let r = q.len();
+    if !(r == 2 || r == 3)
+        || k.len() != r
+        || k != v
+        || out != q
+        || k[r - 1] != q[r - 1]
+        || k[..r - 2] != q[..r - 2]
+    {
         return Err(err(format!(
-            "{what}: q {q:?}, k {k:?}, v {v:?}, out {out:?} are not [tq, d], [tk, d], [tk, d], [tq, d]"
+            "{what}: q {q:?}, k {k:?}, v {v:?}, out {out:?} are not [(b,) tq, d], [(b,) tk, d], [(b,) tk, d], [(b,) tq, d]"
         )));
     }
-    let (tq, tk, width) = (q[0], k[0], q[1]);
+    let batch = if r == 3 { q[0] } else { 1 };
+    if batch > MAX_GRID_Y {
+        return Err(err(format!(
+            "{what}: a batch of {batch} (at most {MAX_GRID_Y})"
+        )));
+    }
+    let (tq, tk, width) = (q[r - 2], k[r - 2], q[r - 1]);
     if op.heads == 0 || width % op.heads != 0 || op.heads > MAX_GRID_Y {
         return Err(err(format!(
             "{what}: width {width} in {} heads (at most {MAX_GRID_Y})",
@@ -169,7 +182,7 @@ fn build_limited(
             .lib
             .function("attention", &format!("limited_attention_{suffix}"))?,
         grid: Grid {
-            grid: ((rows as u32).max(1), op.heads as u32, 1),
+            grid: ((rows as u32).max(1), op.heads as u32, batch as u32),
             block: (THREADS, 1, 1),
             shared_bytes: shared,
         },

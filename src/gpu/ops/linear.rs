@@ -8,8 +8,11 @@ use crate::gpu::GpuError;
 use crate::ops::matmul::{Linear, MatMul};
 use crate::ops::Op;
 
-/// Rows up to which the skinny kernel beats cuBLAS (its largest row bound).
-const SKINNY_ROWS: usize = 16;
+/// Rows a skinny block holds (its largest compile-time row bound).
+const SKINNY_GROUP: usize = 16;
+/// Rows up to which the skinny kernel, in groups of [`SKINNY_GROUP`] rows
+/// (a batch of streams' pulses), is used instead of cuBLAS.
+const SKINNY_ROWS: usize = 256;
 
 #[derive(Debug)]
 struct LinearGpu {
@@ -128,10 +131,15 @@ impl GpuOp for LinearGpu {
                 Some((eps, i)) => (extra(i)?, extra(i + 1)?, extra(i + 2)?, eps),
                 None => (io.ins[0].ptr, y, y, 0.0),
             };
+            let groups = g.m.div_ceil(SKINNY_GROUP).max(1);
             return launch(
                 cx,
                 f,
-                Grid::blocks(blocks as u32, 256),
+                Grid {
+                    grid: (blocks as u32, groups as u32, 1),
+                    block: (256, 1, 1),
+                    shared_bytes: 0,
+                },
                 &[
                     Arg::Ptr(x),
                     Arg::Ptr(io.ins[1].ptr),
@@ -231,7 +239,7 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     };
     let fits_i32 = [m, n, k].iter().all(|&v| v <= i32::MAX as usize);
     let skinny = if m <= SKINNY_ROWS && fits_i32 {
-        let bound = m.max(1).next_power_of_two();
+        let bound = m.clamp(1, SKINNY_GROUP).next_power_of_two();
         Some(
             cx.lib
                 .function("linear", &format!("skinny_linear_r{bound}_{suffix}"))?,

@@ -1,0 +1,217 @@
+//! A worker that transcribes files in cohorts of `B` streams through one
+//! [`BatchTranscriber`]: every chunk step serves the whole cohort. The
+//! streams of a cohort start together; each ends with its file and its slot
+//! then idles (fed silence) until the cohort's longest file is done, so the
+//! pool hands out files longest first and cohorts hold similar lengths.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use super::pool::{panic_message, Control, FileResult, Outcome};
+use crate::asr::{BatchTranscriber, Recognizer};
+use crate::audio::WavStream;
+
+/// One file in a slot of the cohort.
+struct Member {
+    index: usize,
+    path: PathBuf,
+    wav: WavStream,
+    /// Samples read from the file and not yet fed.
+    pending: Vec<f32>,
+    used: usize,
+    pushed: u64,
+    started: Instant,
+    /// Set when the file failed half-way; its slot then just idles.
+    failed: Option<String>,
+}
+
+/// Runs cohorts until the file list is used up or the run is stopped.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn cohort_worker(
+    rec: &Recognizer,
+    files: &[PathBuf],
+    order: &[usize],
+    next: &AtomicUsize,
+    chunk: usize,
+    streams: usize,
+    control: &Control,
+    tx: mpsc::Sender<FileResult>,
+) {
+    let send = |index: usize, outcome: Outcome, pushed: u64, t0: Instant| {
+        if !matches!(outcome, Outcome::Cancelled) {
+            control.count_finished();
+        }
+        tx.send(FileResult {
+            index,
+            path: files[index].clone(),
+            outcome,
+            audio_s_processed: pushed as f64 / rec.sample_rate() as f64,
+            elapsed_s: t0.elapsed().as_secs_f64(),
+        })
+        .is_ok()
+    };
+    let made = rec
+        .engine()
+        .lane()
+        .and_then(|engine| rec.batch_on(&engine, streams));
+    let mut bt = match made {
+        Ok(bt) => bt,
+        Err(e) => {
+            // every file this worker would have taken fails with the reason
+            while let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) {
+                let msg = format!("{}: batched streams: {e}", files[index].display());
+                if !send(index, Outcome::Failed(msg), 0, Instant::now()) {
+                    return;
+                }
+            }
+            return;
+        }
+    };
+    while !control.is_stopped() {
+        // fill the cohort; files that cannot be opened are reported at once
+        let mut members: Vec<Option<Member>> = Vec::with_capacity(streams);
+        while members.len() < streams {
+            let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) else {
+                break;
+            };
+            match WavStream::open(&files[index], rec.sample_rate()) {
+                Ok(wav) => members.push(Some(Member {
+                    index,
+                    path: files[index].clone(),
+                    wav,
+                    pending: Vec::new(),
+                    used: 0,
+                    pushed: 0,
+                    started: Instant::now(),
+                    failed: None,
+                })),
+                Err(e) => {
+                    if !send(index, Outcome::Failed(e.to_string()), 0, Instant::now()) {
+                        return;
+                    }
+                }
+            }
+        }
+        if members.is_empty() {
+            return;
+        }
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_cohort(&mut bt, &mut members, chunk, control, &send)
+        }));
+        let error = match outcome {
+            Ok(Ok(true)) => None,
+            Ok(Ok(false)) => return, // the receiver is gone
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(panic) => Some(format!("internal error: {}", panic_message(&panic))),
+        };
+        // what is left in the cohort was cut short: by a stop, or by an
+        // error of the shared step, which every member shares
+        for m in members.into_iter().flatten() {
+            let outcome = match &error {
+                Some(e) => Outcome::Failed(format!("{}: {e}", files[m.index].display())),
+                None => Outcome::Cancelled,
+            };
+            if !send(m.index, outcome, m.pushed, m.started) {
+                return;
+            }
+        }
+        if error.is_some() {
+            // the session's state is unknown after a failed step
+            match rec.engine().lane().and_then(|e| rec.batch_on(&e, streams)) {
+                Ok(fresh) => bt = fresh,
+                Err(_) => return,
+            }
+        } else {
+            bt.reset();
+        }
+    }
+}
+
+/// Steps the cohort until every member is done (sending each result as it
+/// finishes and taking it out of `members`), or the run stops. `Ok(false)`:
+/// the receiver hung up.
+fn run_cohort(
+    bt: &mut BatchTranscriber,
+    members: &mut [Option<Member>],
+    chunk: usize,
+    control: &Control,
+    send: &impl Fn(usize, Outcome, u64, Instant) -> bool,
+) -> crate::Result<bool> {
+    for b in members.len()..bt.batch() {
+        bt.end(b)?; // an empty slot of the last, short cohort
+    }
+    loop {
+        if control.is_stopped() {
+            return Ok(true);
+        }
+        for (b, slot) in members.iter_mut().enumerate() {
+            let Some(m) = slot else { continue };
+            if m.failed.is_some() || bt.room(b)? == 0 {
+                continue;
+            }
+            if let Err(e) = feed(bt, b, m, chunk, control) {
+                m.failed = Some(e);
+                bt.end(b)?;
+            }
+        }
+        bt.step()?;
+        for (b, slot) in members.iter_mut().enumerate() {
+            let finished = slot
+                .as_ref()
+                .is_some_and(|m| m.failed.is_some() || bt.done(b));
+            if !finished {
+                continue;
+            }
+            let m = slot.take().expect("checked");
+            let outcome = match m.failed {
+                Some(e) => Outcome::Failed(e),
+                None => Outcome::Done {
+                    transcript: bt.transcript(b)?,
+                    duration_s: m.wav.source_duration_s(),
+                },
+            };
+            if !send(m.index, outcome, m.pushed, m.started) {
+                return Ok(false);
+            }
+        }
+        if members.iter().all(Option::is_none) {
+            return Ok(true);
+        }
+    }
+}
+
+/// Fills stream `b`'s pulse from its file, ending it at the file's end.
+fn feed(
+    bt: &mut BatchTranscriber,
+    b: usize,
+    m: &mut Member,
+    chunk: usize,
+    control: &Control,
+) -> Result<(), String> {
+    let name = m.path.display().to_string();
+    let name = || name.as_str();
+    while bt.room(b).map_err(|e| format!("{}: {e}", name()))? > 0 {
+        if m.used == m.pending.len() {
+            match m.wav.next_chunk(chunk) {
+                Ok(Some(samples)) => {
+                    m.pending = samples;
+                    m.used = 0;
+                }
+                Ok(None) => {
+                    bt.end(b).map_err(|e| format!("{}: {e}", name()))?;
+                    return Ok(());
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        let took = bt
+            .fill(b, &m.pending[m.used..])
+            .map_err(|e| format!("{}: {e}", name()))?;
+        m.used += took;
+        m.pushed += took as u64;
+        control.count_pushed(took as u64);
+    }
+    Ok(())
+}
