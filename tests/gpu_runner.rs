@@ -743,3 +743,164 @@ fn concurrent_lanes_each_equal_cpu() {
     });
     eprintln!("4 lanes: {} device allocations", allocations() - before);
 }
+
+/// Feeds `utts` through a batched session, one pulse per stream per step,
+/// and calls `each` after every step.
+fn feed_batched(
+    s: &mut pulsed::pulse::BatchedSession,
+    utts: &[Vec<f32>],
+    mut each: impl FnMut(&pulsed::pulse::BatchedSession, Vec<pulsed::pulse::BatchChunk>),
+) {
+    let mut rest: Vec<&[f32]> = utts.iter().map(|u| u.as_slice()).collect();
+    while !s.all_done() {
+        for (b, r) in rest.iter_mut().enumerate() {
+            if s.room(b).unwrap() > 0 {
+                let took = s.fill(b, r).unwrap();
+                *r = &r[took..];
+                if r.is_empty() && s.room(b).unwrap() > 0 {
+                    s.end(b).unwrap();
+                }
+            }
+        }
+        let chunks = s.step().unwrap();
+        each(s, chunks);
+    }
+}
+
+#[test]
+#[ignore]
+fn batched_streams_equal_cpu_per_node_and_capture() {
+    use pulsed::pulse::BatchedSession;
+    let Some(d) = dev() else { return };
+    let m = ModelDir::open(ModelDir::default_path()).expect("shipped model");
+    let a = audio();
+    let taps = Taps {
+        head: Head::LogProbs,
+        intermediates: false,
+    };
+    // streams of different lengths and contents: the fixture shifted and cut
+    for (batch, precision, tol) in [
+        (3, Precision::F32, 1e-4f32),
+        (24, Precision::F32, 1e-4),
+        (40, Precision::F32, 1e-4),
+        (5, Precision::Bf16, 3e-2),
+    ] {
+        let utts: Vec<Vec<f32>> = (0..batch)
+            .map(|b| {
+                let start = (b * 1777) % 9000;
+                let len = a.len() - start - (b * 3331) % 12000;
+                a[start..start + len].to_vec()
+            })
+            .collect();
+        let model = Arc::new(pulsify(&m.batched_graph(taps, batch).unwrap(), 5120).unwrap());
+        let mut cpu = BatchedSession::new(model.clone()).unwrap();
+        let mut cpu_out = vec![Vec::new(); batch];
+        feed_batched(&mut cpu, &utts, |_, chunks| {
+            for c in chunks {
+                cpu_out[c.stream].extend(c.chunk.data.to_f32_vec());
+            }
+        });
+        // every node after every step, on an eager runner that keeps values
+        let r = gpu_runner(&d, &model, precision, "");
+        let (on_gpu, on_cpu) = r.placement_counts();
+        assert_eq!(on_cpu, 0, "batch {batch}: nodes on the CPU");
+        let mut gs = BatchedSession::with_runner(model.clone(), Box::new(r)).unwrap();
+        let mut cs = BatchedSession::new(model.clone()).unwrap();
+        let mut worst = (0.0f32, String::new());
+        let mut cpu_chunks = Vec::new();
+        feed_batched(&mut cs, &utts, |s, _| {
+            let vals: Vec<Option<Tensor>> = (0..model.graph.nodes.len())
+                .map(|n| s.runner().value(pulsed::graph::OutletId::new(n, 0)))
+                .collect();
+            cpu_chunks.push(vals);
+        });
+        let mut step = 0;
+        feed_batched(&mut gs, &utts, |s, _| {
+            for (n, want) in cpu_chunks[step].iter().enumerate() {
+                let (Some(want), Some(got)) =
+                    (want, s.runner().value(pulsed::graph::OutletId::new(n, 0)))
+                else {
+                    continue;
+                };
+                let w = want.to_f32_vec();
+                let scale = w.iter().fold(1.0f32, |a, v| a.max(v.abs()));
+                let e = got
+                    .to_f32_vec()
+                    .iter()
+                    .zip(&w)
+                    .fold(0.0f32, |a, (g, c)| a.max((g - c).abs()))
+                    / scale;
+                if e > worst.0 {
+                    worst = (e, model.graph.nodes[n].name.clone());
+                }
+            }
+            step += 1;
+        });
+        eprintln!(
+            "batch {batch} {precision:?}: {on_gpu} nodes on the GPU, {step} steps, worst node {} rel {:e}",
+            worst.1, worst.0
+        );
+        // bf16 is held to the log-probs below: log-mel of near-silence moves
+        // far in relative terms when the samples are rounded to bf16
+        if precision == Precision::F32 {
+            assert!(
+                worst.0 <= tol,
+                "batch {batch}: {} off by {:e}",
+                worst.1,
+                worst.0
+            );
+        }
+        // captured: one graph per step, nothing allocated in capture or replay
+        let o = GpuRunnerOptions::new(precision);
+        let mut r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).unwrap();
+        let pulse = random(&[batch, 5120], 9, 0.3);
+        let before = capture_allocations();
+        for _ in 0..2 {
+            r.step(&[&pulse]).unwrap(); // eager warm-up, then capture
+        }
+        assert!(
+            !r.capture_failed() && r.captured_graphs() >= 1,
+            "batch {batch}: no capture"
+        );
+        assert_eq!(
+            capture_allocations(),
+            before,
+            "allocations attempted during capture"
+        );
+        let a0 = allocations();
+        for _ in 0..5 {
+            r.step(&[&pulse]).unwrap();
+        }
+        assert_eq!(allocations(), a0, "replayed steps allocated device memory");
+        // and through a session: the CPU's log-probs for every stream
+        let o = GpuRunnerOptions::new(precision);
+        let r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).unwrap();
+        let mut gs = BatchedSession::with_runner(model.clone(), Box::new(r)).unwrap();
+        let before = capture_allocations();
+        let mut gpu_out = vec![Vec::new(); batch];
+        feed_batched(&mut gs, &utts, |_, chunks| {
+            for c in chunks {
+                gpu_out[c.stream].extend(c.chunk.data.to_f32_vec());
+            }
+        });
+        assert_eq!(
+            capture_allocations(),
+            before,
+            "allocations attempted during capture"
+        );
+        for b in 0..batch {
+            assert_eq!(gpu_out[b].len(), cpu_out[b].len(), "stream {b}: frames");
+            let scale = cpu_out[b].iter().fold(1.0f32, |a, v| a.max(v.abs()));
+            let e = gpu_out[b]
+                .iter()
+                .zip(&cpu_out[b])
+                .fold(0.0f32, |a, (g, c)| a.max((g - c).abs()))
+                / scale;
+            assert!(
+                e <= tol,
+                "batch {batch} stream {b}: log-probs off by {e:e} of scale {scale}"
+            );
+        }
+        eprintln!("  batch {batch} {precision:?}: captured session's log-probs equal the CPU's");
+    }
+}

@@ -13,7 +13,10 @@ use crate::Result;
 /// One stream's decoder, fed `[frames, vocab]` log-prob rows.
 enum SlotDecoder {
     Greedy(GreedyDecoder),
-    Beam { search: BeamSearch, frames: usize },
+    Beam {
+        search: Box<BeamSearch>,
+        frames: usize,
+    },
 }
 
 /// `B` streams through a [`BatchedSession`], each decoded on its own. Feed
@@ -151,7 +154,12 @@ fn slot_decoder(
     Ok(match decoding {
         Decoding::Greedy => SlotDecoder::Greedy(GreedyDecoder::new(tokens.clone(), timing)?),
         Decoding::Beam { width } => SlotDecoder::Beam {
-            search: BeamSearch::new(tokens.len(), tokens.blank(), width, scorer)?,
+            search: Box::new(BeamSearch::new(
+                tokens.len(),
+                tokens.blank(),
+                width,
+                scorer,
+            )?),
             frames: 0,
         },
     })

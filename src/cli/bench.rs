@@ -212,6 +212,7 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
         captured_f32 * 1e3,
         pulse as f64 * 1000.0 / rec.sample_rate() as f64
     );
+    batched_bench(rec, &device)?;
     // where an eager f32 step spends its GPU time, node by node
     let mut r = pulsed::gpu::GpuRunner::new(
         device.clone(),
@@ -257,6 +258,85 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
                 t * 1e6
             );
         }
+    }
+    Ok(())
+}
+
+/// Captured f32 chunk steps of batched sessions (B streams per step), side
+/// by side: latency per step and audio seconds per second over all streams.
+#[cfg(feature = "cuda")]
+fn batched_bench(
+    rec: &Recognizer,
+    device: &std::sync::Arc<pulsed::gpu::GpuDevice>,
+) -> Result<(), String> {
+    use pulsed::gpu::{GpuRunner, GpuRunnerOptions, Precision};
+    use pulsed::models::conformer::{Head, Taps};
+    const STEPS: usize = 100;
+    let pulse = match rec.options().mode {
+        pulsed::asr::Mode::Streamed { pulse } => pulse,
+        pulsed::asr::Mode::Whole => return Ok(()),
+    };
+    let pulse_s = pulse as f64 / rec.sample_rate() as f64;
+    let taps = Taps {
+        head: Head::LogProbs,
+        intermediates: false,
+    };
+    println!("  batched streams (one captured f32 step for B streams, median of {STEPS}):");
+    for batch in [1usize, 2, 4, 8, 16, 32, 64, 128] {
+        let g = rec
+            .model()
+            .batched_graph(taps, batch)
+            .map_err(|e| e.to_string())?;
+        let pm = pulsed::pulse::pulsify(&g, pulse).map_err(|e| e.to_string())?;
+        let mut r = GpuRunner::new(
+            device.clone(),
+            pm.graph.clone(),
+            None,
+            &GpuRunnerOptions::new(Precision::F32),
+        )
+        .map_err(|e| e.to_string())?;
+        // speech-like levels, never zeros
+        let x: Vec<f32> = (0..batch * pulse)
+            .map(|i| ((i as f32 * 0.013).sin() * 0.3) + ((i * 7919 % 1000) as f32 - 500.0) * 1e-4)
+            .collect();
+        let x = pulsed::ops::Tensor::from_vec(vec![batch, pulse], x).map_err(|e| e.to_string())?;
+        for _ in 0..20 {
+            pulsed::graph::StepRunner::step(&mut r, &[&x]).map_err(|e| e.to_string())?;
+        }
+        let mut times = Vec::with_capacity(STEPS);
+        for _ in 0..STEPS {
+            let t = Instant::now();
+            pulsed::graph::StepRunner::step(&mut r, &[&x]).map_err(|e| e.to_string())?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        let t = median(times);
+        if std::env::var_os("PULSED_BENCH_PROFILE").is_some() && [16, 64].contains(&batch) {
+            let mut by_kind: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+            for (id, t) in r.profile_step(&[&x]).map_err(|e| e.to_string())? {
+                let e = by_kind.entry(pm.graph.nodes[id].op.name()).or_default();
+                e.0 += t;
+                e.1 += 1;
+            }
+            let mut v: Vec<_> = by_kind.into_iter().collect();
+            v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+            for (kind, (t, n)) in v.iter().take(6) {
+                println!(
+                    "      B {batch} profile: {kind:<24} {n:>4} nodes {:>8.3} ms",
+                    t * 1e3
+                );
+            }
+        }
+        println!(
+            "    B {batch:>3}: {:.3} ms per step ({:.3} ms per stream), {:.0} audio s/s{}",
+            t * 1e3,
+            t * 1e3 / batch as f64,
+            batch as f64 * pulse_s / t,
+            if r.capture_failed() {
+                " (capture failed: eager)"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }
