@@ -1,6 +1,7 @@
 //! Transcribes every WAV under the given folders (or files, or glob patterns)
 //! on all cores, the encoder on the GPU when there is one (each worker on a
-//! CUDA stream of its own), and prints one line per file as each finishes.
+//! CUDA stream of its own, running a cohort of files through one batched
+//! chunk step), and prints one line per file as each finishes.
 //!
 //! ```text
 //! cargo run --release --example batch_transcribe -- fixtures/asr/heldout
@@ -26,8 +27,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?
     .with_engine(Engine::auto());
     eprintln!("encoder on {}", rec.engine().name());
+    let mut opts = BatchOptions::default();
+    opts.streams = batch::default_streams(rec.engine(), files.len(), opts.jobs);
     let control = Control::new();
-    let summary = batch::run(&rec, &files, BatchOptions::default(), &control, |r| {
+    let summary = batch::run(&rec, &files, opts, &control, |r| {
         match r.outcome {
             Outcome::Done {
                 transcript,
@@ -46,13 +49,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok::<(), std::io::Error>(())
     })?;
     eprintln!(
-        "{} transcribed, {} failed; {:.1} s of audio in {:.1} s ({:.1} audio s/s on {} workers)",
+        "{} transcribed, {} failed; {:.1} s of audio in {:.1} s ({:.1} audio s/s on {} workers x {} streams)",
         summary.transcribed,
         summary.failed,
         summary.audio_s,
         summary.wall_s,
         summary.audio_s / summary.wall_s.max(1e-9),
-        BatchOptions::default().jobs
+        opts.jobs,
+        opts.streams
     );
     Ok(())
 }

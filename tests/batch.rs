@@ -80,6 +80,25 @@ fn mixed_folder(d: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         .unwrap();
     std::fs::write(&bad[3], &bytes[..bytes.len() / 2]).unwrap();
     std::fs::write(&bad[4], "this is not audio\n").unwrap();
+    // a float WAV with a NaN a few pulses in: found half-way through the file
+    let float = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let mut w = hound::WavWriter::create(d.join("nan.wav"), float).unwrap();
+    for i in 0..40_000 {
+        let v = if i == 23_456 {
+            f32::NAN
+        } else {
+            (i as f32 * 0.01).sin() * 0.1
+        };
+        w.write_sample(v).unwrap();
+    }
+    w.finalize().unwrap();
+    let mut bad = bad;
+    bad.push(d.join("nan.wav"));
     std::fs::write(
         d.join("notes.txt"),
         "not a .wav: never picked from a folder",
@@ -130,7 +149,14 @@ fn reference(rec: &Recognizer, path: &Path) -> serde_json::Value {
 
 #[test]
 fn a_mixed_folder_accounts_for_every_file_once() {
-    let d = temp_dir("mixed");
+    // one stream per worker, and cohorts of 4 through a batched session
+    for streams in ["1", "4"] {
+        mixed_folder_with_streams(streams);
+    }
+}
+
+fn mixed_folder_with_streams(streams: &str) {
+    let d = temp_dir(&format!("mixed-{streams}"));
     let (good, bad) = mixed_folder(&d);
     let (code, out, err) = pulsed(&[
         "transcribe",
@@ -138,6 +164,8 @@ fn a_mixed_folder_accounts_for_every_file_once() {
         "jsonl",
         "--jobs",
         "2",
+        "--streams",
+        streams,
         d.to_str().unwrap(),
     ]);
     assert_eq!(code, 1, "{err}");
@@ -213,7 +241,11 @@ fn resume_skips_done_files_and_drops_a_cut_line() {
         d.to_str().unwrap(),
     ]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("1 of 9 files already done"), "{err}");
+    let all = good.len() + bad.len();
+    assert!(
+        err.contains(&format!("1 of {all} files already done")),
+        "{err}"
+    );
     let text = std::fs::read_to_string(&o).unwrap();
     assert!(text.starts_with(&done_line), "{text}");
     let lines = by_file(&parse_lines(&text));

@@ -206,9 +206,17 @@ fn feed(
                 Err(e) => return Err(e.to_string()),
             }
         }
-        let took = bt
-            .fill(b, &m.pending[m.used..])
-            .map_err(|e| format!("{}: {e}", name()))?;
+        let took = bt.fill(b, &m.pending[m.used..]).map_err(|e| match e {
+            // where in the file, not where in the batch
+            crate::Error::Batch(crate::pulse::BatchError::NotFinite { index, value, .. }) => {
+                format!(
+                    "{}: sample {} (at the model's rate) is not finite ({value})",
+                    name(),
+                    m.pushed + index as u64
+                )
+            }
+            e => format!("{}: {e}", name()),
+        })?;
         m.used += took;
         m.pushed += took as u64;
         control.count_pushed(took as u64);

@@ -21,5 +21,7 @@ mod pool;
 mod resume;
 
 pub use inputs::{expand_inputs, read_manifest, InputError};
-pub use pool::{default_jobs, run, BatchOptions, Control, FileResult, Outcome, Summary};
+pub use pool::{
+    default_jobs, default_streams, run, BatchOptions, Control, FileResult, Outcome, Summary,
+};
 pub use resume::{open_for_resume, read_done, Done};

@@ -63,9 +63,10 @@ pub struct Args {
     jobs: Option<usize>,
     /// Files each worker streams together through one batched chunk step (one
     /// CUDA graph on a GPU reads each weight once for all of them); files are
-    /// then taken longest first, in cohorts of this many.
-    #[arg(long, default_value_t = 1, conflicts_with = "whole")]
-    streams: usize,
+    /// then taken longest first, in cohorts of this many. Default: enough for
+    /// every worker to have a full cohort, up to 4 on the CPU and 32 on a GPU.
+    #[arg(long, conflicts_with = "whole")]
+    streams: Option<usize>,
     /// Write here instead of standard output.
     #[arg(long, short)]
     output: Option<PathBuf>,
@@ -126,7 +127,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.jobs == Some(0) {
         return Err("--jobs must be at least 1".into());
     }
-    if a.streams == 0 {
+    if a.streams == Some(0) {
         return Err("--streams must be at least 1".into());
     }
     let mode = if a.whole {
@@ -145,12 +146,15 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     .map_err(|e| e.to_string())?
     .with_engine(engine);
     let rec = a.lm.apply(rec)?;
+    // on a GPU each worker streams its files on a CUDA stream of its own
+    let jobs = a.jobs.unwrap_or_else(batch::default_jobs);
     let mut opts = BatchOptions {
-        // on a GPU each worker streams its file on a CUDA stream of its own
-        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
+        jobs,
         chunk_samples: chunk_samples(mode),
         longest_first: true,
-        streams: a.streams,
+        streams: a
+            .streams
+            .unwrap_or_else(|| batch::default_streams(rec.engine(), files.len(), jobs)),
     };
     if a.bench {
         return bench(&rec, &files, opts);
@@ -245,12 +249,13 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     }
     if several && summary.audio_s > 0.0 {
         eprintln!(
-            "pulsed: {} files, {:.1} s of audio in {:.1} s ({:.1} audio s/s, {} workers)",
+            "pulsed: {} files, {:.1} s of audio in {:.1} s ({:.1} audio s/s, {} workers x {} streams)",
             summary.transcribed + summary.failed,
             summary.audio_s,
             summary.wall_s,
             summary.audio_s / summary.wall_s.max(1e-9),
-            opts.jobs.min(files.len())
+            opts.jobs.min(files.len()),
+            opts.streams
         );
     }
     if sink.failed > 0 {
