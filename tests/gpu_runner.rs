@@ -904,3 +904,56 @@ fn batched_streams_equal_cpu_per_node_and_capture() {
         eprintln!("  batch {batch} {precision:?}: captured session's log-probs equal the CPU's");
     }
 }
+
+#[test]
+#[ignore]
+fn captures_survive_other_threads_allocating() {
+    use pulsed::gpu::memory::DeviceBuffer;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let Some(d) = dev() else { return };
+    let (_, model) = shipped(Head::Greedy, 5120);
+    let stop = AtomicBool::new(false);
+    let churn = AtomicUsize::new(0);
+    let pulse = random(&[5120], 3, 0.3);
+    let failed = std::thread::scope(|s| {
+        // other workers building and dropping runners: buffers, pinned
+        // memory and cuBLAS handles come and go all the time
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let lane = d.lane().unwrap();
+                    let b = DeviceBuffer::alloc(&lane.ctx, 4 << 20).unwrap();
+                    drop(b);
+                    let r = GpuRunner::new(
+                        lane,
+                        model.graph.clone(),
+                        None,
+                        &GpuRunnerOptions::new(Precision::F32),
+                    )
+                    .unwrap();
+                    drop(r);
+                    churn.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let mut failed = 0;
+        for _ in 0..30 {
+            let lane = d.lane().unwrap();
+            let o = GpuRunnerOptions::new(Precision::F32);
+            let mut r = GpuRunner::new(lane, model.graph.clone(), None, &o).unwrap();
+            for _ in 0..3 {
+                r.step(&[&pulse]).unwrap(); // warm-up, capture, replay
+            }
+            failed += r.capture_failed() as usize;
+        }
+        stop.store(true, Ordering::Relaxed);
+        failed
+    });
+    let churn = churn.load(Ordering::Relaxed);
+    eprintln!("30 captures beside {churn} runners made and dropped: {failed} failed");
+    assert!(churn > 0, "the other threads did nothing");
+    assert_eq!(
+        failed, 0,
+        "captures invalidated by other threads' allocations"
+    );
+}

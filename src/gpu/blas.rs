@@ -17,7 +17,8 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 /// A cuBLAS handle bound to the context's stream, with its workspace.
 #[derive(Debug)]
 pub struct Blas {
-    blas: CudaBlas,
+    /// Dropped under [`super::memory::memory_change`] (cublasDestroy frees).
+    blas: std::mem::ManuallyDrop<CudaBlas>,
     _workspace: DeviceBuffer,
     /// Whether f32 GEMMs may use TF32 tensor cores (off unless asked for).
     pub tf32: bool,
@@ -70,12 +71,20 @@ impl Gemm {
     }
 }
 
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, and never used again
+        super::memory::memory_change(|| unsafe { std::mem::ManuallyDrop::drop(&mut self.blas) });
+    }
+}
+
 impl Blas {
     /// A handle on `gpu`'s stream with its workspace set.
     pub fn new(gpu: &GpuContext) -> Result<Blas, GpuError> {
         let workspace = DeviceBuffer::alloc(gpu, WORKSPACE_BYTES)?;
         no_panic(|| {
-            let blas = CudaBlas::new(gpu.stream().clone())
+            // cublasCreate allocates: kept apart from other threads' captures
+            let blas = super::memory::memory_change(|| CudaBlas::new(gpu.stream().clone()))
                 .map_err(|e| GpuError::Driver(format!("cuBLAS: {e:?}")))?;
             let h = *blas.handle();
             unsafe {
@@ -87,7 +96,7 @@ impl Blas {
                     .map_err(|e| GpuError::Driver(format!("cublasSetMathMode: {e:?}")))?;
             }
             Ok(Blas {
-                blas,
+                blas: std::mem::ManuallyDrop::new(blas),
                 _workspace: workspace,
                 tf32: false,
             })

@@ -4,8 +4,14 @@
 //! which counts each attempt and refuses (with an error, never a panic) any
 //! attempt made while a CUDA graph is being captured: capture-time allocations
 //! either fail the capture or bake a temporary address into the graph.
+//!
+//! Allocating or freeing synchronises implicitly with every stream, so one
+//! thread's allocation would invalidate another thread's capture (seen with
+//! 32 lanes). A process-wide lock keeps them apart: memory changes hold it
+//! exclusively ([`memory_change`]), captures hold it shared ([`capture_guard`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
 
 use cudarc::driver::{result, sys};
 
@@ -39,6 +45,25 @@ fn capturing() -> bool {
     CAPTURING.with(|c| c.load(Ordering::Relaxed))
 }
 
+static MEMORY_LOCK: RwLock<()> = RwLock::new(());
+
+/// Runs `f`, which allocates or frees device or pinned memory (or makes or
+/// destroys a handle that does), while no other thread is capturing. On a
+/// thread that is capturing itself it runs at once: waiting would deadlock,
+/// and the capture fails on its own.
+pub(crate) fn memory_change<T>(f: impl FnOnce() -> T) -> T {
+    if capturing() {
+        return f();
+    }
+    let _g = MEMORY_LOCK.write().unwrap_or_else(|e| e.into_inner());
+    f()
+}
+
+/// Held for the whole of a capture: memory changes on other threads wait.
+pub(crate) fn capture_guard() -> RwLockReadGuard<'static, ()> {
+    MEMORY_LOCK.read().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Rounds a byte offset up so every buffer starts 256-byte aligned (what
 /// cuBLAS and vector loads like).
 pub fn align(bytes: usize) -> usize {
@@ -69,7 +94,7 @@ impl DeviceBuffer {
         let bytes = bytes.max(1);
         no_panic(|| {
             gpu.ctx().bind_to_thread()?;
-            let ptr = unsafe { result::malloc_sync(bytes) }?;
+            let ptr = memory_change(|| unsafe { result::malloc_sync(bytes) })?;
             // Zeroed on the work stream and waited for: the legacy stream's
             // memset would not be ordered before a non-blocking stream's work.
             let s = gpu.stream().cu_stream();
@@ -108,7 +133,7 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         // A failed free (context already gone) leaks; nothing better in drop.
-        let _ = unsafe { result::free_sync(self.ptr) };
+        let _ = memory_change(|| unsafe { result::free_sync(self.ptr) });
     }
 }
 
@@ -127,7 +152,7 @@ impl PinnedBuffer {
         let bytes = bytes.max(1);
         no_panic(|| {
             gpu.ctx().bind_to_thread()?;
-            let ptr = unsafe { result::malloc_host(bytes, 0) }? as *mut u8;
+            let ptr = memory_change(|| unsafe { result::malloc_host(bytes, 0) })? as *mut u8;
             unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
             Ok(PinnedBuffer { ptr, bytes })
         })
@@ -144,7 +169,7 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        let _ = unsafe { result::free_host(self.ptr.cast()) };
+        let _ = memory_change(|| unsafe { result::free_host(self.ptr.cast()) });
     }
 }
 

@@ -496,6 +496,8 @@ impl GpuRunner {
     /// once, ends the capture and launches the segment eagerly from now on.
     fn capture(&mut self, k: usize, nodes: &[usize], advance: bool) -> Result<()> {
         let stream = self.dev.ctx.stream().clone();
+        // other threads' allocations would invalidate this capture
+        let guard = super::memory::capture_guard();
         let begun = stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| GpuError::Driver(format!("begin capture: {e}")));
@@ -513,6 +515,7 @@ impl GpuRunner {
                 (_, Ok(None)) => Err(GpuError::Driver("capture gave no graph".into())),
             }
         });
+        drop(guard);
         match result {
             Ok(g) => {
                 g.launch()
