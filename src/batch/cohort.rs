@@ -1,8 +1,8 @@
 //! A worker that transcribes files in cohorts of `B` streams through one
 //! [`BatchTranscriber`]: every chunk step serves the whole cohort. The
 //! streams of a cohort start together; each ends with its file and its slot
-//! then idles (fed silence) until the cohort's longest file is done, so the
-//! pool hands out files longest first and cohorts hold similar lengths.
+//! then idles (fed silence) until the cohort's longest file is done, so
+//! cohorts of similar lengths (files handed out longest first) waste least.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

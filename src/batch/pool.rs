@@ -25,8 +25,9 @@ pub struct BatchOptions {
     /// roughly that order.
     pub longest_first: bool,
     /// Streams each worker runs in one chunk step (a batched session; 1:
-    /// one stream per worker). Files go in cohorts of this many, longest
-    /// first, so that a cohort's files have similar lengths.
+    /// one stream per worker). Files go in cohorts of this many; a cohort
+    /// lasts as long as its longest file, so with `longest_first` cohorts
+    /// hold files of similar lengths and little time is spent on silence.
     pub streams: usize,
 }
 
@@ -184,7 +185,7 @@ pub fn run<E>(
     let streams = opts.streams.max(1);
     let batched = streams > 1 && matches!(rec.options().mode, Mode::Streamed { .. });
     let mut order: Vec<usize> = (0..files.len()).collect();
-    if opts.longest_first || batched {
+    if opts.longest_first {
         let sizes: Vec<u64> = files
             .iter()
             .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))

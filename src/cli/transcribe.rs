@@ -63,7 +63,8 @@ pub struct Args {
     jobs: Option<usize>,
     /// Files each worker streams together through one batched chunk step (one
     /// CUDA graph on a GPU reads each weight once for all of them); files are
-    /// then taken longest first, in cohorts of this many. Default: enough for
+    /// run in cohorts of this many; in completion order (-o) files go longest
+    /// first, so a cohort's files have similar lengths. Default: enough for
     /// every worker to have a full cohort, up to 4 on the CPU and 32 on a GPU.
     #[arg(long, conflicts_with = "whole")]
     streams: Option<usize>,
