@@ -382,3 +382,23 @@ fn ctrl_c_leaves_complete_lines_and_resume_finishes() {
     let all = by_file(&parse_lines(&std::fs::read_to_string(&o).unwrap()));
     assert_eq!(all.keys().cloned().collect::<HashSet<_>>(), files);
 }
+
+#[test]
+fn beam_search_in_batched_cohorts_equals_one_stream_at_a_time() {
+    let files: Vec<String> = [4, 7, 9]
+        .iter()
+        .map(|&i| heldout(i).display().to_string())
+        .collect();
+    let run = |streams: &str| {
+        let mut args = vec!["transcribe", "--beam", "4", "--format", "jsonl", "-j", "1"];
+        args.extend(["--streams", streams]);
+        args.extend(files.iter().map(String::as_str));
+        let (code, out, err) = pulsed(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains(&format!("x {streams} streams")), "{err}");
+        out
+    };
+    let one = run("1");
+    assert_eq!(parse_lines(&one).len(), 3);
+    assert_eq!(run("3"), one);
+}

@@ -56,18 +56,10 @@ pub(super) fn cohort_worker(
         .engine()
         .lane()
         .and_then(|engine| rec.batch_on(&engine, streams));
-    let mut bt = match made {
-        Ok(bt) => bt,
-        Err(e) => {
-            // every file this worker would have taken fails with the reason
-            while let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) {
-                let msg = format!("{}: batched streams: {e}", files[index].display());
-                if !send(index, Outcome::Failed(msg), 0, Instant::now()) {
-                    return;
-                }
-            }
-            return;
-        }
+    let Ok(mut bt) = made else {
+        // a model with no batched form (or no room for one) still runs,
+        // one stream at a time
+        return super::pool::worker(rec, files, order, next, chunk, control, tx);
     };
     while !control.is_stopped() {
         // fill the cohort; files that cannot be opened are reported at once

@@ -235,7 +235,7 @@ pub fn run<E>(
     }
 }
 
-fn worker(
+pub(super) fn worker(
     rec: &Recognizer,
     files: &[PathBuf],
     order: &[usize],
