@@ -27,6 +27,8 @@ pub struct BatchTranscriber {
     tokens: Tokens,
     timing: FrameTiming,
     slots: Vec<SlotDecoder>,
+    /// A stream's decoding error: its own, the other streams go on.
+    errors: Vec<Option<String>>,
 }
 
 impl BatchTranscriber {
@@ -45,6 +47,7 @@ impl BatchTranscriber {
             .map(|_| slot_decoder(&tokens, decoding, scorer.clone(), timing))
             .collect::<Result<_>>()?;
         Ok(BatchTranscriber {
+            errors: vec![None; session.batch()],
             session,
             tokens,
             timing,
@@ -92,26 +95,46 @@ impl BatchTranscriber {
         self.session.steps()
     }
 
-    /// Runs one step for every stream and decodes its new frames.
+    /// Runs one step for every stream and decodes its new frames. An error
+    /// of the step is everyone's; a stream's decoding error is kept for it
+    /// alone ([`Self::error`]) and its later frames are ignored.
     pub fn step(&mut self) -> Result<()> {
         for c in self.session.step()? {
-            if c.chunk.output != 0 {
+            if c.chunk.output != 0 || self.errors[c.stream].is_some() {
                 continue;
             }
-            let rows = c.chunk.data.to_vec::<f32>()?;
-            let frames = c.chunk.data.shape()[0];
-            match &mut self.slots[c.stream] {
-                SlotDecoder::Greedy(g) => {
-                    let (ids, lps) = argmax_rows(&rows, self.tokens.len());
-                    g.push_frames(c.chunk.start as usize, &ids, &lps)?;
-                }
-                SlotDecoder::Beam { search, frames: n } => {
-                    search.push(&rows)?;
-                    *n += frames;
-                }
+            if let Err(e) = self.decode(c) {
+                let b = e.0;
+                self.errors[b] = Some(e.1.to_string());
             }
         }
         Ok(())
+    }
+
+    fn decode(
+        &mut self,
+        c: crate::pulse::BatchChunk,
+    ) -> std::result::Result<(), (usize, crate::Error)> {
+        let b = c.stream;
+        let rows = c.chunk.data.to_vec::<f32>().map_err(|e| (b, e.into()))?;
+        let frames = c.chunk.data.shape()[0];
+        match &mut self.slots[b] {
+            SlotDecoder::Greedy(g) => {
+                let (ids, lps) = argmax_rows(&rows, self.tokens.len());
+                g.push_frames(c.chunk.start as usize, &ids, &lps)
+                    .map_err(|e| (b, e.into()))?;
+            }
+            SlotDecoder::Beam { search, frames: n } => {
+                search.push(&rows).map_err(|e| (b, e.into()))?;
+                *n += frames;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stream `b`'s decoding error, if it had one.
+    pub fn error(&self, b: usize) -> Option<&str> {
+        self.errors.get(b)?.as_deref()
     }
 
     /// Stream `b`'s transcript: final once [`Self::done`], partial before.
@@ -133,6 +156,7 @@ impl BatchTranscriber {
     /// Back to fresh streams.
     pub fn reset(&mut self) {
         self.session.reset();
+        self.errors.iter_mut().for_each(|e| *e = None);
         for s in &mut self.slots {
             match s {
                 SlotDecoder::Greedy(g) => g.reset(),

@@ -585,3 +585,28 @@ fn raw_decoding_equals_hounds_bit_for_bit() {
         }
     }
 }
+
+/// A header claiming thousands of channels and a huge data chunk, over a
+/// few bytes: a typed truncation error, and each read bounded in size (the
+/// block buffer never grows past what one frame or a 1 MiB block needs).
+#[test]
+fn a_lying_header_gets_a_truncation_error_from_bounded_reads() {
+    let (channels, bytes) = (16_383u16, 4u16);
+    let mut wav = raw_wav(
+        &fmt_body(1, channels, 16_000, channels * bytes, 32, &[]),
+        &[7; 96],
+    );
+    // the data chunk (and the RIFF) now declare 60,000 frames, ~4 GB, that
+    // the file does not have
+    let data = 60_000u32 * (channels * bytes) as u32;
+    let at = wav.len() - 96 - 4;
+    wav[at..at + 4].copy_from_slice(&data.to_le_bytes());
+    let riff = (wav.len() - 8 - 96) as u32 + data;
+    wav[4..8].copy_from_slice(&riff.to_le_bytes());
+    let mut s = wav::WavSource::open(Cursor::new(wav), "liar.wav").unwrap();
+    let mut out = Vec::new();
+    let e = s.read_frames(16_384, &mut out).unwrap_err();
+    assert!(matches!(e, AudioError::Truncated { .. }), "{e}");
+    assert_one_line(&e, "liar.wav");
+    assert!(s.raw_capacity() <= (1 << 20) + 4 * channels as usize);
+}

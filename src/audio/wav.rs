@@ -14,6 +14,9 @@ const HEAD_BYTES: u64 = 4096;
 /// bit-flipped header must not make the resampler allocate gigabytes.
 const MAX_RATE: u32 = 384_000;
 
+/// Most bytes one raw read asks for (one frame at least).
+const RAW_BLOCK: usize = 1 << 20;
+
 /// The largest f32 below 1.0: integer samples map to [-1, 1) even after rounding.
 const BELOW_ONE: f32 = 1.0 - f32::EPSILON / 2.0;
 
@@ -215,7 +218,12 @@ impl<R: Read> WavSource<R> {
         if frames_total == 0 {
             return Err(AudioError::Empty { path });
         }
-        let container = bytes.map(usize::from);
+        // the raw path trusts the sniffed layout only where hound read the
+        // same fmt chunk (a file may carry several)
+        let container = sniff
+            .filter(|f| f.channels == spec.channels && f.bits == spec.bits_per_sample)
+            .and(bytes)
+            .map(usize::from);
         let reader = match (encoding, container) {
             _ if hound_only => Samples::Hound(wav),
             (Encoding::Float, Some(4)) => Samples::Raw {
@@ -331,6 +339,15 @@ impl<R: Read> WavSource<R> {
         Ok(done)
     }
 
+    /// Bytes the raw read buffer holds now (tests bound it).
+    #[cfg(test)]
+    pub(crate) fn raw_capacity(&self) -> usize {
+        match &self.reader {
+            Samples::Raw { buf, .. } => buf.capacity(),
+            Samples::Hound(_) => 0,
+        }
+    }
+
     /// [`Self::read_frames`] from the raw data bytes: the same arithmetic
     /// as the hound path, so both give identical samples.
     fn read_raw(&mut self, frames: usize, out: &mut Vec<f32>) -> Result<usize, AudioError> {
@@ -339,6 +356,9 @@ impl<R: Read> WavSource<R> {
         };
         let (bytes, ch) = (*bytes, self.channels as usize);
         let frame_bytes = bytes * ch;
+        // a lying header (thousands of channels) must not size the buffer:
+        // at most a block of RAW_BLOCK bytes per call, callers loop
+        let frames = frames.min((RAW_BLOCK / frame_bytes).max(1));
         buf.resize(frames * frame_bytes, 0);
         let mut got = 0;
         while got < buf.len() {

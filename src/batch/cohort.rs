@@ -110,10 +110,13 @@ pub(super) fn cohort_worker(
             }
         }
         if error.is_some() {
-            // the session's state is unknown after a failed step
+            // the session's state is unknown after a failed step: a fresh
+            // one (the old one's memory freed first), else one stream at a
+            // time, which reports every file left with its own reason
+            drop(bt);
             match rec.engine().lane().and_then(|e| rec.batch_on(&e, streams)) {
                 Ok(fresh) => bt = fresh,
-                Err(_) => return,
+                Err(_) => return super::pool::worker(rec, files, order, next, chunk, control, tx),
             }
         } else {
             bt.reset();
@@ -150,20 +153,34 @@ fn run_cohort(
         }
         bt.step()?;
         for (b, slot) in members.iter_mut().enumerate() {
+            // a decoder error is this stream's alone
+            if let (Some(m), Some(e)) = (slot.as_mut(), bt.error(b)) {
+                if m.failed.is_none() {
+                    m.failed = Some(format!("{}: {e}", m.path.display()));
+                    bt.end(b)?;
+                }
+            }
             let finished = slot
                 .as_ref()
                 .is_some_and(|m| m.failed.is_some() || bt.done(b));
             if !finished {
                 continue;
             }
-            let m = slot.take().expect("checked");
-            let outcome = match m.failed {
+            let outcome = match slot.as_ref().and_then(|m| m.failed.clone()) {
                 Some(e) => Outcome::Failed(e),
-                None => Outcome::Done {
-                    transcript: bt.transcript(b)?,
-                    duration_s: m.wav.source_duration_s(),
+                None => match bt.transcript(b) {
+                    Ok(transcript) => Outcome::Done {
+                        transcript,
+                        duration_s: slot.as_ref().map_or(0.0, |m| m.wav.source_duration_s()),
+                    },
+                    Err(e) => Outcome::Failed(format!(
+                        "{}: {e}",
+                        slot.as_ref()
+                            .map_or(String::new(), |m| m.path.display().to_string())
+                    )),
                 },
             };
+            let m = slot.take().expect("checked");
             if !send(m.index, outcome, m.pushed, m.started) {
                 return Ok(false);
             }

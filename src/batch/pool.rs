@@ -46,15 +46,22 @@ impl Default for BatchOptions {
 /// Streams per worker step that suit `files` files on `jobs` workers of
 /// `engine`: enough to give every worker a full cohort, at most 4 on the
 /// CPU and 32 on a GPU (where measured throughput stops growing; see
-/// `docs/gpu-notes.md`), 1 when there are no more files than workers.
+/// `docs/gpu-notes.md`), 1 when there are no more files than workers. Each
+/// stream holds its file open, so all workers together keep at most
+/// [`OPEN_FILES`] open.
 pub fn default_streams(engine: &Engine, files: usize, jobs: usize) -> usize {
     let cap = match engine {
         Engine::Cpu => 4,
         #[cfg(feature = "cuda")]
         Engine::Gpu { .. } => 32,
     };
-    files.div_ceil(jobs.max(1)).clamp(1, cap)
+    let jobs = jobs.max(1);
+    files.div_ceil(jobs).min(cap).min(OPEN_FILES / jobs).max(1)
 }
+
+/// Files all workers of a batched run keep open at most by default: half
+/// the usual soft limit of 1,024 descriptors.
+pub const OPEN_FILES: usize = 512;
 
 /// The number of cores this process may use (1 if unknown).
 pub fn default_jobs() -> usize {

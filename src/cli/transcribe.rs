@@ -153,6 +153,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         jobs,
         chunk_samples: chunk_samples(mode),
         longest_first: true,
+        // chosen again below, once --resume has dropped the files done
         streams: a
             .streams
             .unwrap_or_else(|| batch::default_streams(rec.engine(), files.len(), jobs)),
@@ -181,6 +182,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         )),
         None => Box::new(io::stdout().lock()),
     };
+    opts.streams = a
+        .streams
+        .unwrap_or_else(|| batch::default_streams(rec.engine(), files.len(), jobs));
     if let Some(d) = &a.output_dir {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }

@@ -23,6 +23,9 @@ static CAPTURE_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static CAPTURING: AtomicBool = const { AtomicBool::new(false) };
+    /// This thread holds a [`CaptureGuard`] (its memory changes must not
+    /// wait for the lock it holds itself).
+    static GUARDED: AtomicBool = const { AtomicBool::new(false) };
 }
 
 /// Device allocations attempted by this process (all threads).
@@ -52,7 +55,7 @@ static MEMORY_LOCK: RwLock<()> = RwLock::new(());
 /// thread that is capturing itself it runs at once: waiting would deadlock,
 /// and the capture fails on its own.
 pub(crate) fn memory_change<T>(f: impl FnOnce() -> T) -> T {
-    if capturing() {
+    if capturing() || GUARDED.with(|g| g.load(Ordering::Relaxed)) {
         return f();
     }
     let _g = MEMORY_LOCK.write().unwrap_or_else(|e| e.into_inner());
@@ -60,8 +63,20 @@ pub(crate) fn memory_change<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Held for the whole of a capture: memory changes on other threads wait.
-pub(crate) fn capture_guard() -> RwLockReadGuard<'static, ()> {
-    MEMORY_LOCK.read().unwrap_or_else(|e| e.into_inner())
+pub(crate) struct CaptureGuard {
+    _lock: RwLockReadGuard<'static, ()>,
+}
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        GUARDED.with(|g| g.store(false, Ordering::Relaxed));
+    }
+}
+
+pub(crate) fn capture_guard() -> CaptureGuard {
+    let lock = MEMORY_LOCK.read().unwrap_or_else(|e| e.into_inner());
+    GUARDED.with(|g| g.store(true, Ordering::Relaxed));
+    CaptureGuard { _lock: lock }
 }
 
 /// Rounds a byte offset up so every buffer starts 256-byte aligned (what
