@@ -39,6 +39,9 @@ pub fn fuse(graph: &Graph, facts: &[Vec<TypedFact>], placements: &mut [Placement
     for id in 0..graph.nodes.len() {
         f.norm(id);
     }
+    for id in 0..graph.nodes.len() {
+        f.affine(id);
+    }
     (f.fused, f.extra)
 }
 
@@ -295,6 +298,51 @@ impl<'a> Fusion<'a> {
         self.fused[l] = Some(add);
     }
 
+    /// `(x - a) * b` after `x`'s producer, `a` and `b` constant vectors over
+    /// the last axis (a fixed feature normalisation), in the producer's
+    /// epilogue when nothing else reads `x` or `x - a`.
+    fn affine(&mut self, p: usize) {
+        let width = match self.facts[p].first().and_then(|f| f.shape.last()) {
+            Some(w) => w.as_const(),
+            None => None,
+        };
+        let (Some(width), Some((s, 0))) = (width, self.sole_user(p)) else {
+            return;
+        };
+        if !self.gpu(p) || self.binary(s) != Some(Binary::Sub) || !self.gpu(s) {
+            return;
+        }
+        let Some((m, k)) = self.sole_user(s) else {
+            return;
+        };
+        if self.binary(m) != Some(Binary::Mul) || !self.gpu(m) || k > 1 {
+            return;
+        }
+        let a = self.graph.nodes[s].inputs[1];
+        let b = self.graph.nodes[m].inputs[1 - k];
+        let vector = |o: OutletId| {
+            matches!(self.placements[o.node], Placement::Const)
+                && self.facts[o.node][o.slot].shape.len() == 1
+                && self.facts[o.node][o.slot].shape[0].as_const() == Some(width)
+                && self.facts[o.node][o.slot].dtype == self.facts[p][0].dtype
+        };
+        if !vector(a) || !vector(b) || self.facts[m][0] != self.facts[p][0] {
+            return;
+        }
+        let input = self.next_input(p);
+        let fused = match &mut self.placements[p] {
+            Placement::Gpu(op) => op.fuse_affine(input),
+            _ => false,
+        };
+        if !fused {
+            return;
+        }
+        self.extra[p].extend([a, b]);
+        self.absorb(s, 0, m);
+        self.placements[m] = Placement::Gpu(view_of(k));
+        self.fused[p] = Some(m);
+    }
+
     /// A layer norm over the last axis whose readers are all Linears: each
     /// normalises its input itself; when every one does, the norm is a view.
     fn norm(&mut self, n: usize) {
@@ -390,6 +438,13 @@ mod tests {
             let ok = self.kind == "Linear";
             if ok {
                 self.fused.push(format!(" +norm({eps}, in{input})"));
+            }
+            ok
+        }
+        fn fuse_affine(&mut self, input: usize) -> bool {
+            let ok = self.kind == "LogMel";
+            if ok {
+                self.fused.push(format!(" +affine(in{input})"));
             }
             ok
         }
@@ -564,5 +619,48 @@ mod tests {
         let (d, _) = run(&g);
         assert!(!d[at(&g, "up")].contains("+act"), "{d:#?}");
         assert!(!d[at(&g, "act")].contains("no kernel"), "{d:#?}");
+    }
+
+    /// LogMel -> (- mean) -> (* inv_std), as the shipped front end; with
+    /// `tap`, the centred features are also a graph output.
+    fn front_end(tap: bool) -> Graph {
+        let mut b = GraphBuilder::new();
+        let p = b
+            .input("p", TypedFact::new(DType::F32, [Dim::n(4), Dim::n(6)]))
+            .unwrap();
+        let fb = weight(&mut b, "fb", &[6, 3]);
+        let lm = b
+            .op("logmel", crate::ops::mel::LogMel { eps: 1e-6 }, &[p, fb])
+            .unwrap();
+        let (mean, inv) = (weight(&mut b, "mean", &[3]), weight(&mut b, "inv", &[3]));
+        let c = b.op("centre", Binary::Sub, &[lm, mean]).unwrap();
+        let f = b.op("features", Binary::Mul, &[c, inv]).unwrap();
+        b.output("features", f);
+        if tap {
+            b.output("centre", c);
+        }
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn a_fixed_normalisation_goes_into_the_log_mel_kernel() {
+        let g = front_end(false);
+        let (d, (fused, extra)) = run(&g);
+        let lm = at(&g, "logmel");
+        assert!(d[lm].ends_with("+affine(in2)"), "{d:#?}");
+        let outlet = |n: &str| OutletId {
+            node: at(&g, n),
+            slot: 0,
+        };
+        assert_eq!(extra[lm], vec![outlet("mean"), outlet("inv")]);
+        assert_eq!(fused[lm], Some(at(&g, "features")));
+        assert_eq!(fused[at(&g, "centre")], Some(at(&g, "features")));
+        assert!(d[at(&g, "centre")].contains("view"), "{d:#?}");
+        assert!(d[at(&g, "features")].contains("view"), "{d:#?}");
+        // read elsewhere too: the centred values must exist, nothing fuses
+        let g = front_end(true);
+        let (d, (fused, _)) = run(&g);
+        assert!(!d[at(&g, "logmel")].contains("affine"), "{d:#?}");
+        assert_eq!(fused[at(&g, "logmel")], None);
     }
 }

@@ -117,6 +117,13 @@ pub trait GpuOp: fmt::Debug + Send {
     fn fuse_norm(&mut self, _eps: f32, _input: usize) -> bool {
         false
     }
+
+    /// Takes on `(output0 - a) * b` with `a` and `b` vectors over the last
+    /// axis (a feature normalisation), read as inputs `input` and
+    /// `input + 1` (after the node's own), if it can.
+    fn fuse_affine(&mut self, _input: usize) -> bool {
+        false
+    }
 }
 
 /// Builds the GPU form of `op`: `None` when this builder does not handle the

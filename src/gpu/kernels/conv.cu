@@ -47,7 +47,7 @@ template <typename T>
 __device__ void conv1d_dense_impl(const T* __restrict__ x, const T* __restrict__ w,
                                   const T* __restrict__ bias, T* __restrict__ y, int c, int t_in,
                                   int o, int t_out, int groups, int k, int stride, int dil,
-                                  int pad0, int last, int tq) {
+                                  int pad0, int last, int tq, int act) {
     __shared__ float red[DENSE_MAX_WARPS][32];
     const int cg = c / groups, og = o / groups, kk_n = cg * k;
     const int o_tiles = (og + DENSE_OW - 1) / DENSE_OW, t_tiles = (t_out + tq - 1) / tq;
@@ -116,6 +116,7 @@ __device__ void conv1d_dense_impl(const T* __restrict__ x, const T* __restrict__
         if (q < tq && oc < og && t < t_out) {
             const int och = g * og + oc;
             if (bias) s += ld(bias, och);
+            if (act >= 0) s = act_op(act, s);
             st(y, n * (u64)o * t_out + (last ? (u64)t * o + och : (u64)och * t_out + t), s);
         }
     }
@@ -127,7 +128,7 @@ template <typename T>
 __device__ void conv1d_depthwise_impl(const T* __restrict__ x, const T* __restrict__ w,
                                       const T* __restrict__ bias, T* __restrict__ y, u64 n_out,
                                       int c, int t_in, int t_out, int k, int stride, int dil,
-                                      int pad0, int last) {
+                                      int pad0, int last, int act) {
     GRID_STRIDE(i, n_out) {
         int ch, t;
         u64 n, xrow;
@@ -150,6 +151,7 @@ __device__ void conv1d_depthwise_impl(const T* __restrict__ x, const T* __restri
             int ts = base + jj * dil;
             if (ts >= 0 && ts < t_in) s = fmaf(ld(w, (u64)ch * k + jj), ld(x, xrow + ts * tstep), s);
         }
+        if (act >= 0) s = act_op(act, s);
         st(y, i, s);
     }
 }
@@ -190,16 +192,16 @@ __device__ void conv2d_direct_impl(const T* __restrict__ x, const T* __restrict_
 
 FLOAT_KERNELS(conv1d_dense,
     (const float* x, const float* w, const float* bias, float* y, int c, int t_in, int o,
-     int t_out, int groups, int k, int stride, int dil, int pad0, int last, int tq),
+     int t_out, int groups, int k, int stride, int dil, int pad0, int last, int tq, int act),
     (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int c, int t_in, int o,
-     int t_out, int groups, int k, int stride, int dil, int pad0, int last, int tq),
-    (x, w, bias, y, c, t_in, o, t_out, groups, k, stride, dil, pad0, last, tq))
+     int t_out, int groups, int k, int stride, int dil, int pad0, int last, int tq, int act),
+    (x, w, bias, y, c, t_in, o, t_out, groups, k, stride, dil, pad0, last, tq, act))
 FLOAT_KERNELS(conv1d_depthwise,
     (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int t_in,
-     int t_out, int k, int stride, int dil, int pad0, int last),
+     int t_out, int k, int stride, int dil, int pad0, int last, int act),
     (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, u64 n_out, int c,
-     int t_in, int t_out, int k, int stride, int dil, int pad0, int last),
-    (x, w, bias, y, n_out, c, t_in, t_out, k, stride, dil, pad0, last))
+     int t_in, int t_out, int k, int stride, int dil, int pad0, int last, int act),
+    (x, w, bias, y, n_out, c, t_in, t_out, k, stride, dil, pad0, last, act))
 FLOAT_KERNELS(conv2d_direct,
     (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int h,
      int wd, int o, int ho_n, int wo_n, int groups, int kh, int kw, int sh, int sw, int dh,

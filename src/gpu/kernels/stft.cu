@@ -93,7 +93,9 @@ __device__ void stft_impl(const T* __restrict__ x, const T* __restrict__ win,
 // memory.
 template <typename T>
 __device__ void logmel_impl(const T* __restrict__ p, const T* __restrict__ fb,
-                            T* __restrict__ y, u64 rows, int bins, int mels, float eps) {
+                            T* __restrict__ y, u64 rows, int bins, int mels, float eps,
+                            const T* __restrict__ sub, const T* __restrict__ mul,
+                            int has_affine) {
     __shared__ float red[MEL_WARPS][MEL_ROWS][32];
     const int mel_tiles = (mels + 31) / 32;
     const int mt = (int)(blockIdx.x % mel_tiles);
@@ -120,7 +122,10 @@ __device__ void logmel_impl(const T* __restrict__ p, const T* __restrict__ fb,
         float s = 0.0f;
 #pragma unroll
         for (int w = 0; w < MEL_WARPS; w++) s += red[w][warp][lane];
-        st(y, (r0 + warp) * mels + m, logf(s + eps));
+        float v = logf(s + eps);
+        // a fused feature normalisation: (log-mel - mean) * inv_std
+        if (has_affine) v = (v - ld(sub, m)) * ld(mul, m);
+        st(y, (r0 + warp) * mels + m, v);
     }
 }
 
@@ -136,9 +141,11 @@ FLOAT_KERNELS(stft,
      int pad, int bins, int mode),
     (x, win, y, s, frames, n_fft, hop, pad, bins, mode))
 FLOAT_KERNELS(logmel,
-    (const float* p, const float* fb, float* y, u64 rows, int bins, int mels, float eps),
-    (const bf16_t* p, const bf16_t* fb, bf16_t* y, u64 rows, int bins, int mels, float eps),
-    (p, fb, y, rows, bins, mels, eps))
+    (const float* p, const float* fb, float* y, u64 rows, int bins, int mels, float eps,
+     const float* sub, const float* mul, int has_affine),
+    (const bf16_t* p, const bf16_t* fb, bf16_t* y, u64 rows, int bins, int mels, float eps,
+     const bf16_t* sub, const bf16_t* mul, int has_affine),
+    (p, fb, y, rows, bins, mels, eps, sub, mul, has_affine))
 FLOAT_KERNELS(log_eps,
     (const float* x, float* y, u64 n, float eps),
     (const bf16_t* x, bf16_t* y, u64 n, float eps),

@@ -51,11 +51,25 @@ struct ConvGpu {
     scalars: Vec<Arg>,
     has_bias: bool,
     empty: bool,
+    /// A fused activation's unary code (-1: none), passed last; `None` for
+    /// kernels that take none.
+    act: Option<i32>,
 }
 
 impl GpuOp for ConvGpu {
     fn describe(&self) -> String {
-        self.what.clone()
+        match self.act {
+            Some(a) if a >= 0 => format!("{} + fused activation", self.what),
+            _ => self.what.clone(),
+        }
+    }
+
+    fn fuse_activation(&mut self, code: i32) -> bool {
+        if self.act != Some(-1) {
+            return false;
+        }
+        self.act = Some(code);
+        true
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
@@ -74,6 +88,14 @@ impl GpuOp for ConvGpu {
             return Err(err(format!("conv: {n} kernel arguments")));
         }
         args[4..n].copy_from_slice(&self.scalars);
+        let n = match self.act {
+            Some(a) if n < args.len() => {
+                args[n] = Arg::I32(a);
+                n + 1
+            }
+            Some(_) => return Err(err(format!("conv: {} kernel arguments", n + 1))),
+            None => n,
+        };
         launch(cx, &self.f, self.grid, &args[..n])
     }
 }
@@ -219,6 +241,7 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
             ],
             has_bias: cx.inputs.len() > 2,
             empty: n_out == 0,
+            act: Some(-1),
         });
     }
     let taps = cg * k;
@@ -254,6 +277,7 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
         ],
         has_bias: cx.inputs.len() > 2,
         empty: n_out == 0,
+        act: Some(-1),
     })
 }
 
@@ -335,5 +359,6 @@ fn build_conv2d(op: &Conv2d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
         ],
         has_bias: cx.inputs.len() > 2,
         empty: n_out == 0,
+        act: None,
     })
 }

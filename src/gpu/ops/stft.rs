@@ -95,21 +95,45 @@ struct LogMelGpu {
     bins: usize,
     mels: usize,
     eps: f32,
+    /// A fused `(y - a) * b`: the index of `a` among the inputs (`b` next).
+    affine: Option<usize>,
 }
 
 impl GpuOp for LogMelGpu {
     fn describe(&self) -> String {
         format!(
-            "logmel {} rows x {} bins -> {} mels",
-            self.rows, self.bins, self.mels
+            "logmel {} rows x {} bins -> {} mels{}",
+            self.rows,
+            self.bins,
+            self.mels,
+            if self.affine.is_some() {
+                " + fused normalisation"
+            } else {
+                ""
+            }
         )
     }
 
+    fn fuse_affine(&mut self, input: usize) -> bool {
+        if self.affine.is_some() {
+            return false;
+        }
+        self.affine = Some(input);
+        true
+    }
+
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
-        expect_io("logmel", io, 2, 1)?;
+        expect_io("logmel", io, 2 + 2 * self.affine.is_some() as usize, 1)?;
         if self.rows == 0 {
             return Ok(());
         }
+        let (sub, mul) = match self.affine {
+            Some(i) => match (io.ins.get(i), io.ins.get(i + 1)) {
+                (Some(a), Some(b)) => (a.ptr, b.ptr),
+                _ => return Err(GpuError::Kernel("logmel: fused inputs missing".into())),
+            },
+            None => (io.outs[0].ptr, io.outs[0].ptr),
+        };
         launch(
             cx,
             &self.f,
@@ -122,6 +146,9 @@ impl GpuOp for LogMelGpu {
                 Arg::I32(self.bins as i32),
                 Arg::I32(self.mels as i32),
                 Arg::F32(self.eps),
+                Arg::Ptr(sub),
+                Arg::Ptr(mul),
+                Arg::I32(self.affine.is_some() as i32),
             ],
         )
     }
@@ -284,6 +311,7 @@ fn build_logmel(op: &LogMel, cx: &BuildCx) -> Result<LogMelGpu, GpuError> {
         bins,
         mels,
         eps: op.eps,
+        affine: None,
     })
 }
 
