@@ -201,6 +201,18 @@ pub fn copy_to_host(gpu: &GpuContext, src: u64, dst: &mut [u8]) -> Result<(), Gp
     })
 }
 
+/// Queues a copy of device memory into `dst` without waiting: `dst` must be
+/// pinned memory left untouched until the stream is synchronised.
+pub fn copy_to_host_async(gpu: &GpuContext, src: u64, dst: &mut [u8]) -> Result<(), GpuError> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    no_panic(|| {
+        unsafe { result::memcpy_dtoh_async(dst, src, gpu.stream().cu_stream()) }?;
+        Ok(())
+    })
+}
+
 /// Copies `src` to device memory at `dst` (stream-ordered; `src` must stay
 /// alive and unchanged until the stream reaches the copy, or be pageable
 /// memory, which the driver stages before returning).

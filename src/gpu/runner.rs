@@ -11,7 +11,8 @@ use cudarc::driver::CudaFunction;
 
 use super::device::GpuDevice;
 use super::memory::{
-    copy_to_device, copy_to_host, set_capturing, zero, DeviceBuffer, PinnedBuffer,
+    copy_to_device, copy_to_host, copy_to_host_async, set_capturing, zero, DeviceBuffer,
+    PinnedBuffer,
 };
 use super::op::{launch, Arg, Grid, Io, LaunchCx};
 use super::plan::{place, Interval};
@@ -351,6 +352,14 @@ impl GpuRunner {
                 _ => None,
             })
             .collect();
+        // room for the largest value, and for every graph output side by
+        // side (they come back with one wait)
+        let outputs_bytes: usize = graph
+            .outputs
+            .iter()
+            .filter_map(|(_, o)| dev_values[o.node][o.slot].as_ref())
+            .map(|t| super::memory::align(t.bytes()))
+            .sum();
         let staging_bytes = graph
             .nodes
             .iter()
@@ -358,7 +367,8 @@ impl GpuRunner {
             .flat_map(|(id, nd)| (0..nd.facts.len()).map(move |s| (id, s)))
             .filter_map(|(id, s)| dev_values[id][s].as_ref().map(|t| t.bytes()))
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(outputs_bytes);
         let staging = PinnedBuffer::alloc(gpu, staging_bytes)?;
         let advance = dev.lib.function("copy", "advance_step")?;
         let memory = MemoryReport {
@@ -543,9 +553,19 @@ impl GpuRunner {
         let Some(t) = self.dev_values[id][slot].clone() else {
             return Ok(());
         };
-        let logical = self.tr.facts[id][slot].dtype;
         let bytes = &mut self.staging.as_bytes_mut()[..t.bytes()];
         copy_to_host(&self.dev.ctx, t.ptr, bytes)?;
+        self.unstage(id, slot, 0)
+    }
+
+    /// Turns the staged bytes of value `(id, slot)` at `offset` into its host
+    /// mirror.
+    fn unstage(&mut self, id: usize, slot: usize, offset: usize) -> Result<()> {
+        let Some(t) = self.dev_values[id][slot].clone() else {
+            return Ok(());
+        };
+        let logical = self.tr.facts[id][slot].dtype;
+        let bytes = &self.staging.as_bytes()[offset..offset + t.bytes()];
         let host = &mut self.host_values[id][slot];
         if t.dtype == logical && logical == DType::F32 {
             host.ensure(DType::F32, &t.shape);
@@ -699,11 +719,24 @@ impl GpuRunner {
     }
 
     fn finish_step(&mut self) -> Result<()> {
+        // every output copied back side by side, then one wait
         let graph = self.graph.clone();
+        let mut staged = Vec::with_capacity(graph.outputs.len());
+        let mut offset = 0;
         for (_, o) in graph.outputs.iter() {
-            if self.tr.placements[o.node].is_gpu() {
-                self.download(o.node, o.slot)?;
+            if !self.tr.placements[o.node].is_gpu() {
+                continue;
             }
+            if let Some(t) = self.dev_values[o.node][o.slot].clone() {
+                let dst = &mut self.staging.as_bytes_mut()[offset..offset + t.bytes()];
+                copy_to_host_async(&self.dev.ctx, t.ptr, dst)?;
+                staged.push((*o, offset));
+                offset += super::memory::align(t.bytes());
+            }
+        }
+        self.dev.ctx.synchronize()?;
+        for (o, offset) in staged {
+            self.unstage(o.node, o.slot, offset)?;
         }
         self.steps += 1;
         Ok(())
