@@ -132,6 +132,21 @@ fn mic_without_the_feature_or_a_bad_input_says_why() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nonexistent"), "{err}");
+    // the encoder on a GPU: on a machine without one, exit 2 and one line why
+    #[cfg(feature = "cuda")]
+    if pulsed::gpu::GpuDevice::shared().is_err() {
+        let hello = format!("{FIX}/hello.wav");
+        let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
+            .args(["mic", "--input", &hello, "--device", "cuda"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("pulsed: --device cuda: ") && err.lines().count() == 1,
+            "{err}"
+        );
+    }
 }
 
 /// Live beam search with the shipped language model: partial text while

@@ -39,6 +39,12 @@ pub struct Args {
     /// End utterances on CTC blanks alone, without Silero VAD.
     #[arg(long)]
     no_vad: bool,
+    /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
+    #[arg(long, value_enum, default_value = "auto")]
+    device: super::device::Device,
+    /// How the GPU stores weights and activations.
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: super::device::Precision,
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
@@ -52,8 +58,10 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             .beam
             .map_or(Decoding::Greedy, |width| Decoding::Beam { width }),
     };
-    let rec =
-        Recognizer::open(super::model_dir(a.model.clone()), opts).map_err(|e| e.to_string())?;
+    let engine = a.device.engine(a.precision)?;
+    let rec = Recognizer::open(super::model_dir(a.model.clone()), opts)
+        .map_err(|e| e.to_string())?
+        .with_engine(engine);
     let rec = Arc::new(a.lm.apply(rec)?);
     let rate = rec.sample_rate();
     let live = LiveOptions {
