@@ -48,6 +48,15 @@ enum Fmt {
     F32,
 }
 
+const ALL_FORMATS: [Fmt; 6] = [
+    Fmt::I8,
+    Fmt::I16,
+    Fmt::I24,
+    Fmt::I24In32,
+    Fmt::I32,
+    Fmt::F32,
+];
+
 /// Writes `frames` (each a slice of per-channel values in [-1, 1]) with hound;
 /// integers are `round(x * 2^(bits-1))` clamped to the type's range.
 fn write_wav(fmt: Fmt, rate: u32, channels: u16, frames: &[Vec<f64>]) -> TempWav {
@@ -157,14 +166,7 @@ fn assert_one_line(e: &AudioError, path: &str) {
 #[test]
 fn every_format_at_16k_is_passed_through_exactly() {
     let xs: Vec<f64> = vec![0.0, 0.5, -0.5, 0.25, -1.0, 0.999, -0.123456, 0.75];
-    for fmt in [
-        Fmt::I8,
-        Fmt::I16,
-        Fmt::I24,
-        Fmt::I24In32,
-        Fmt::I32,
-        Fmt::F32,
-    ] {
+    for fmt in ALL_FORMATS {
         let t = write_wav(fmt, 16_000, 1, &mono(&xs));
         let a = load_wav(t.path(), 16_000).unwrap();
         let (bits, name) = match fmt {
@@ -552,14 +554,7 @@ proptest! {
 #[test]
 fn raw_decoding_equals_hounds_bit_for_bit() {
     let x = sine(16_000, 0.3, 440.0, 0.9);
-    for fmt in [
-        Fmt::I8,
-        Fmt::I16,
-        Fmt::I24,
-        Fmt::I24In32,
-        Fmt::I32,
-        Fmt::F32,
-    ] {
+    for fmt in ALL_FORMATS {
         for channels in [1u16, 2, 3] {
             let frames: Vec<Vec<f64>> = x
                 .iter()
