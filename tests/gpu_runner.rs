@@ -793,27 +793,25 @@ fn batched_streams_equal_cpu_per_node_and_capture() {
             })
             .collect();
         let model = Arc::new(pulsify(&m.batched_graph(taps, batch).unwrap(), 5120).unwrap());
-        let mut cpu = BatchedSession::new(model.clone()).unwrap();
+        // the CPU: every stream's log-probs, and every node after every step
+        let mut cs = BatchedSession::new(model.clone()).unwrap();
         let mut cpu_out = vec![Vec::new(); batch];
-        feed_batched(&mut cpu, &utts, |_, chunks| {
+        let mut cpu_chunks = Vec::new();
+        feed_batched(&mut cs, &utts, |s, chunks| {
             for c in chunks {
                 cpu_out[c.stream].extend(c.chunk.data.to_f32_vec());
             }
-        });
-        // every node after every step, on an eager runner that keeps values
-        let r = gpu_runner(&d, &model, precision, "");
-        let (on_gpu, on_cpu) = r.placement_counts();
-        assert_eq!(on_cpu, 0, "batch {batch}: nodes on the CPU");
-        let mut gs = BatchedSession::with_runner(model.clone(), Box::new(r)).unwrap();
-        let mut cs = BatchedSession::new(model.clone()).unwrap();
-        let mut worst = (0.0f32, String::new());
-        let mut cpu_chunks = Vec::new();
-        feed_batched(&mut cs, &utts, |s, _| {
             let vals: Vec<Option<Tensor>> = (0..model.graph.nodes.len())
                 .map(|n| s.runner().value(pulsed::graph::OutletId::new(n, 0)))
                 .collect();
             cpu_chunks.push(vals);
         });
+        // the GPU, on an eager runner that keeps values
+        let r = gpu_runner(&d, &model, precision, "");
+        let (on_gpu, on_cpu) = r.placement_counts();
+        assert_eq!(on_cpu, 0, "batch {batch}: nodes on the CPU");
+        let mut gs = BatchedSession::with_runner(model.clone(), Box::new(r)).unwrap();
+        let mut worst = (0.0f32, String::new());
         let mut step = 0;
         feed_batched(&mut gs, &utts, |s, _| {
             for (n, want) in cpu_chunks[step].iter().enumerate() {

@@ -13,10 +13,7 @@ use crate::Result;
 /// One stream's decoder, fed `[frames, vocab]` log-prob rows.
 enum SlotDecoder {
     Greedy(GreedyDecoder),
-    Beam {
-        search: Box<BeamSearch>,
-        frames: usize,
-    },
+    Beam(Box<BeamSearch>),
 }
 
 /// `B` streams through a [`BatchedSession`], each decoded on its own. Feed
@@ -60,11 +57,6 @@ impl BatchTranscriber {
         self.session.batch()
     }
 
-    /// Samples per step and stream.
-    pub fn pulse(&self) -> usize {
-        self.session.pulse()
-    }
-
     /// Samples stream `b` takes before the next step.
     pub fn room(&self, b: usize) -> Result<usize> {
         self.session.room(b)
@@ -90,44 +82,29 @@ impl BatchTranscriber {
         self.session.all_done()
     }
 
-    /// Steps run since the last reset.
-    pub fn steps(&self) -> u64 {
-        self.session.steps()
-    }
-
     /// Runs one step for every stream and decodes its new frames. An error
     /// of the step is everyone's; a stream's decoding error is kept for it
     /// alone ([`Self::error`]) and its later frames are ignored.
     pub fn step(&mut self) -> Result<()> {
         for c in self.session.step()? {
-            if c.chunk.output != 0 || self.errors[c.stream].is_some() {
+            let b = c.stream;
+            if c.chunk.output != 0 || self.errors[b].is_some() {
                 continue;
             }
-            if let Err(e) = self.decode(c) {
-                let b = e.0;
-                self.errors[b] = Some(e.1.to_string());
+            if let Err(e) = self.decode(b, c.chunk.start, &c.chunk.data) {
+                self.errors[b] = Some(e.to_string());
             }
         }
         Ok(())
     }
 
-    fn decode(
-        &mut self,
-        c: crate::pulse::BatchChunk,
-    ) -> std::result::Result<(), (usize, crate::Error)> {
-        let b = c.stream;
-        let rows = c.chunk.data.to_vec::<f32>().map_err(|e| (b, e.into()))?;
-        let frames = c.chunk.data.shape()[0];
+    /// Feeds stream `b`'s decoder its new `[frames, vocab]` rows, which
+    /// start at frame `start`.
+    fn decode(&mut self, b: usize, start: u64, rows: &crate::ops::Tensor) -> Result<()> {
+        let rows = rows.as_slice::<f32>()?;
         match &mut self.slots[b] {
-            SlotDecoder::Greedy(g) => {
-                let (ids, lps) = argmax_rows(&rows, self.tokens.len());
-                g.push_frames(c.chunk.start as usize, &ids, &lps)
-                    .map_err(|e| (b, e.into()))?;
-            }
-            SlotDecoder::Beam { search, frames: n } => {
-                search.push(&rows).map_err(|e| (b, e.into()))?;
-                *n += frames;
-            }
+            SlotDecoder::Greedy(g) => g.push_log_probs(start as usize, rows)?,
+            SlotDecoder::Beam(search) => search.push(rows)?,
         }
         Ok(())
     }
@@ -141,8 +118,8 @@ impl BatchTranscriber {
     pub fn transcript(&self, b: usize) -> Result<Transcript> {
         match self.slots.get(b) {
             Some(SlotDecoder::Greedy(g)) => Ok(g.partial()),
-            Some(SlotDecoder::Beam { search, frames }) => match search.best() {
-                Some(h) => Ok(h.transcript(&self.tokens, self.timing, *frames)?),
+            Some(SlotDecoder::Beam(search)) => match search.best() {
+                Some(h) => Ok(h.transcript(&self.tokens, self.timing, search.frames())?),
                 None => Ok(GreedyDecoder::new(self.tokens.clone(), self.timing)?.finish()),
             },
             None => Err(crate::pulse::BatchError::NoSuchStream {
@@ -160,10 +137,7 @@ impl BatchTranscriber {
         for s in &mut self.slots {
             match s {
                 SlotDecoder::Greedy(g) => g.reset(),
-                SlotDecoder::Beam { search, frames } => {
-                    search.reset();
-                    *frames = 0;
-                }
+                SlotDecoder::Beam(search) => search.reset(),
             }
         }
     }
@@ -177,34 +151,11 @@ fn slot_decoder(
 ) -> Result<SlotDecoder> {
     Ok(match decoding {
         Decoding::Greedy => SlotDecoder::Greedy(GreedyDecoder::new(tokens.clone(), timing)?),
-        Decoding::Beam { width } => SlotDecoder::Beam {
-            search: Box::new(BeamSearch::new(
-                tokens.len(),
-                tokens.blank(),
-                width,
-                scorer,
-            )?),
-            frames: 0,
-        },
+        Decoding::Beam { width } => SlotDecoder::Beam(Box::new(BeamSearch::new(
+            tokens.len(),
+            tokens.blank(),
+            width,
+            scorer,
+        )?)),
     })
-}
-
-/// Per row of `vocab` log-probs, the first best id and its log-prob (what
-/// the fused greedy head gives).
-fn argmax_rows(rows: &[f32], vocab: usize) -> (Vec<i64>, Vec<f32>) {
-    rows.chunks_exact(vocab.max(1))
-        .map(|r| {
-            let (i, v) = r
-                .iter()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-                    if v > best.1 {
-                        (i, v)
-                    } else {
-                        best
-                    }
-                });
-            (i as i64, v)
-        })
-        .unzip()
 }

@@ -102,7 +102,7 @@ pub(super) fn cohort_worker(
         // error of the shared step, which every member shares
         for m in members.into_iter().flatten() {
             let outcome = match &error {
-                Some(e) => Outcome::Failed(format!("{}: {e}", files[m.index].display())),
+                Some(e) => Outcome::Failed(format!("{}: {e}", m.path.display())),
                 None => Outcome::Cancelled,
             };
             if !send(m.index, outcome, m.pushed, m.started) {
@@ -160,27 +160,19 @@ fn run_cohort(
                     bt.end(b)?;
                 }
             }
-            let finished = slot
-                .as_ref()
-                .is_some_and(|m| m.failed.is_some() || bt.done(b));
-            if !finished {
+            let Some(m) = slot.take_if(|m| m.failed.is_some() || bt.done(b)) else {
                 continue;
-            }
-            let outcome = match slot.as_ref().and_then(|m| m.failed.clone()) {
+            };
+            let outcome = match m.failed {
                 Some(e) => Outcome::Failed(e),
                 None => match bt.transcript(b) {
                     Ok(transcript) => Outcome::Done {
                         transcript,
-                        duration_s: slot.as_ref().map_or(0.0, |m| m.wav.source_duration_s()),
+                        duration_s: m.wav.source_duration_s(),
                     },
-                    Err(e) => Outcome::Failed(format!(
-                        "{}: {e}",
-                        slot.as_ref()
-                            .map_or(String::new(), |m| m.path.display().to_string())
-                    )),
+                    Err(e) => Outcome::Failed(format!("{}: {e}", m.path.display())),
                 },
             };
-            let m = slot.take().expect("checked");
             if !send(m.index, outcome, m.pushed, m.started) {
                 return Ok(false);
             }
@@ -199,19 +191,15 @@ fn feed(
     chunk: usize,
     control: &Control,
 ) -> Result<(), String> {
-    let name = m.path.display().to_string();
-    let name = || name.as_str();
-    while bt.room(b).map_err(|e| format!("{}: {e}", name()))? > 0 {
+    let name = |e: crate::Error| format!("{}: {e}", m.path.display());
+    while bt.room(b).map_err(name)? > 0 {
         if m.used == m.pending.len() {
             match m.wav.next_chunk(chunk) {
                 Ok(Some(samples)) => {
                     m.pending = samples;
                     m.used = 0;
                 }
-                Ok(None) => {
-                    bt.end(b).map_err(|e| format!("{}: {e}", name()))?;
-                    return Ok(());
-                }
+                Ok(None) => return bt.end(b).map_err(name),
                 Err(e) => return Err(e.to_string()),
             }
         }
@@ -220,11 +208,11 @@ fn feed(
             crate::Error::Batch(crate::pulse::BatchError::NotFinite { index, value, .. }) => {
                 format!(
                     "{}: sample {} (at the model's rate) is not finite ({value})",
-                    name(),
+                    m.path.display(),
                     m.pushed + index as u64
                 )
             }
-            e => format!("{}: {e}", name()),
+            e => name(e),
         })?;
         m.used += took;
         m.pushed += took as u64;

@@ -310,22 +310,6 @@ fn batched_bench(
             times.push(t.elapsed().as_secs_f64());
         }
         let t = median(times);
-        if std::env::var_os("PULSED_BENCH_PROFILE").is_some() && [16, 64].contains(&batch) {
-            let mut by_kind: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
-            for (id, t) in r.profile_step(&[&x]).map_err(|e| e.to_string())? {
-                let e = by_kind.entry(pm.graph.nodes[id].op.name()).or_default();
-                e.0 += t;
-                e.1 += 1;
-            }
-            let mut v: Vec<_> = by_kind.into_iter().collect();
-            v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-            for (kind, (t, n)) in v.iter().take(6) {
-                println!(
-                    "      B {batch} profile: {kind:<24} {n:>4} nodes {:>8.3} ms",
-                    t * 1e3
-                );
-            }
-        }
         println!(
             "    B {batch:>3}: {:.3} ms per step ({:.3} ms per stream), {:.0} audio s/s{}",
             t * 1e3,

@@ -149,14 +149,16 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let rec = a.lm.apply(rec)?;
     // on a GPU each worker streams its files on a CUDA stream of its own
     let jobs = a.jobs.unwrap_or_else(batch::default_jobs);
+    let streams_for = |files: usize| {
+        a.streams
+            .unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs))
+    };
     let mut opts = BatchOptions {
         jobs,
         chunk_samples: chunk_samples(mode),
         longest_first: true,
         // chosen again below, once --resume has dropped the files done
-        streams: a
-            .streams
-            .unwrap_or_else(|| batch::default_streams(rec.engine(), files.len(), jobs)),
+        streams: streams_for(files.len()),
     };
     if a.bench {
         return bench(&rec, &files, opts);
@@ -182,9 +184,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         )),
         None => Box::new(io::stdout().lock()),
     };
-    opts.streams = a
-        .streams
-        .unwrap_or_else(|| batch::default_streams(rec.engine(), files.len(), jobs));
+    opts.streams = streams_for(files.len());
     if let Some(d) = &a.output_dir {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }

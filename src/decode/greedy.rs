@@ -109,6 +109,36 @@ impl GreedyDecoder {
         Ok(())
     }
 
+    /// Adds frames `first_frame..` from `[frames, vocab]` log-prob rows: each
+    /// frame's best token (the first on ties) and its log-prob, as the fused
+    /// greedy head gives them. On error nothing changes.
+    pub fn push_log_probs(&mut self, first_frame: usize, rows: &[f32]) -> Result<(), DecodeError> {
+        let vocab = self.tokens.len();
+        if vocab == 0 || !rows.len().is_multiple_of(vocab) {
+            return Err(DecodeError::Shape(format!(
+                "{} log-probs are not whole rows of {vocab}",
+                rows.len()
+            )));
+        }
+        let (ids, logps): (Vec<i64>, Vec<f32>) = rows
+            .chunks_exact(vocab)
+            .map(|row| {
+                let (id, lp) =
+                    row.iter()
+                        .enumerate()
+                        .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+                            if v > best.1 {
+                                (i, v)
+                            } else {
+                                best
+                            }
+                        });
+                (id as i64, lp)
+            })
+            .unzip();
+        self.push_frames(first_frame, &ids, &logps)
+    }
+
     fn apply(&mut self, frame: usize, tok: usize, logp: f32) {
         let contiguous = self.last_frame.map_or(frame == 0, |l| frame == l + 1);
         let prev = if contiguous { self.prev } else { None };

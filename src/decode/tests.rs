@@ -252,6 +252,32 @@ proptest! {
     }
 }
 
+#[test]
+fn greedy_from_log_prob_rows_takes_each_rows_first_best() {
+    // rows over <blk> <sp> a b c: a, a (a tie with c: the first wins), blank, b
+    let rows = [
+        -3.0, -3.0, -0.1, -4.0, -2.0, //
+        -2.0, -2.0, -0.5, -3.0, -0.5, //
+        -0.2, -2.0, -3.0, -3.0, -3.0, //
+        -4.0, -4.0, -4.0, -0.3, -4.0,
+    ];
+    let mut d = GreedyDecoder::new(abc(), T).unwrap();
+    d.push_log_probs(0, &rows[..10]).unwrap();
+    d.push_log_probs(2, &rows[10..]).unwrap();
+    let mut want = GreedyDecoder::new(abc(), T).unwrap();
+    want.push_frames(0, &[2, 2, 0, 3], &[-0.1, -0.5, -0.2, -0.3])
+        .unwrap();
+    assert_eq!(d.spans(), want.spans());
+    assert_eq!(d.finish(), want.finish());
+    // ragged rows: an error, and nothing pushed
+    let mut d = GreedyDecoder::new(abc(), T).unwrap();
+    assert!(matches!(
+        d.push_log_probs(0, &rows[..7]),
+        Err(DecodeError::Shape(_))
+    ));
+    assert_eq!(d.frames(), 0);
+}
+
 // ---------------------------------------------------------------- beam
 
 /// Greedy decoding of full rows (argmax, first index on ties).

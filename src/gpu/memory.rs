@@ -52,10 +52,10 @@ static MEMORY_LOCK: RwLock<()> = RwLock::new(());
 
 /// Runs `f`, which allocates or frees device or pinned memory (or makes or
 /// destroys a handle that does), while no other thread is capturing. On a
-/// thread that is capturing itself it runs at once: waiting would deadlock,
-/// and the capture fails on its own.
+/// thread that holds the capture guard itself it runs at once: waiting
+/// would deadlock, and a capture it breaks fails on its own.
 pub(crate) fn memory_change<T>(f: impl FnOnce() -> T) -> T {
-    if capturing() || GUARDED.with(|g| g.load(Ordering::Relaxed)) {
+    if GUARDED.with(|g| g.load(Ordering::Relaxed)) {
         return f();
     }
     let _g = MEMORY_LOCK.write().unwrap_or_else(|e| e.into_inner());

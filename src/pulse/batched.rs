@@ -80,7 +80,6 @@ pub struct BatchedSession {
     model: Arc<PulsedModel>,
     runner: Box<dyn StepRunner>,
     input: StreamInfo,
-    batch: usize,
     pulse_in: Tensor,
     steps: u64,
     slots: Vec<Slot>,
@@ -132,7 +131,6 @@ impl BatchedSession {
             ..Slot::default()
         };
         Ok(BatchedSession {
-            batch: shape[0],
             pulse_in: Tensor::zeros(DType::F32, &shape),
             slots: vec![slot; shape[0]],
             model,
@@ -144,7 +142,7 @@ impl BatchedSession {
 
     /// Streams in the batch.
     pub fn batch(&self) -> usize {
-        self.batch
+        self.slots.len()
     }
 
     /// Input values (samples) per step and stream.
@@ -170,7 +168,7 @@ impl BatchedSession {
         self.slots.get(stream).ok_or_else(|| {
             BatchError::NoSuchStream {
                 stream,
-                batch: self.batch,
+                batch: self.batch(),
             }
             .into()
         })
@@ -231,7 +229,7 @@ impl BatchedSession {
 
     /// Whether every stream is done.
     pub fn all_done(&self) -> bool {
-        (0..self.batch).all(|b| self.done(b))
+        (0..self.batch()).all(|b| self.done(b))
     }
 
     fn out_len(&self, i: usize, s: &Slot) -> u64 {
@@ -264,7 +262,7 @@ impl BatchedSession {
         self.runner.step(&[&self.pulse_in])?;
         self.steps += 1;
         let mut out = Vec::new();
-        for b in 0..self.batch {
+        for b in 0..self.batch() {
             self.slots[b].filled = 0;
             self.collect(b, &mut out)?;
         }
@@ -280,7 +278,7 @@ impl BatchedSession {
             let first = st.first_frame(self.steps - 1);
             // frames up to what the input fed so far determines; all of
             // them once the stream has ended
-            let end = st.len.eval(slot.pushed as i64).max(0);
+            let end = self.out_len(i, slot) as i64;
             let lo = first.max(slot.emitted[i] as i64);
             let hi = (first + st.pulse as i64).min(end);
             if hi <= lo {
