@@ -4,6 +4,8 @@
 //! later steps replay the graphs. Nodes left on the CPU split the step into
 //! segments, with explicit copies around them.
 
+mod inspect;
+
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -605,108 +607,6 @@ impl GpuRunner {
             }
         }
         Ok(())
-    }
-
-    /// Runs one step with kernels launched one by one, and returns every
-    /// non-constant node with its time in seconds: GPU time between CUDA
-    /// events around its launches, wall time for CPU nodes (a profile).
-    pub fn profile_step(&mut self, inputs: &[&Tensor]) -> Result<Vec<(usize, f64)>> {
-        use cudarc::driver::sys::CUevent_flags;
-        self.copy_inputs(inputs)?;
-        let segments = std::mem::take(&mut self.segments);
-        let stream = self.dev.ctx.stream().clone();
-        let mut events = Vec::new();
-        let mut times = Vec::new();
-        let mut r: Result<()> = Ok(());
-        'all: for seg in &segments {
-            match seg {
-                Segment::Gpu { nodes, .. } => {
-                    for &id in nodes {
-                        let ev = |s: &cudarc::driver::CudaStream| {
-                            s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                                .map_err(|e| Error::Gpu(GpuError::from(e)))
-                        };
-                        r = ev(&stream)
-                            .and_then(|a| {
-                                self.launch_nodes(&[id], false)?;
-                                Ok((a, ev(&stream)?))
-                            })
-                            .map(|(a, b)| events.push((id, a, b)));
-                        if r.is_err() {
-                            break 'all;
-                        }
-                    }
-                }
-                Segment::Host(nodes) => {
-                    for &id in nodes {
-                        let t = std::time::Instant::now();
-                        r = self.run_host(&[id]);
-                        if r.is_err() {
-                            break 'all;
-                        }
-                        times.push((id, t.elapsed().as_secs_f64()));
-                    }
-                }
-            }
-        }
-        self.segments = segments;
-        r?;
-        self.launch_nodes(&[], true)?;
-        self.dev.ctx.synchronize()?;
-        for (id, a, b) in events {
-            let ms = a.elapsed_ms(&b).map_err(GpuError::from)?;
-            times.push((id, ms as f64 / 1e3));
-        }
-        self.finish_step()?;
-        Ok(times)
-    }
-
-    /// One eager step in which every GPU node is fed the CPU's values: after
-    /// each GPU node its outputs are read back (returned, in node order) and
-    /// replaced by `cpu`'s values of the same step, so an error stays in the
-    /// node that made it. `cpu` must have run this step already; the runner
-    /// must have been made with `keep_values`.
-    pub fn step_reseeded(
-        &mut self,
-        inputs: &[&Tensor],
-        cpu: &dyn StepRunner,
-    ) -> Result<Vec<(OutletId, Tensor)>> {
-        self.copy_inputs(inputs)?;
-        let segments = std::mem::take(&mut self.segments);
-        let mut got = Vec::new();
-        let r = (|| -> Result<()> {
-            for seg in &segments {
-                match seg {
-                    Segment::Host(nodes) => self.run_host(nodes)?,
-                    Segment::Gpu { nodes, .. } => {
-                        for &id in nodes {
-                            self.launch_nodes(&[id], false)?;
-                            self.dev.ctx.synchronize()?;
-                            for slot in 0..self.graph.nodes[id].facts.len() {
-                                let o = OutletId::new(id, slot);
-                                let Some(v) = StepRunner::value(self, o) else {
-                                    continue; // fused away
-                                };
-                                got.push((o, v));
-                                let (Some(c), Some(t)) =
-                                    (cpu.value(o), self.dev_values[id][slot].clone())
-                                else {
-                                    continue;
-                                };
-                                copy_to_device(&self.dev.ctx, &host_bytes(&c, t.dtype), t.ptr)?;
-                                self.dev.ctx.synchronize()?;
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(())
-        })();
-        self.segments = segments;
-        r?;
-        self.launch_nodes(&[], true)?;
-        self.finish_step()?;
-        Ok(got)
     }
 
     fn step_inner(&mut self, inputs: &[&Tensor]) -> Result<()> {
