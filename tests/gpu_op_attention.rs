@@ -64,6 +64,20 @@ fn check(dev: &GpuDevice, name: &str, op: &dyn Op, steps: &[Vec<Tensor>], consts
     }
 }
 
+/// Asserts whether `op` on the first step's inputs runs as one block per
+/// head over the whole tile (`tile`) or one block per query row.
+fn expect_tile(dev: &GpuDevice, name: &str, op: &dyn Op, steps: &[Vec<Tensor>], tile: bool) {
+    let refs: Vec<&Tensor> = steps[0].iter().collect();
+    let g = build_for(dev, op, &refs, &[], Precision::F32)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        g.describe().contains("(tile)"),
+        tile,
+        "{name}: {}",
+        g.describe()
+    );
+}
+
 /// `n` steps of q [rows_q, d], k and v [rows_k, d], fresh values each step.
 fn qkv_steps(n: usize, rows_q: usize, rows_k: usize, d: usize, seed: u64) -> Vec<Vec<Tensor>> {
     (0..n as u64)
@@ -96,6 +110,7 @@ fn pulsed_limited_attention_shipped_shapes() {
             delay,
         };
         let steps = qkv_steps(14, 8, 72, 256, 1 + delay as u64);
+        expect_tile(&dev, "shipped shapes", &op, &steps, true);
         check(
             &dev,
             &format!("pulsed attention delay {delay}"),
@@ -110,11 +125,15 @@ fn pulsed_limited_attention_shipped_shapes() {
 #[ignore]
 fn pulsed_limited_attention_odd_shapes() {
     let Some(dev) = device() else { return };
+    // the last two windows are too long for one block's shared memory
+    // (a block per query row instead)
     for (heads, d, p, lc, delay, scale) in [
         (2, 48, 3, 5, 0, None),
         (2, 48, 3, 5, 4, Some(0.3)),
         (3, 21, 1, 7, 2, None),
         (1, 40, 5, 0, 3, None),
+        (2, 128, 8, 400, 3, None),
+        (4, 256, 4, 200, 250, None),
     ] {
         let op = PulsedLimitedAttention {
             attn: LimitedAttention {
@@ -127,6 +146,7 @@ fn pulsed_limited_attention_odd_shapes() {
         };
         let steps = qkv_steps(12, p, p + lc, d, (heads * 100 + d + delay) as u64);
         let name = format!("pulsed attention h{heads} d{d} p{p} lc{lc} delay{delay}");
+        expect_tile(&dev, &name, &op, &steps, lc < 200);
         check(&dev, &name, &op, &steps, &[]);
     }
 }

@@ -92,6 +92,27 @@ __device__ void attend_row(const T* qrow, const T* k, const T* v, T* orow, u64 l
     }
 }
 
+// The keys query row i attends to, lo..=hi (none when lo > hi); see
+// limited_attention_impl.
+__device__ __forceinline__ void limited_window(i64 i, const u64* step, i64 tk, i64 lc,
+                                               i64 pulse, i64 delay, i64* lo, i64* hi) {
+    if (step != 0) {
+        const i64 first = (i64)(*step) * pulse - delay;
+        if (first + i < 0) {
+            *lo = 1;
+            *hi = 0;
+            return;
+        }
+        *lo = i > lc - first ? i : lc - first;
+        *hi = i + lc;
+    } else {
+        *lo = i - lc;
+        *hi = i;
+    }
+    if (*lo < 0) *lo = 0;
+    if (*hi > tk - 1) *hi = tk - 1;
+}
+
 // LimitedAttention (step == 0) and PulsedLimitedAttention (step = the device
 // step counter). q [tq, width], k and v [tk, width], heads side by side;
 // block (row i, head h). Whole: row i sees keys max(i - lc, 0) ..= i.
@@ -112,21 +133,7 @@ __device__ void limited_attention_impl(const T* q, const T* k, const T* v, T* ou
     k += b * (u64)tk * width;
     v += b * (u64)tk * width;
     i64 lo, hi;
-    if (step != 0) {
-        const i64 first = (i64)(*step) * pulse - delay;
-        if (first + i < 0) {
-            lo = 1;
-            hi = 0;
-        } else {
-            lo = i > lc - first ? i : lc - first;
-            hi = i + lc;
-        }
-    } else {
-        lo = i - lc;
-        hi = i;
-    }
-    if (lo < 0) lo = 0;
-    if (hi > tk - 1) hi = tk - 1;
+    limited_window(i, step, tk, lc, pulse, delay, &lo, &hi);
     RowMask<T> none = {0, 0, 0, 0};
     const u64 off = (u64)h * dh;
     attend_row(q + (u64)i * width + off, k + off, v + off, out + (u64)i * width + off,
@@ -139,6 +146,128 @@ FLOAT_KERNELS(limited_attention,
     (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step, i64 tk,
      int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
     (q, k, v, out, step, tk, width, dh, lc, scale, pulse, delay))
+
+// LimitedAttention over a tile small enough for shared memory (a chunk
+// step's few query rows and their window of keys): one block per (head,
+// sequence) reads the head's q, K and V once, each element by one load, all
+// in flight together, instead of a block per query row walking K and V in
+// dependent rounds. A warp takes a query row's softmax with shuffles alone.
+// Launched with 1024 threads: the work is a few short chains per thread.
+// Rows, windows and formulas as limited_attention_impl.
+//
+// Shared memory: K [tk][dh + 1] (padded: lanes take consecutive keys),
+// V [tk][dh], q [tq][dh], scores then weights [tq][tk].
+template <typename T>
+__device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, T* out,
+                                            const u64* step, int tq, i64 tk, int width, int dh,
+                                            i64 lc, float scale, i64 pulse, i64 delay) {
+    extern __shared__ float sh[];
+    const u64 off = (u64)blockIdx.x * dh;
+    const u64 b = blockIdx.y;
+    q += b * tq * width + off;
+    out += b * tq * width + off;
+    k += b * (u64)tk * width + off;
+    v += b * (u64)tk * width + off;
+    const int kp = dh + 1;
+    float* ks = sh;
+    float* vs = ks + tk * kp;
+    float* qs = vs + tk * dh;
+    float* ps = qs + tq * dh;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    // Thread t reads column t % dh of rows t / dh, t / dh + nt / dh, ... (no
+    // division per element); U rows of K and of V are loaded before any is
+    // stored, so a tile of up to U * nt elements arrives in one round trip.
+    constexpr int U = 8;
+    const int c0 = tid % dh, r0 = tid / dh, rstep = nt / dh;
+    if (rstep > 0 && r0 < rstep) {
+        for (int base = r0; base < tk; base += U * rstep) {
+            float kv[U], vv[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int m = base + u * rstep;
+                if (m < tk) {
+                    kv[u] = ld(k, (u64)m * width + c0);
+                    vv[u] = ld(v, (u64)m * width + c0);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int m = base + u * rstep;
+                if (m < tk) {
+                    ks[m * kp + c0] = kv[u];
+                    vs[m * dh + c0] = vv[u];
+                }
+            }
+        }
+        for (int i = r0; i < tq; i += rstep) qs[i * dh + c0] = ld(q, (u64)i * width + c0);
+    }
+    __syncthreads();
+    for (int e = tid; e < tq * tk; e += nt) {
+        const int i = e / tk, m = e - i * tk;
+        i64 lo, hi;
+        limited_window(i, step, tk, lc, pulse, delay, &lo, &hi);
+        float s = ATTN_NEG_INF;
+        if (m >= lo && m <= hi) {
+            const float* qr = qs + i * dh;
+            const float* kr = ks + m * kp;
+            // four partial sums: a shorter chain of dependent adds
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            int c = 0;
+            for (; c + 3 < dh; c += 4) {
+                a0 += qr[c] * kr[c];
+                a1 += qr[c + 1] * kr[c + 1];
+                a2 += qr[c + 2] * kr[c + 2];
+                a3 += qr[c + 3] * kr[c + 3];
+            }
+            for (; c < dh; ++c) a0 += qr[c] * kr[c];
+            s = ((a0 + a1) + (a2 + a3)) * scale;
+        }
+        ps[e] = s;
+    }
+    __syncthreads();
+    const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    for (int i = warp; i < tq; i += nw) {
+        float* pr = ps + i * tk;
+        float m = ATTN_NEG_INF;
+        for (int j = lane; j < tk; j += 32) m = fmaxf(m, pr[j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float sum = 0.0f;
+        for (int j = lane; j < tk; j += 32) {
+            float e = m == ATTN_NEG_INF || pr[j] == ATTN_NEG_INF ? 0.0f : expf(pr[j] - m);
+            pr[j] = e;
+            sum += e;
+        }
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        // a row with no key to attend to keeps zero weights: zeros out
+        if (sum > 0.0f) {
+            for (int j = lane; j < tk; j += 32) pr[j] = pr[j] / sum;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < tq * dh; e += nt) {
+        const int i = e / dh, c = e - i * dh;
+        i64 lo, hi;
+        limited_window(i, step, tk, lc, pulse, delay, &lo, &hi);
+        const float* pr = ps + i * tk;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        i64 j = lo;
+        for (; j + 3 <= hi; j += 4) {
+            a0 += pr[j] * vs[j * dh + c];
+            a1 += pr[j + 1] * vs[(j + 1) * dh + c];
+            a2 += pr[j + 2] * vs[(j + 2) * dh + c];
+            a3 += pr[j + 3] * vs[(j + 3) * dh + c];
+        }
+        for (; j <= hi; ++j) a0 += pr[j] * vs[j * dh + c];
+        st(out, (u64)i * width + c, (a0 + a1) + (a2 + a3));
+    }
+}
+
+FLOAT_KERNELS(limited_attention_tile,
+    (const float* q, const float* k, const float* v, float* out, const u64* step, int tq,
+     i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
+    (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step, int tq,
+     i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
+    (q, k, v, out, step, tq, tk, width, dh, lc, scale, pulse, delay))
 
 // Scaled dot-product attention with broadcast batch axes, collapsed on the
 // host to (outer, inner); strides count whole matrices for q, k, v and

@@ -13,6 +13,9 @@ use crate::pulse::PulsedLimitedAttention;
 
 /// Threads per block: eight warps share a row's keys (fewer keys per warp, shorter chains).
 const THREADS: u32 = 256;
+/// Threads per block of the tile kernel: a whole head's tile per block, so
+/// as many threads as a block can have, each with a short chain.
+const TILE_THREADS: u32 = 1024;
 /// Dynamic shared memory a block may use without an opt-in.
 const MAX_SHARED: usize = 48 * 1024;
 /// Largest grid y (heads or batch).
@@ -46,8 +49,12 @@ fn long(what: &str, v: usize) -> Result<i64, GpuError> {
 struct LimitedGpu {
     f: CudaFunction,
     grid: Grid,
+    /// One block per head over the whole tile (`limited_attention_tile`).
+    tile: bool,
     pulsed: bool,
-    tq: usize,
+    heads: usize,
+    batch: usize,
+    tq: i32,
     tk: i64,
     width: i32,
     dh: i32,
@@ -60,11 +67,12 @@ struct LimitedGpu {
 impl GpuOp for LimitedGpu {
     fn describe(&self) -> String {
         format!(
-            "{}limited_attention {}x{} keys, {} heads of {}, left context {}",
+            "{}limited_attention{} {}x{} keys, {} heads of {}, left context {}",
             if self.pulsed { "pulsed " } else { "" },
+            if self.tile { " (tile)" } else { "" },
             self.tq,
             self.tk,
-            self.grid.grid.1,
+            self.heads,
             self.dh,
             self.lc
         )
@@ -72,28 +80,32 @@ impl GpuOp for LimitedGpu {
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
         expect_io("limited attention", io, 3, 1)?;
-        if self.tq == 0 || self.grid.grid.2 == 0 {
+        if self.tq == 0 || self.batch == 0 {
             return Ok(());
         }
-        launch(
-            cx,
-            &self.f,
-            self.grid,
-            &[
-                Arg::Ptr(io.ins[0].ptr),
-                Arg::Ptr(io.ins[1].ptr),
-                Arg::Ptr(io.ins[2].ptr),
-                Arg::Ptr(io.outs[0].ptr),
-                Arg::Ptr(if self.pulsed { cx.step } else { 0 }),
-                Arg::I64(self.tk),
-                Arg::I32(self.width),
-                Arg::I32(self.dh),
-                Arg::I64(self.lc),
-                Arg::F32(self.scale),
-                Arg::I64(self.pulse),
-                Arg::I64(self.delay),
-            ],
-        )
+        let [q, k, v, out] = [io.ins[0].ptr, io.ins[1].ptr, io.ins[2].ptr, io.outs[0].ptr];
+        let step = if self.pulsed { cx.step } else { 0 };
+        let rest = [
+            Arg::I64(self.tk),
+            Arg::I32(self.width),
+            Arg::I32(self.dh),
+            Arg::I64(self.lc),
+            Arg::F32(self.scale),
+            Arg::I64(self.pulse),
+            Arg::I64(self.delay),
+        ];
+        let mut args = [Arg::U64(0); 13];
+        args[..5].copy_from_slice(&[q, k, v, out, step].map(Arg::Ptr));
+        let n = if self.tile {
+            // the tile kernel also takes the number of query rows
+            args[5] = Arg::I32(self.tq);
+            args[6..].copy_from_slice(&rest);
+            13
+        } else {
+            args[5..12].copy_from_slice(&rest);
+            12
+        };
+        launch(cx, &self.f, self.grid, &args[..n])
     }
 }
 
@@ -172,22 +184,43 @@ fn build_limited(
         }
         _ => {}
     }
-    // a row sees at most lc + 1 keys
-    let keys = lc.saturating_add(1).min(tk);
-    let shared = shared_bytes(what, dh, keys)?;
     let (pulse, delay) = pulsed.unwrap_or((0, 0));
-    let rows = int("query rows", tq)?;
+    // a chunk step's tile (every query row and its keys, per head) fits in
+    // shared memory: one block per head; otherwise one per query row, which
+    // holds at most lc + 1 scores
+    let tile_bytes = tile_shared_bytes(tq, tk, dh);
+    let (f, grid) = match tile_bytes {
+        Some(bytes) => (
+            cx.lib
+                .function("attention", &format!("limited_attention_tile_{suffix}"))?,
+            Grid {
+                grid: (op.heads as u32, batch as u32, 1),
+                block: (TILE_THREADS, 1, 1),
+                shared_bytes: bytes,
+            },
+        ),
+        None => (
+            cx.lib
+                .function("attention", &format!("limited_attention_{suffix}"))?,
+            Grid {
+                grid: (
+                    (int("query rows", tq)? as u32).max(1),
+                    op.heads as u32,
+                    batch as u32,
+                ),
+                block: (THREADS, 1, 1),
+                shared_bytes: shared_bytes(what, dh, lc.saturating_add(1).min(tk))?,
+            },
+        ),
+    };
     Ok(Box::new(LimitedGpu {
-        f: cx
-            .lib
-            .function("attention", &format!("limited_attention_{suffix}"))?,
-        grid: Grid {
-            grid: ((rows as u32).max(1), op.heads as u32, batch as u32),
-            block: (THREADS, 1, 1),
-            shared_bytes: shared,
-        },
+        f,
+        grid,
+        tile: tile_bytes.is_some(),
         pulsed: pulsed.is_some(),
-        tq,
+        heads: op.heads,
+        batch,
+        tq: int("query rows", tq)?,
         tk: long("keys", tk)?,
         width: int("width", width)?,
         dh: int("head width", dh)?,
@@ -196,6 +229,20 @@ fn build_limited(
         pulse: long("pulse", pulse)?,
         delay: long("delay", delay)?,
     }))
+}
+
+/// Shared bytes of `limited_attention_tile` (K padded by a column, V, q and
+/// the scores, all f32), if they fit in a block's default share and a head's
+/// columns in a block's threads.
+fn tile_shared_bytes(tq: usize, tk: usize, dh: usize) -> Option<u32> {
+    if dh == 0 || dh > TILE_THREADS as usize {
+        return None;
+    }
+    let floats = tk
+        .checked_mul(2 * dh + 1)?
+        .checked_add(tq.checked_mul(dh + tk)?)?;
+    let bytes = floats.checked_mul(4)?;
+    (tq > 0 && bytes <= MAX_SHARED).then_some(bytes as u32)
 }
 
 #[derive(Debug)]
@@ -434,7 +481,7 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
 
 #[cfg(test)]
 mod tests {
-    use super::{broadcast_strides, collapse};
+    use super::{broadcast_strides, collapse, tile_shared_bytes};
 
     #[test]
     fn strides_broadcast_right_aligned() {
@@ -465,5 +512,18 @@ mod tests {
             collapse(&[], &[vec![], vec![]]),
             (vec![], vec![vec![], vec![]])
         );
+    }
+
+    #[test]
+    fn tile_taken_when_a_heads_tile_fits_one_block() {
+        // the shipped model's step: 8 rows, 64 + 8 keys, heads of 64
+        assert_eq!(
+            tile_shared_bytes(8, 72, 64),
+            Some((72 * 129 + 8 * (64 + 72)) * 4)
+        );
+        assert_eq!(tile_shared_bytes(8, 408, 64), None, "too many keys");
+        assert_eq!(tile_shared_bytes(1, 2, 2000), None, "more columns than threads");
+        assert_eq!(tile_shared_bytes(0, 8, 64), None, "no rows");
+        assert_eq!(tile_shared_bytes(usize::MAX, 8, 64), None, "overflow");
     }
 }
