@@ -4,24 +4,11 @@
 //! PULSED_SKIP_NVRTC=1 says explicitly to skip them.
 #![cfg(feature = "cuda")]
 
-use pulsed::gpu::compile::{compile, ptx_entries, CI_ARCH, KERNEL_SOURCES};
-use pulsed::gpu::{nvrtc_available, GpuError, Image};
+mod common;
 
-/// False (after saying so) when the run asked to skip; panics when NVRTC is
-/// missing otherwise, so that a missing library never passes silently.
-fn nvrtc_or_fail() -> bool {
-    if nvrtc_available() {
-        return true;
-    }
-    if std::env::var("PULSED_SKIP_NVRTC").as_deref() == Ok("1") {
-        eprintln!("PULSED_SKIP_NVRTC=1: NVRTC not found, kernel compile check skipped");
-        return false;
-    }
-    panic!(
-        "libnvrtc.so.13 not found: run scripts/test.sh (it installs PyPI's nvidia-cuda-nvrtc \
-         into third_party/nvrtc and sets LD_LIBRARY_PATH), or set PULSED_SKIP_NVRTC=1 to skip"
-    );
-}
+use common::nvrtc_or_fail;
+use pulsed::gpu::compile::{compile, ptx_entries, CI_ARCH, KERNEL_SOURCES};
+use pulsed::gpu::{GpuError, Image};
 
 /// The `extern "C" __global__` names a source declares (macro-made ones excepted).
 fn declared_kernels(src: &str) -> usize {

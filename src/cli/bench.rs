@@ -132,9 +132,9 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
     use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Launches, Precision};
     let device = GpuDevice::shared().map_err(|e| format!("--device cuda: {e}"))?;
     println!(
-        "GPU: {} (kernels compiled and loaded in {:.0} ms)",
+        "GPU: {} ({})",
         device.ctx.describe().map_err(|e| e.to_string())?,
-        device.lib.load_millis
+        device.lib.describe_load()
     );
     let pm = rec.pulsed_model().ok_or("no pulsed model")?.clone();
     let pulse = pm.input_stream().map_err(|e| e.to_string())?.pulse;

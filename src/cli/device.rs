@@ -63,10 +63,10 @@ pub fn describe(e: &Engine) -> String {
         Engine::Cpu => "CPU".into(),
         #[cfg(feature = "cuda")]
         Engine::Gpu { device, options } => format!(
-            "CUDA {} ({:?}, kernels compiled in {:.0} ms)",
+            "CUDA {} ({:?}, {})",
             device.ctx.describe().unwrap_or_else(|e| e.to_string()),
             options.translate.precision,
-            device.lib.load_millis
+            device.lib.describe_load()
         ),
     }
 }

@@ -1,9 +1,11 @@
 //! NVRTC compilation of the `.cu` kernel sources the crate ships.
 //!
-//! On a device each module is compiled once per process to a CUBIN for the
-//! device's own `sm_XY` (PTX from an NVRTC newer than the driver fails to
-//! load), falling back to PTX. CI, with no GPU, compiles every source for
-//! [`CI_ARCH`] so that a broken kernel fails the build's tests.
+//! On a device each module is compiled to a CUBIN for the device's own
+//! `sm_XY` (PTX from an NVRTC newer than the driver fails to load), falling
+//! back to PTX; CUBINs are kept on disk by [`super::kernel_cache`], so a
+//! later process reads them instead of compiling. CI, with no GPU, compiles
+//! every source for [`CI_ARCH`] so that a broken kernel fails the build's
+//! tests.
 
 use std::ffi::CString;
 use std::time::Instant;
@@ -78,8 +80,10 @@ pub struct Compiled {
     pub arch: String,
     /// PTX or CUBIN.
     pub image: Image,
-    /// Wall time of the NVRTC compilation.
+    /// Wall time of the NVRTC compilation, or of reading the cached image.
     pub millis: f64,
+    /// Whether the image came from the on-disk kernel cache rather than NVRTC.
+    pub cached: bool,
 }
 
 impl Compiled {
@@ -116,6 +120,26 @@ fn log_of(prog: &Program) -> String {
     }
 }
 
+/// What NVRTC compiles for module `name`: the prelude, then `src` with its
+/// own file name and line numbers in the compiler's messages.
+pub(crate) fn full_source(name: &str, src: &str) -> String {
+    format!("{PRELUDE}\n#line 1 \"{name}.cu\"\n{src}")
+}
+
+/// NVRTC's options for `arch`.
+pub(crate) fn nvrtc_options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+    ]
+}
+
+/// The real architecture (`sm_XY`) of a device of compute capability
+/// `(major, minor)`.
+pub fn device_arch(cc: (i32, i32)) -> String {
+    format!("sm_{}{}", cc.0, cc.1)
+}
+
 /// Compiles `src` for `arch`: `compute_XY` gives PTX, `sm_XY` a CUBIN. A
 /// compile error carries NVRTC's log.
 pub fn compile(name: &str, src: &str, arch: &str) -> Result<Compiled, GpuError> {
@@ -123,8 +147,7 @@ pub fn compile(name: &str, src: &str, arch: &str) -> Result<Compiled, GpuError> 
         return Err(GpuError::NoNvrtc);
     }
     let cubin = arch.starts_with("sm_");
-    let full = format!("{PRELUDE}\n#line 1 \"{name}.cu\"\n{src}");
-    let c_src = CString::new(full)
+    let c_src = CString::new(full_source(name, src))
         .map_err(|_| GpuError::Nvrtc(format!("{name}: the source contains a NUL byte")))?;
     let c_name = CString::new(format!("{name}.cu"))
         .map_err(|_| GpuError::Nvrtc(format!("{name}: the name contains a NUL byte")))?;
@@ -133,11 +156,7 @@ pub fn compile(name: &str, src: &str, arch: &str) -> Result<Compiled, GpuError> 
         result::create_program(&c_src, Some(&c_name))
             .map_err(|e| GpuError::Nvrtc(format!("{name}: nvrtcCreateProgram: {e:?}")))?,
     );
-    let options = [
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".to_string(),
-    ];
-    if let Err(e) = unsafe { result::compile_program(prog.0, &options) } {
+    if let Err(e) = unsafe { result::compile_program(prog.0, &nvrtc_options(arch)) } {
         return Err(GpuError::Nvrtc(format!(
             "{name}.cu ({arch}): {e:?}\n{}",
             log_of(&prog)
@@ -173,6 +192,7 @@ pub fn compile(name: &str, src: &str, arch: &str) -> Result<Compiled, GpuError> 
         arch: arch.to_string(),
         image,
         millis: start.elapsed().as_secs_f64() * 1e3,
+        cached: false,
     })
 }
 
@@ -180,8 +200,8 @@ pub fn compile(name: &str, src: &str, arch: &str) -> Result<Compiled, GpuError> 
 /// `sm_XY` first, PTX for `compute_XY` if NVRTC cannot make that CUBIN (a
 /// source error fails both ways and is reported from the PTX attempt).
 pub fn compile_for_device(name: &str, src: &str, cc: (i32, i32)) -> Result<Compiled, GpuError> {
-    let sm = format!("sm_{}{}", cc.0, cc.1);
-    compile(name, src, &sm).or_else(|_| compile(name, src, &format!("compute_{}{}", cc.0, cc.1)))
+    compile(name, src, &device_arch(cc))
+        .or_else(|_| compile(name, src, &format!("compute_{}{}", cc.0, cc.1)))
 }
 
 /// The names of the `extern "C" __global__` kernels a PTX text defines.

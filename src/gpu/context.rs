@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaModule, CudaStream};
 
-use super::compile::{compile_for_device, kernel_source, nvrtc_available, nvrtc_version, Compiled};
+use super::compile::{kernel_source, nvrtc_available, nvrtc_version, Compiled};
+use super::kernel_cache::{compile_cached, compile_fresh, KernelCache};
 
 /// Why the GPU cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -183,23 +184,48 @@ impl GpuContext {
         ))
     }
 
-    /// Compiles the shipped module `name` for this device (CUBIN, else PTX)
-    /// and loads it.
+    /// Compiles the shipped module `name` for this device (CUBIN, else PTX),
+    /// or reads it from the kernel cache, and loads it.
     pub fn load_module(&self, name: &str) -> Result<(Arc<CudaModule>, Compiled), GpuError> {
         let src = kernel_source(name)
             .ok_or_else(|| GpuError::Kernel(format!("no kernel module named {name}")))?;
         self.load_source(name, src)
     }
 
-    /// Compiles `src` for this device and loads it.
+    /// Compiles `src` for this device, or reads it from the kernel cache
+    /// ([`KernelCache::from_env`]), and loads it.
     pub fn load_source(
         &self,
         name: &str,
         src: &str,
     ) -> Result<(Arc<CudaModule>, Compiled), GpuError> {
-        let compiled = compile_for_device(name, src, self.compute_capability()?)?;
-        let module = no_panic(|| Ok(self.ctx.load_module(compiled.to_cudarc())?))?;
-        Ok((module, compiled))
+        let cache = KernelCache::from_env();
+        let compiled = compile_cached(name, src, self.compute_capability()?, cache.as_ref())?;
+        self.load_compiled(name, src, compiled, cache.as_ref())
+    }
+
+    /// Loads `compiled`, made from `src`. A cached image the driver refuses
+    /// (one made by an NVRTC newer than the driver, say) is compiled afresh,
+    /// replaced in `cache` and loaded, once.
+    pub fn load_compiled(
+        &self,
+        name: &str,
+        src: &str,
+        compiled: Compiled,
+        cache: Option<&KernelCache>,
+    ) -> Result<(Arc<CudaModule>, Compiled), GpuError> {
+        match self.load_image(&compiled) {
+            Ok(module) => Ok((module, compiled)),
+            Err(_) if compiled.cached => {
+                let fresh = compile_fresh(name, src, self.compute_capability()?, cache)?;
+                Ok((self.load_image(&fresh)?, fresh))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn load_image(&self, compiled: &Compiled) -> Result<Arc<CudaModule>, GpuError> {
+        no_panic(|| Ok(self.ctx.load_module(compiled.to_cudarc())?))
     }
 
     /// Waits for everything queued on the stream.

@@ -55,3 +55,20 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// False (after saying so) when the run asked to skip; panics when NVRTC is
+/// missing otherwise, so that a missing library never passes silently.
+#[cfg(feature = "cuda")]
+pub fn nvrtc_or_fail() -> bool {
+    if pulsed::gpu::nvrtc_available() {
+        return true;
+    }
+    if std::env::var("PULSED_SKIP_NVRTC").as_deref() == Ok("1") {
+        eprintln!("PULSED_SKIP_NVRTC=1: NVRTC not found, kernel compile check skipped");
+        return false;
+    }
+    panic!(
+        "libnvrtc.so.13 not found: run scripts/test.sh (it installs PyPI's nvidia-cuda-nvrtc \
+         into third_party/nvrtc and sets LD_LIBRARY_PATH), or set PULSED_SKIP_NVRTC=1 to skip"
+    );
+}
