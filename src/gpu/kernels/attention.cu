@@ -149,21 +149,27 @@ FLOAT_KERNELS(limited_attention,
 
 // LimitedAttention over a tile small enough for shared memory (a chunk
 // step's few query rows and their window of keys): one block per (head,
-// sequence) reads the head's q, K and V once, each element by one load, all
-// in flight together, instead of a block per query row walking K and V in
-// dependent rounds. A warp takes a query row's softmax with shuffles alone.
+// sequence, group of `rpb` query rows) reads the head's K and V, each
+// element by one load, all in flight together, instead of a block per query
+// row walking K and V in dependent rounds. A warp takes a query row's
+// softmax with shuffles alone. Row groups spread a single stream's few heads
+// over more SMs; a batch of streams needs none.
 // Launched with 1024 threads: the work is a few short chains per thread.
 // Rows, windows and formulas as limited_attention_impl.
 //
 // Shared memory: K [tk][dh + 1] (padded: lanes take consecutive keys),
-// V [tk][dh], q [tq][dh], scores then weights [tq][tk].
+// V [tk][dh], q [rpb][dh], scores then weights [rpb][tk].
 template <typename T>
 __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, T* out,
-                                            const u64* step, int tq, i64 tk, int width, int dh,
-                                            i64 lc, float scale, i64 pulse, i64 delay) {
+                                            const u64* step, int tq, int rpb, i64 tk,
+                                            int width, int dh, i64 lc, float scale, i64 pulse,
+                                            i64 delay) {
     extern __shared__ float sh[];
     const u64 off = (u64)blockIdx.x * dh;
-    const u64 b = blockIdx.y;
+    const u64 b = blockIdx.z;
+    // this block's query rows, i0 .. i0 + rows
+    const int i0 = blockIdx.y * rpb;
+    const int rows = min(rpb, tq - i0);
     q += b * tq * width + off;
     out += b * tq * width + off;
     k += b * (u64)tk * width + off;
@@ -172,7 +178,7 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
     float* ks = sh;
     float* vs = ks + tk * kp;
     float* qs = vs + tk * dh;
-    float* ps = qs + tq * dh;
+    float* ps = qs + rpb * dh;
     const int tid = threadIdx.x, nt = blockDim.x;
     // Thread t reads column t % dh of rows t / dh, t / dh + nt / dh, ... (no
     // division per element); U rows of K and of V are loaded before any is
@@ -199,16 +205,16 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
                 }
             }
         }
-        for (int i = r0; i < tq; i += rstep) qs[i * dh + c0] = ld(q, (u64)i * width + c0);
+        for (int r = r0; r < rows; r += rstep) qs[r * dh + c0] = ld(q, (u64)(i0 + r) * width + c0);
     }
     __syncthreads();
-    for (int e = tid; e < tq * tk; e += nt) {
-        const int i = e / tk, m = e - i * tk;
+    for (int e = tid; e < rows * tk; e += nt) {
+        const int r = e / tk, m = e - r * tk;
         i64 lo, hi;
-        limited_window(i, step, tk, lc, pulse, delay, &lo, &hi);
+        limited_window(i0 + r, step, tk, lc, pulse, delay, &lo, &hi);
         float s = ATTN_NEG_INF;
         if (m >= lo && m <= hi) {
-            const float* qr = qs + i * dh;
+            const float* qr = qs + r * dh;
             const float* kr = ks + m * kp;
             // four partial sums: a shorter chain of dependent adds
             float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
@@ -226,8 +232,8 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
     }
     __syncthreads();
     const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
-    for (int i = warp; i < tq; i += nw) {
-        float* pr = ps + i * tk;
+    for (int r = warp; r < rows; r += nw) {
+        float* pr = ps + r * tk;
         float m = ATTN_NEG_INF;
         for (int j = lane; j < tk; j += 32) m = fmaxf(m, pr[j]);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -244,11 +250,11 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
         }
     }
     __syncthreads();
-    for (int e = tid; e < tq * dh; e += nt) {
-        const int i = e / dh, c = e - i * dh;
+    for (int e = tid; e < rows * dh; e += nt) {
+        const int r = e / dh, c = e - r * dh;
         i64 lo, hi;
-        limited_window(i, step, tk, lc, pulse, delay, &lo, &hi);
-        const float* pr = ps + i * tk;
+        limited_window(i0 + r, step, tk, lc, pulse, delay, &lo, &hi);
+        const float* pr = ps + r * tk;
         float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
         i64 j = lo;
         for (; j + 3 <= hi; j += 4) {
@@ -258,16 +264,16 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
             a3 += pr[j + 3] * vs[(j + 3) * dh + c];
         }
         for (; j <= hi; ++j) a0 += pr[j] * vs[j * dh + c];
-        st(out, (u64)i * width + c, (a0 + a1) + (a2 + a3));
+        st(out, (u64)(i0 + r) * width + c, (a0 + a1) + (a2 + a3));
     }
 }
 
 FLOAT_KERNELS(limited_attention_tile,
     (const float* q, const float* k, const float* v, float* out, const u64* step, int tq,
-     i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
+     int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
     (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step, int tq,
-     i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
-    (q, k, v, out, step, tq, tk, width, dh, lc, scale, pulse, delay))
+     int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
+    (q, k, v, out, step, tq, rpb, tk, width, dh, lc, scale, pulse, delay))
 
 // Scaled dot-product attention with broadcast batch axes, collapsed on the
 // host to (outer, inner); strides count whole matrices for q, k, v and

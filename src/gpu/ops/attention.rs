@@ -49,8 +49,9 @@ fn long(what: &str, v: usize) -> Result<i64, GpuError> {
 struct LimitedGpu {
     f: CudaFunction,
     grid: Grid,
-    /// One block per head over the whole tile (`limited_attention_tile`).
-    tile: bool,
+    /// Query rows per block of `limited_attention_tile` (one block per head
+    /// and row group), or `None` for one block per query row.
+    tile_rows: Option<i32>,
     pulsed: bool,
     heads: usize,
     batch: usize,
@@ -69,7 +70,7 @@ impl GpuOp for LimitedGpu {
         format!(
             "{}limited_attention{} {}x{} keys, {} heads of {}, left context {}",
             if self.pulsed { "pulsed " } else { "" },
-            if self.tile { " (tile)" } else { "" },
+            if self.tile_rows.is_some() { " (tile)" } else { "" },
             self.tq,
             self.tk,
             self.heads,
@@ -94,13 +95,14 @@ impl GpuOp for LimitedGpu {
             Arg::I64(self.pulse),
             Arg::I64(self.delay),
         ];
-        let mut args = [Arg::U64(0); 13];
+        let mut args = [Arg::U64(0); 14];
         args[..5].copy_from_slice(&[q, k, v, out, step].map(Arg::Ptr));
-        let n = if self.tile {
-            // the tile kernel also takes the number of query rows
+        let n = if let Some(rpb) = self.tile_rows {
+            // the tile kernel also takes the query rows and rows per block
             args[5] = Arg::I32(self.tq);
-            args[6..].copy_from_slice(&rest);
-            13
+            args[6] = Arg::I32(rpb);
+            args[7..].copy_from_slice(&rest);
+            14
         } else {
             args[5..12].copy_from_slice(&rest);
             12
@@ -188,13 +190,14 @@ fn build_limited(
     // a chunk step's tile (every query row and its keys, per head) fits in
     // shared memory: one block per head; otherwise one per query row, which
     // holds at most lc + 1 scores
-    let tile_bytes = tile_shared_bytes(tq, tk, dh);
-    let (f, grid) = match tile_bytes {
-        Some(bytes) => (
+    let tile = tile_rows(tq, op.heads.saturating_mul(batch))
+        .and_then(|(rpb, groups)| Some((rpb, groups, tile_shared_bytes(rpb, tk, dh)?)));
+    let (f, grid) = match tile {
+        Some((_, groups, bytes)) => (
             cx.lib
                 .function("attention", &format!("limited_attention_tile_{suffix}"))?,
             Grid {
-                grid: (op.heads as u32, batch as u32, 1),
+                grid: (op.heads as u32, groups as u32, batch as u32),
                 block: (TILE_THREADS, 1, 1),
                 shared_bytes: bytes,
             },
@@ -216,7 +219,7 @@ fn build_limited(
     Ok(Box::new(LimitedGpu {
         f,
         grid,
-        tile: tile_bytes.is_some(),
+        tile_rows: tile.map(|t| t.0 as i32),
         pulsed: pulsed.is_some(),
         heads: op.heads,
         batch,
@@ -231,18 +234,33 @@ fn build_limited(
     }))
 }
 
-/// Shared bytes of `limited_attention_tile` (K padded by a column, V, q and
-/// the scores, all f32), if they fit in a block's default share and a head's
-/// columns in a block's threads.
-fn tile_shared_bytes(tq: usize, tk: usize, dh: usize) -> Option<u32> {
+/// Blocks the tile kernel should at least fill: about the SMs of an H100
+/// (132); a single stream's few heads alone would leave most of them idle.
+const TILE_SPREAD: usize = 128;
+
+/// (query rows per block, row groups) of the tile kernel for `tq` rows and
+/// `blocks` (heads x batch) blocks per row group.
+fn tile_rows(tq: usize, blocks: usize) -> Option<(usize, usize)> {
+    if tq == 0 || blocks == 0 {
+        return None;
+    }
+    let groups = TILE_SPREAD.div_ceil(blocks).clamp(1, tq);
+    let rpb = tq.div_ceil(groups);
+    Some((rpb, tq.div_ceil(rpb)))
+}
+
+/// Shared bytes of `limited_attention_tile` for `rpb` query rows per block
+/// (K padded by a column, V, q and the scores, all f32), if they fit in a
+/// block's default share and a head's columns in a block's threads.
+fn tile_shared_bytes(rpb: usize, tk: usize, dh: usize) -> Option<u32> {
     if dh == 0 || dh > TILE_THREADS as usize {
         return None;
     }
     let floats = tk
         .checked_mul(2 * dh + 1)?
-        .checked_add(tq.checked_mul(dh + tk)?)?;
+        .checked_add(rpb.checked_mul(dh + tk)?)?;
     let bytes = floats.checked_mul(4)?;
-    (tq > 0 && bytes <= MAX_SHARED).then_some(bytes as u32)
+    (rpb > 0 && bytes <= MAX_SHARED).then_some(bytes as u32)
 }
 
 #[derive(Debug)]
@@ -481,7 +499,7 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
 
 #[cfg(test)]
 mod tests {
-    use super::{broadcast_strides, collapse, tile_shared_bytes};
+    use super::{broadcast_strides, collapse, tile_rows, tile_shared_bytes};
 
     #[test]
     fn strides_broadcast_right_aligned() {
@@ -525,5 +543,18 @@ mod tests {
         assert_eq!(tile_shared_bytes(1, 2, 2000), None, "more columns than threads");
         assert_eq!(tile_shared_bytes(0, 8, 64), None, "no rows");
         assert_eq!(tile_shared_bytes(usize::MAX, 8, 64), None, "overflow");
+    }
+
+    #[test]
+    fn tile_rows_spread_a_stream_and_not_a_batch() {
+        // one stream, 4 heads: a row per block, 32 blocks
+        assert_eq!(tile_rows(8, 4), Some((1, 8)));
+        // 32 streams of 4 heads fill the GPU already: one group
+        assert_eq!(tile_rows(8, 128), Some((8, 1)));
+        // 8 streams: 32 blocks per group, 4 groups of 2 rows
+        assert_eq!(tile_rows(8, 32), Some((2, 4)));
+        // uneven: 5 rows over 3 groups of 2 (the last holds 1)
+        assert_eq!(tile_rows(5, 40), Some((2, 3)));
+        assert_eq!(tile_rows(0, 4), None);
     }
 }
