@@ -16,6 +16,7 @@ use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
 use crate::ops::shape::Slice;
 use crate::ops::{Binary, Const, DType, TypedFact, Unary};
+use crate::pulse::{Delay, PulsedLimitedAttention};
 
 /// For each node, the node its output was fused into; for each node, the
 /// inputs its GPU form reads besides its own (launched after them).
@@ -41,6 +42,9 @@ pub fn fuse(graph: &Graph, facts: &[Vec<TypedFact>], placements: &mut [Placement
     }
     for id in 0..graph.nodes.len() {
         f.affine(id);
+    }
+    for id in 0..graph.nodes.len() {
+        f.delays(id);
     }
     (f.fused, f.extra)
 }
@@ -389,6 +393,52 @@ impl<'a> Fusion<'a> {
     }
 }
 
+impl Fusion<'_> {
+    /// The K and V Delays of a pulsed attention, kept in its own state: the
+    /// attention reads the rings and the new frames, and writes the rings of
+    /// the next step (two launches fewer, and no copy of the window).
+    fn delays(&mut self, id: usize) {
+        if !self.is::<PulsedLimitedAttention>(id) || !self.gpu(id) {
+            return;
+        }
+        let ins = self.graph.nodes[id].inputs.clone();
+        let mut ring = None;
+        for (k, o) in ins.iter().enumerate().skip(1).take(2) {
+            let node = &self.graph.nodes[o.node];
+            let Some(d) = node.op.as_any().downcast_ref::<Delay>() else {
+                return;
+            };
+            // the window is the ring and this pulse's frames, nothing held back
+            if d.delay != 0
+                || d.axis + 2 != self.facts[o.node][0].rank()
+                || ring.is_some_and(|r| r != d.overlap)
+                || !self.gpu(o.node)
+                || self.sole_user(o.node) != Some((id, k))
+                || !self.on_device(node.inputs[0].node)
+            {
+                return;
+            }
+            ring = Some(d.overlap);
+        }
+        let (Some(ring), Some(kv)) = (ring, ins.get(1..3)) else {
+            return;
+        };
+        let input = self.next_input(id);
+        let taken = match &mut self.placements[id] {
+            Placement::Gpu(op) => op.fuse_delays(ring, input),
+            _ => false,
+        };
+        if taken {
+            for o in kv {
+                let src = self.graph.nodes[o.node].inputs[0];
+                self.extra[id].push(src);
+                // nothing reads the view: the attention reads the rings
+                self.absorb(o.node, 0, id);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The passes on small graphs with stand-in GPU ops (no device needed):
@@ -445,6 +495,13 @@ mod tests {
             let ok = self.kind == "LogMel";
             if ok {
                 self.fused.push(format!(" +affine(in{input})"));
+            }
+            ok
+        }
+        fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
+            let ok = self.kind == "PulsedLimitedAttention";
+            if ok {
+                self.fused.push(format!(" +delays({ring}, in{input})"));
             }
             ok
         }
@@ -662,5 +719,69 @@ mod tests {
         let (d, (fused, _)) = run(&g);
         assert!(!d[at(&g, "logmel")].contains("affine"), "{d:#?}");
         assert_eq!(fused[at(&g, "logmel")], None);
+    }
+
+    /// q, k and v of 8 frames; k and v through Delays of `delays` frames
+    /// (delay, overlap) into a pulsed attention with a left context of 4.
+    fn attention(delays: [(usize, usize); 2]) -> Graph {
+        use crate::ops::limited_attention::LimitedAttention;
+        let mut b = GraphBuilder::new();
+        let fact = || TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
+        let q = b.input("q", fact()).unwrap();
+        let k = b.input("k", fact()).unwrap();
+        let v = b.input("v", fact()).unwrap();
+        let [(dk, ok), (dv, ov)] = delays;
+        let delay = |delay, overlap| Delay {
+            axis: 0,
+            delay,
+            overlap,
+        };
+        let kd = b.op("k_delay", delay(dk, ok), &[k]).unwrap();
+        let vd = b.op("v_delay", delay(dv, ov), &[v]).unwrap();
+        let attn = PulsedLimitedAttention {
+            attn: LimitedAttention {
+                heads: 1,
+                left_context: 4,
+                scale: None,
+            },
+            pulse: 8,
+            delay: 0,
+        };
+        let a = b.op("attn", attn, &[q, kd, vd]).unwrap();
+        b.output("out", a);
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn key_and_value_delays_go_into_the_attention() {
+        let g = attention([(0, 4), (0, 4)]);
+        let (d, (fused, extra)) = run(&g);
+        let a = at(&g, "attn");
+        assert!(d[a].ends_with("+delays(4, in3)"), "{d:#?}");
+        let outlet = |n: &str| OutletId {
+            node: at(&g, n),
+            slot: 0,
+        };
+        assert_eq!(extra[a], vec![outlet("k"), outlet("v")]);
+        for n in ["k_delay", "v_delay"] {
+            assert_eq!(fused[at(&g, n)], Some(a), "{n}");
+            assert!(d[at(&g, n)].contains("view"), "{d:#?}");
+        }
+        // a Delay that holds frames back: the window is not ring ++ pulse
+        let g = attention([(0, 4), (1, 4)]);
+        let (d, (fused, _)) = run(&g);
+        assert!(!d[at(&g, "attn")].contains("delays"), "{d:#?}");
+        assert_eq!(fused[at(&g, "k_delay")], None);
+        // a delayed window read elsewhere too must exist on its own
+        let mut b = GraphBuilder::from_graph(attention([(0, 4), (0, 4)]));
+        let vd = OutletId {
+            node: at(b.graph(), "v_delay"),
+            slot: 0,
+        };
+        b.output("window", vd);
+        let g = b.build().unwrap();
+        let (d, (fused, _)) = run(&g);
+        assert!(!d[at(&g, "attn")].contains("delays"), "{d:#?}");
+        assert_eq!(fused[at(&g, "v_delay")], None);
     }
 }

@@ -124,6 +124,15 @@ pub trait GpuOp: fmt::Debug + Send {
     fn fuse_affine(&mut self, _input: usize) -> bool {
         false
     }
+
+    /// Takes on the two Delays (no delay, `ring` frames of overlap) that
+    /// make its inputs 1 and 2 (the keys and values of a pulsed attention):
+    /// reads their undelayed inputs as inputs `input` and `input + 1` (after
+    /// the node's own), keeps both rings in its own state and updates them,
+    /// if it can.
+    fn fuse_delays(&mut self, _ring: usize, _input: usize) -> bool {
+        false
+    }
 }
 
 /// Builds the GPU form of `op`: `None` when this builder does not handle the

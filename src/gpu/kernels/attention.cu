@@ -163,7 +163,8 @@ template <typename T>
 __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, T* out,
                                             const u64* step, int tq, int rpb, i64 tk,
                                             int width, int dh, i64 lc, float scale, i64 pulse,
-                                            i64 delay) {
+                                            i64 delay, const T* knew, const T* vnew, T* rings,
+                                            i64 ring) {
     extern __shared__ float sh[];
     const u64 off = (u64)blockIdx.x * dh;
     const u64 b = blockIdx.z;
@@ -174,6 +175,26 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
     out += b * tq * width + off;
     k += b * (u64)tk * width + off;
     v += b * (u64)tk * width + off;
+    // With the K and V Delays fused (ring > 0): key row m < ring is frame m
+    // of ring `step & 1`, row m >= ring is this pulse's frame m - ring (of
+    // knew, vnew; without them, row m of k, v), and
+    // ring `(step + 1) & 1` gets rows tq .. tq + ring for the next step (as
+    // the Delay kernel's two rings). The state holds the K rings, then V's.
+    const u64 ring_len = (u64)gridDim.z * ring * width;
+    const T* ksrc = 0;
+    const T* vsrc = 0;
+    T* kdst = 0;
+    T* vdst = 0;
+    if (ring > 0) {
+        const u64 s = *step;
+        const u64 at = b * ring * width + off;
+        ksrc = rings + (s & 1) * ring_len + at;
+        kdst = rings + ((s + 1) & 1) * ring_len + at;
+        vsrc = ksrc + 2 * ring_len;
+        vdst = kdst + 2 * ring_len;
+        k = knew + b * tq * width + off;
+        v = vnew + b * tq * width + off;
+    }
     const int kp = dh + 1;
     float* ks = sh;
     float* vs = ks + tk * kp;
@@ -191,9 +212,12 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int m = base + u * rstep;
-                if (m < tk) {
-                    kv[u] = ld(k, (u64)m * width + c0);
-                    vv[u] = ld(v, (u64)m * width + c0);
+                if (m < ring) {
+                    kv[u] = ld(ksrc, (u64)m * width + c0);
+                    vv[u] = ld(vsrc, (u64)m * width + c0);
+                } else if (m < tk) {
+                    kv[u] = ld(k, (u64)(m - ring) * width + c0);
+                    vv[u] = ld(v, (u64)(m - ring) * width + c0);
                 }
             }
 #pragma unroll
@@ -208,6 +232,12 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
         for (int r = r0; r < rows; r += rstep) qs[r * dh + c0] = ld(q, (u64)(i0 + r) * width + c0);
     }
     __syncthreads();
+    if (ring > 0 && blockIdx.y == 0 && rstep > 0 && r0 < rstep) {
+        for (int m = r0; m < ring; m += rstep) {
+            st(kdst, (u64)m * width + c0, ks[(m + tq) * kp + c0]);
+            st(vdst, (u64)m * width + c0, vs[(m + tq) * dh + c0]);
+        }
+    }
     for (int e = tid; e < rows * tk; e += nt) {
         const int r = e / tk, m = e - r * tk;
         i64 lo, hi;
@@ -270,10 +300,13 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
 
 FLOAT_KERNELS(limited_attention_tile,
     (const float* q, const float* k, const float* v, float* out, const u64* step, int tq,
-     int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
+     int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay,
+     const float* knew, const float* vnew, float* rings, i64 ring),
     (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step, int tq,
-     int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
-    (q, k, v, out, step, tq, rpb, tk, width, dh, lc, scale, pulse, delay))
+     int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay,
+     const bf16_t* knew, const bf16_t* vnew, bf16_t* rings, i64 ring),
+    (q, k, v, out, step, tq, rpb, tk, width, dh, lc, scale, pulse, delay, knew, vnew, rings,
+     ring))
 
 // Scaled dot-product attention with broadcast batch axes, collapsed on the
 // host to (outer, inner); strides count whole matrices for q, k, v and

@@ -52,6 +52,10 @@ struct LimitedGpu {
     /// Query rows per block of `limited_attention_tile` (one block per head
     /// and row group), or `None` for one block per query row.
     tile_rows: Option<i32>,
+    /// The K and V Delays taken on (`fuse_delays`): their ring's frames and
+    /// the index of their first undelayed input.
+    rings: Option<(usize, usize)>,
+    elem: usize,
     pulsed: bool,
     heads: usize,
     batch: usize,
@@ -70,13 +74,35 @@ impl GpuOp for LimitedGpu {
         format!(
             "{}limited_attention{} {}x{} keys, {} heads of {}, left context {}",
             if self.pulsed { "pulsed " } else { "" },
-            if self.tile_rows.is_some() { " (tile)" } else { "" },
+            match (self.tile_rows, self.rings) {
+                (Some(_), Some(_)) => " (tile, K and V delays fused)",
+                (Some(_), None) => " (tile)",
+                _ => "",
+            },
             self.tq,
             self.tk,
             self.heads,
             self.dh,
             self.lc
         )
+    }
+
+    fn state_bytes(&self) -> usize {
+        // two rings (this step's and the next's) each of K and V
+        self.rings.map_or(0, |(ring, _)| {
+            4 * self.batch * ring * self.width as usize * self.elem
+        })
+    }
+
+    fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
+        let fits = self.tile_rows.is_some()
+            && self.pulsed
+            && ring as i64 + self.tq as i64 == self.tk
+            && self.rings.is_none();
+        if fits {
+            self.rings = Some((ring, input));
+        }
+        fits
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
@@ -95,19 +121,32 @@ impl GpuOp for LimitedGpu {
             Arg::I64(self.pulse),
             Arg::I64(self.delay),
         ];
-        let mut args = [Arg::U64(0); 14];
-        args[..5].copy_from_slice(&[q, k, v, out, step].map(Arg::Ptr));
-        let n = if let Some(rpb) = self.tile_rows {
-            // the tile kernel also takes the query rows and rows per block
-            args[5] = Arg::I32(self.tq);
-            args[6] = Arg::I32(rpb);
-            args[7..].copy_from_slice(&rest);
-            14
-        } else {
-            args[5..12].copy_from_slice(&rest);
-            12
+        let Some(rpb) = self.tile_rows else {
+            let mut args = [Arg::U64(0); 12];
+            args[..5].copy_from_slice(&[q, k, v, out, step].map(Arg::Ptr));
+            args[5..].copy_from_slice(&rest);
+            return launch(cx, &self.f, self.grid, &args);
         };
-        launch(cx, &self.f, self.grid, &args[..n])
+        // fused delays: the new frames and the rings instead of the windows
+        let (k, v, ring) = match self.rings {
+            Some((ring, i)) => {
+                let new = |j: usize| {
+                    io.ins.get(j).map(|t| t.ptr).ok_or_else(|| {
+                        GpuError::Kernel(format!("limited attention: fused input {j} missing"))
+                    })
+                };
+                (new(i)?, new(i + 1)?, ring as i64)
+            }
+            None => (k, v, 0),
+        };
+        let mut args = [Arg::U64(0); 18];
+        args[..5].copy_from_slice(&[q, k, v, out, step].map(Arg::Ptr));
+        args[5] = Arg::I32(self.tq);
+        args[6] = Arg::I32(rpb);
+        args[7..14].copy_from_slice(&rest);
+        args[14..17].copy_from_slice(&[k, v, io.state].map(Arg::Ptr));
+        args[17] = Arg::I64(ring);
+        launch(cx, &self.f, self.grid, &args)
     }
 }
 
@@ -220,6 +259,8 @@ fn build_limited(
         f,
         grid,
         tile_rows: tile.map(|t| t.0 as i32),
+        rings: None,
+        elem: dt.size_of(),
         pulsed: pulsed.is_some(),
         heads: op.heads,
         batch,
