@@ -12,6 +12,7 @@
 use super::ops::shape::{view, view_of};
 use super::translator::Placement;
 use crate::graph::{Graph, OutletId};
+use crate::ops::conv::Conv1d;
 use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
 use crate::ops::shape::Slice;
@@ -394,21 +395,31 @@ impl<'a> Fusion<'a> {
 }
 
 impl Fusion<'_> {
-    /// The K and V Delays of a pulsed attention, kept in its own state: the
-    /// attention reads the rings and the new frames, and writes the rings of
-    /// the next step (two launches fewer, and no copy of the window).
+    /// The Delays that feed a streamed op's window (a pulsed attention's keys
+    /// and values, a convolution's input), kept in the op's own state: it
+    /// reads the ring and the new frames and writes the next step's ring (a
+    /// launch fewer each, and no copy of the window).
     fn delays(&mut self, id: usize) {
-        if !self.is::<PulsedLimitedAttention>(id) || !self.gpu(id) {
+        let slots = if self.is::<PulsedLimitedAttention>(id) {
+            1..3
+        } else if self.is::<Conv1d>(id) {
+            0..1
+        } else {
+            return;
+        };
+        if !self.gpu(id) {
             return;
         }
         let ins = self.graph.nodes[id].inputs.clone();
         let mut ring = None;
-        for (k, o) in ins.iter().enumerate().skip(1).take(2) {
+        for k in slots.clone() {
+            let Some(o) = ins.get(k) else { return };
             let node = &self.graph.nodes[o.node];
             let Some(d) = node.op.as_any().downcast_ref::<Delay>() else {
                 return;
             };
-            // the window is the ring and this pulse's frames, nothing held back
+            // the window is the ring and this pulse's frames, nothing held
+            // back, time-major
             if d.delay != 0
                 || d.axis + 2 != self.facts[o.node][0].rank()
                 || ring.is_some_and(|r| r != d.overlap)
@@ -420,20 +431,19 @@ impl Fusion<'_> {
             }
             ring = Some(d.overlap);
         }
-        let (Some(ring), Some(kv)) = (ring, ins.get(1..3)) else {
-            return;
-        };
+        let Some(ring) = ring else { return };
         let input = self.next_input(id);
         let taken = match &mut self.placements[id] {
             Placement::Gpu(op) => op.fuse_delays(ring, input),
             _ => false,
         };
         if taken {
-            for o in kv {
-                let src = self.graph.nodes[o.node].inputs[0];
+            for k in slots {
+                let delay = ins[k].node;
+                let src = self.graph.nodes[delay].inputs[0];
                 self.extra[id].push(src);
-                // nothing reads the view: the attention reads the rings
-                self.absorb(o.node, 0, id);
+                // nothing reads the view: the op reads the ring
+                self.absorb(delay, 0, id);
             }
         }
     }
@@ -499,7 +509,7 @@ mod tests {
             ok
         }
         fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
-            let ok = self.kind == "PulsedLimitedAttention";
+            let ok = matches!(self.kind, "PulsedLimitedAttention" | "Conv1d");
             if ok {
                 self.fused.push(format!(" +delays({ring}, in{input})"));
             }
@@ -783,5 +793,41 @@ mod tests {
         let (d, (fused, _)) = run(&g);
         assert!(!d[at(&g, "attn")].contains("delays"), "{d:#?}");
         assert_eq!(fused[at(&g, "v_delay")], None);
+    }
+
+    #[test]
+    fn a_convolutions_input_delay_goes_into_it() {
+        use crate::ops::conv::{Conv1d, ConvLayout};
+        let mut b = GraphBuilder::new();
+        let fact = TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
+        let x = b.input("x", fact).unwrap();
+        let delay = Delay {
+            axis: 0,
+            delay: 0,
+            overlap: 2,
+        };
+        let d = b.op("delay", delay, &[x]).unwrap();
+        let w = weight(&mut b, "w", &[4, 1, 3]);
+        let conv = Conv1d {
+            stride: 1,
+            pad: (0, 0),
+            dilation: 1,
+            groups: 4,
+            layout: ConvLayout::ChannelsLast,
+        };
+        let c = b.op("conv", conv, &[d, w]).unwrap();
+        b.output("y", c);
+        let g = b.build().unwrap();
+        let (d, (fused, extra)) = run(&g);
+        let c = at(&g, "conv");
+        assert!(d[c].ends_with("+delays(2, in2)"), "{d:#?}");
+        assert_eq!(
+            extra[c],
+            vec![OutletId {
+                node: at(&g, "x"),
+                slot: 0
+            }]
+        );
+        assert_eq!(fused[at(&g, "delay")], Some(c));
     }
 }

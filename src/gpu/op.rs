@@ -125,11 +125,11 @@ pub trait GpuOp: fmt::Debug + Send {
         false
     }
 
-    /// Takes on the two Delays (no delay, `ring` frames of overlap) that
-    /// make its inputs 1 and 2 (the keys and values of a pulsed attention):
-    /// reads their undelayed inputs as inputs `input` and `input + 1` (after
-    /// the node's own), keeps both rings in its own state and updates them,
-    /// if it can.
+    /// Takes on the Delays (no delay, `ring` frames of overlap, time-major)
+    /// that make its streamed window: inputs 1 and 2 (keys and values) of a
+    /// pulsed attention, input 0 of a convolution. It reads their undelayed
+    /// inputs as inputs `input`, `input + 1`, ... (after the node's own),
+    /// keeps their rings in its own state and updates them, if it can.
     fn fuse_delays(&mut self, _ring: usize, _input: usize) -> bool {
         false
     }

@@ -124,32 +124,63 @@ __device__ void conv1d_dense_impl(const T* __restrict__ x, const T* __restrict__
 
 // Depthwise (groups == C == O): one thread per output; consecutive threads on
 // consecutive channels (time-major) or frames (channels-first).
+//
+// With its input's Delay fused (`ring` > 0, time-major only): x holds this
+// pulse's t_in - ring new frames, and frame ts < ring of the window comes
+// from ring `step & 1` of `rings` ([2][N][ring][C], as the Delay kernel's);
+// the threads also write ring `(step + 1) & 1`, the window's last `ring`
+// frames, for the next step.
 template <typename T>
 __device__ void conv1d_depthwise_impl(const T* __restrict__ x, const T* __restrict__ w,
                                       const T* __restrict__ bias, T* __restrict__ y, u64 n_out,
                                       int c, int t_in, int t_out, int k, int stride, int dil,
-                                      int pad0, int last, int act) {
-    GRID_STRIDE(i, n_out) {
+                                      int pad0, int last, int act, T* rings, int ring,
+                                      const u64* step) {
+    // the host keeps n_out and the rings under 2^31: 32-bit index arithmetic
+    const T* src = 0;
+    T* dst = 0;
+    const int t_new = t_in - ring;
+    if (ring > 0) {
+        const unsigned nb = (unsigned)(n_out / ((u64)t_out * c));
+        const u64 s = *step;
+        const unsigned len = nb * ring * c;
+        src = rings + (s & 1) * len;
+        dst = rings + ((s + 1) & 1) * len;
+        // frame j of the next ring is window frame t_new + j
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len;
+             i += blockDim.x * gridDim.x) {
+            const unsigned ch = i % c, r = i / c;
+            const unsigned j = r % ring, n = r / ring;
+            const int ts = t_new + (int)j;
+            dst[i] = ts < ring ? src[(n * ring + ts) * c + ch]
+                               : x[(n * t_new + ts - ring) * c + ch];
+        }
+    }
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n_out;
+         i += blockDim.x * gridDim.x) {
         int ch, t;
         u64 n, xrow;
         if (last) {
             ch = (int)(i % c);
-            u64 r = i / c;
+            unsigned r = i / c;
             t = (int)(r % t_out);
             n = r / t_out;
         } else {
             t = (int)(i % t_out);
-            u64 r = i / t_out;
+            unsigned r = i / t_out;
             ch = (int)(r % c);
             n = r / c;
         }
-        xrow = last ? n * (u64)t_in * c + ch : (n * c + ch) * (u64)t_in;
+        xrow = last ? n * (u64)t_new * c + ch : (n * c + ch) * (u64)t_in;
         const u64 tstep = last ? (u64)c : 1;
         float s = bias ? ld(bias, ch) : 0.0f;
         const int base = t * stride - pad0;
         for (int jj = 0; jj < k; jj++) {
             int ts = base + jj * dil;
-            if (ts >= 0 && ts < t_in) s = fmaf(ld(w, (u64)ch * k + jj), ld(x, xrow + ts * tstep), s);
+            if (ts < 0 || ts >= t_in) continue;
+            const float xv = ts < ring ? ld(src, (n * ring + ts) * c + ch)
+                                       : ld(x, xrow + (ts - ring) * tstep);
+            s = fmaf(ld(w, (u64)ch * k + jj), xv, s);
         }
         if (act >= 0) s = act_op(act, s);
         st(y, i, s);
@@ -198,10 +229,12 @@ FLOAT_KERNELS(conv1d_dense,
     (x, w, bias, y, c, t_in, o, t_out, groups, k, stride, dil, pad0, last, tq, act))
 FLOAT_KERNELS(conv1d_depthwise,
     (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int t_in,
-     int t_out, int k, int stride, int dil, int pad0, int last, int act),
+     int t_out, int k, int stride, int dil, int pad0, int last, int act, float* rings, int ring,
+     const u64* step),
     (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, u64 n_out, int c,
-     int t_in, int t_out, int k, int stride, int dil, int pad0, int last, int act),
-    (x, w, bias, y, n_out, c, t_in, t_out, k, stride, dil, pad0, last, act))
+     int t_in, int t_out, int k, int stride, int dil, int pad0, int last, int act,
+     bf16_t* rings, int ring, const u64* step),
+    (x, w, bias, y, n_out, c, t_in, t_out, k, stride, dil, pad0, last, act, rings, ring, step))
 FLOAT_KERNELS(conv2d_direct,
     (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int h,
      int wd, int o, int ho_n, int wo_n, int groups, int kh, int kw, int sh, int sw, int dh,

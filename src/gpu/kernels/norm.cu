@@ -92,6 +92,47 @@ __device__ __forceinline__ u64 col_base(u64 idx, u64 n, u64 inner) {
 // (x - mean) * (1 / sqrt(var + eps)) [* gamma + beta], biased variance,
 // two passes. gamma/beta are null when the op has no affine parameters.
 
+// A row of at most 32 * V held in registers, read once (same sums, same
+// order as the loops below). V is a compile-time bound so no unroll step is
+// wasted on a shorter row: a warp's whole chain is a few dozen instructions,
+// which is what a chunk step's 8-row norm costs.
+template <typename T, int V>
+__device__ __forceinline__ void layer_norm_row_regs(const T* xr, const T* gamma, const T* beta,
+                                                    T* yr, unsigned n, unsigned lane,
+                                                    float inv_n, float eps, int act) {
+    float v[V], ga[V], be[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        const unsigned i = lane + 32 * j;
+        const bool in = i < n;
+        v[j] = in ? ld(xr, i) : 0.0f;
+        ga[j] = in && gamma ? ld(gamma, i) : 1.0f;
+        be[j] = in && gamma ? ld(beta, i) : 0.0f;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) s += v[j];
+    const float mean = warp_sum(s) * inv_n;
+    float q = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        if (lane + 32 * j < n) {
+            const float d = v[j] - mean;
+            q += d * d;
+        }
+    }
+    const float rstd = 1.0f / sqrtf(warp_sum(q) * inv_n + eps);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        const unsigned i = lane + 32 * j;
+        if (i < n) {
+            float o = (v[j] - mean) * rstd;
+            if (gamma) o = o * ga[j] + be[j];
+            st(yr, i, act_op(act, o));
+        }
+    }
+}
+
 template <typename T>
 __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, T* y,
                                      u64 rows, u64 n, float eps, int wide, int act) {
@@ -102,38 +143,13 @@ __device__ void layer_norm_rows_impl(const T* x, const T* gamma, const T* beta, 
     T* yr = y + g.row * n;
     float inv_n = 1.0f / (float)n;
     if (!g.wide && n <= 32 * 16) {
-        // a short row is read once into registers (same sums, same order)
-        // the row, and gamma/beta, loaded up front so their latencies overlap
-        float v[16], ga[16], be[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            u64 i = g.lane + 32 * j;
-            bool in = i < n;
-            v[j] = in ? ld(xr, i) : 0.0f;
-            ga[j] = in && gamma ? ld(gamma, i) : 1.0f;
-            be[j] = in && gamma ? ld(beta, i) : 0.0f;
-        }
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) if (g.lane + 32 * j < n) s += v[j];
-        float mean = warp_sum(s) * inv_n;
-        float q = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            if (g.lane + 32 * j < n) {
-                float d = v[j] - mean;
-                q += d * d;
-            }
-        }
-        float rstd = 1.0f / sqrtf(warp_sum(q) * inv_n + eps);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            u64 i = g.lane + 32 * j;
-            if (i < n) {
-                float o = (v[j] - mean) * rstd;
-                if (gamma) o = o * ga[j] + be[j];
-                st(yr, i, act_op(act, o));
-            }
+        const unsigned nn = (unsigned)n;
+        if (n <= 32 * 4) {
+            layer_norm_row_regs<T, 4>(xr, gamma, beta, yr, nn, g.lane, inv_n, eps, act);
+        } else if (n <= 32 * 8) {
+            layer_norm_row_regs<T, 8>(xr, gamma, beta, yr, nn, g.lane, inv_n, eps, act);
+        } else {
+            layer_norm_row_regs<T, 16>(xr, gamma, beta, yr, nn, g.lane, inv_n, eps, act);
         }
         return;
     }

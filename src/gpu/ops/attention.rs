@@ -581,7 +581,11 @@ mod tests {
             Some((72 * 129 + 8 * (64 + 72)) * 4)
         );
         assert_eq!(tile_shared_bytes(8, 408, 64), None, "too many keys");
-        assert_eq!(tile_shared_bytes(1, 2, 2000), None, "more columns than threads");
+        assert_eq!(
+            tile_shared_bytes(1, 2, 2000),
+            None,
+            "more columns than threads"
+        );
         assert_eq!(tile_shared_bytes(0, 8, 64), None, "no rows");
         assert_eq!(tile_shared_bytes(usize::MAX, 8, 64), None, "overflow");
     }

@@ -51,17 +51,37 @@ struct ConvGpu {
     scalars: Vec<Arg>,
     has_bias: bool,
     empty: bool,
-    /// A fused activation's unary code (-1: none), passed last; `None` for
-    /// kernels that take none.
+    /// A fused activation's unary code (-1: none), passed after the
+    /// scalars; `None` for kernels that take none.
     act: Option<i32>,
+    /// The depthwise kernel's window (it takes a ring, a ring length and the
+    /// step after the activation), and once fused (`fuse_delays`) the
+    /// Delay's ring frames and the index of the undelayed input.
+    window: Option<Window>,
+}
+
+/// A depthwise convolution's input window ([n, t_in, c] when time-major)
+/// and the Delay fused into it, if any (time-major only).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    n: usize,
+    t_in: usize,
+    c: usize,
+    elem: usize,
+    last: bool,
+    ring: Option<(usize, usize)>,
 }
 
 impl GpuOp for ConvGpu {
     fn describe(&self) -> String {
-        match self.act {
-            Some(a) if a >= 0 => format!("{} + fused activation", self.what),
-            _ => self.what.clone(),
+        let mut d = self.what.clone();
+        if let Some((ring, _)) = self.window.and_then(|w| w.ring) {
+            d += &format!(" + input Delay fused (ring of {ring} frames)");
         }
+        if self.act.is_some_and(|a| a >= 0) {
+            d += " + fused activation";
+        }
+        d
     }
 
     fn fuse_activation(&mut self, code: i32) -> bool {
@@ -72,14 +92,58 @@ impl GpuOp for ConvGpu {
         true
     }
 
+    fn state_bytes(&self) -> usize {
+        // two rings: this step's and the next's
+        match self.window {
+            Some(Window {
+                n,
+                c,
+                elem,
+                ring: Some((ring, _)),
+                ..
+            }) => 2 * n * ring * c * elem,
+            _ => 0,
+        }
+    }
+
+    fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
+        match &mut self.window {
+            Some(w)
+                if w.last
+                    && w.ring.is_none()
+                    && ring < w.t_in
+                    && w.n
+                        .checked_mul(ring)
+                        .and_then(|v| v.checked_mul(w.c))
+                        .is_some_and(|v| v <= i32::MAX as usize) =>
+            {
+                w.ring = Some((ring, input));
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
         expect_io("conv", io, 2 + self.has_bias as usize, 1)?;
         if self.empty {
             return Ok(());
         }
         let bias = if self.has_bias { io.ins[2].ptr } else { 0 };
+        // with the Delay fused, x is the new frames and the rings are state
+        let (x, ring) = match self.window.and_then(|w| w.ring) {
+            Some((ring, i)) => {
+                let x = io
+                    .ins
+                    .get(i)
+                    .map(|t| t.ptr)
+                    .ok_or_else(|| err(format!("conv: fused input {i} missing")))?;
+                (x, ring)
+            }
+            None => (io.ins[0].ptr, 0),
+        };
         let mut args = [Arg::U64(0); 24];
-        let ptrs = [io.ins[0].ptr, io.ins[1].ptr, bias, io.outs[0].ptr];
+        let ptrs = [x, io.ins[1].ptr, bias, io.outs[0].ptr];
         for (a, p) in args.iter_mut().zip(ptrs) {
             *a = Arg::Ptr(p);
         }
@@ -88,7 +152,7 @@ impl GpuOp for ConvGpu {
             return Err(err(format!("conv: {n} kernel arguments")));
         }
         args[4..n].copy_from_slice(&self.scalars);
-        let n = match self.act {
+        let mut n = match self.act {
             Some(a) if n < args.len() => {
                 args[n] = Arg::I32(a);
                 n + 1
@@ -96,6 +160,15 @@ impl GpuOp for ConvGpu {
             Some(_) => return Err(err(format!("conv: {} kernel arguments", n + 1))),
             None => n,
         };
+        if self.window.is_some() {
+            if n + 3 > args.len() {
+                return Err(err(format!("conv: {} kernel arguments", n + 3)));
+            }
+            args[n] = Arg::Ptr(io.state);
+            args[n + 1] = Arg::I32(ring as i32);
+            args[n + 2] = Arg::Ptr(cx.step);
+            n += 3;
+        }
         launch(cx, &self.f, self.grid, &args[..n])
     }
 }
@@ -217,6 +290,8 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     let layout = if last { "time-major" } else { "channels-first" };
     let i = |v: usize| Arg::I32(v as i32);
     if cg == 1 && og == 1 {
+        // the kernel indexes in 32 bits
+        small("outputs", n_out)?;
         let threads = 128usize;
         let blocks = n_out.div_ceil(threads).clamp(1, 1 << 20) as u32;
         return Ok(ConvGpu {
@@ -242,6 +317,14 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
             has_bias: cx.inputs.len() > 2,
             empty: n_out == 0,
             act: Some(-1),
+            window: Some(Window {
+                n,
+                t_in,
+                c,
+                elem: cx.inputs[0].dtype.size_of(),
+                last,
+                ring: None,
+            }),
         });
     }
     let taps = cg * k;
@@ -278,6 +361,7 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
         has_bias: cx.inputs.len() > 2,
         empty: n_out == 0,
         act: Some(-1),
+        window: None,
     })
 }
 
@@ -360,5 +444,6 @@ fn build_conv2d(op: &Conv2d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
         has_bias: cx.inputs.len() > 2,
         empty: n_out == 0,
         act: None,
+        window: None,
     })
 }
