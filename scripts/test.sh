@@ -19,6 +19,9 @@ fi
 export LD_LIBRARY_PATH="$PWD/$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo test --release --all-targets
 cargo test --release --doc
+# Without the `cuda` feature (the CPU-only build): it must build, tests
+# included, with no warnings.
+cargo clippy --release --no-default-features --all-targets -- -D warnings
 # The microphone path (feature `mic`) needs ALSA's headers: build it too, so
 # its code cannot rot; needs root for apt-get, said when skipped.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -68,8 +68,8 @@ fn check(dev: &GpuDevice, name: &str, op: &dyn Op, steps: &[Vec<Tensor>], consts
 /// head over the whole tile (`tile`) or one block per query row.
 fn expect_tile(dev: &GpuDevice, name: &str, op: &dyn Op, steps: &[Vec<Tensor>], tile: bool) {
     let refs: Vec<&Tensor> = steps[0].iter().collect();
-    let g = build_for(dev, op, &refs, &[], Precision::F32)
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let g =
+        build_for(dev, op, &refs, &[], Precision::F32).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(
         g.describe().contains("(tile)"),
         tile,

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use pulsed::models::conformer::{Head, Taps};
 use pulsed::models::ModelDir;
 
-use super::device::{describe, Device, Precision};
+#[cfg(feature = "cuda")]
+use super::device::describe;
+use super::device::{Device, Precision};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -7,5 +7,6 @@ mod runner;
 
 pub use builder::GraphBuilder;
 pub use model::{Graph, Node, OutletId};
+#[cfg(feature = "cuda")]
 pub(crate) use runner::check_input;
 pub use runner::{Runner, StepRunner};
