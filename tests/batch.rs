@@ -155,6 +155,21 @@ fn a_mixed_folder_accounts_for_every_file_once() {
     }
 }
 
+#[test]
+fn whole_mode_runs_and_reports_one_stream_per_worker() {
+    // whole-utterance mode has no batched form: the summary must not claim
+    // the default cohorts
+    let d = temp_dir("whole-streams");
+    std::fs::create_dir_all(&d).unwrap();
+    for (i, name) in [(0, "a.wav"), (2, "b.wav")] {
+        std::fs::copy(heldout(i), d.join(name)).unwrap();
+    }
+    let (code, out, err) = pulsed(&["transcribe", "--whole", "--jobs", "1", d.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(err.contains("1 workers x 1 streams"), "{err}");
+}
+
 fn mixed_folder_with_streams(streams: &str) {
     let d = temp_dir(&format!("mixed-{streams}"));
     let (good, bad) = mixed_folder(&d);

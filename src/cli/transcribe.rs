@@ -149,9 +149,13 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let rec = a.lm.apply(rec)?;
     // on a GPU each worker streams its files on a CUDA stream of its own
     let jobs = a.jobs.unwrap_or_else(batch::default_jobs);
-    let streams_for = |files: usize| {
-        a.streams
-            .unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs))
+    // a whole utterance has no batched form (`--streams` conflicts with
+    // `--whole`): one stream per worker, and the summary says so
+    let streams_for = |files: usize| match mode {
+        Mode::Whole => 1,
+        Mode::Streamed { .. } => a
+            .streams
+            .unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs)),
     };
     let mut opts = BatchOptions {
         jobs,
