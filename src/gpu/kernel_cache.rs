@@ -13,7 +13,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -31,6 +31,9 @@ const MAGIC: &[u8; 8] = b"PULSEDK1";
 /// Magic, image length (u64 LE), SHA-256 of the image.
 const HEADER_LEN: usize = MAGIC.len() + 8 + 32;
 const ELF_MAGIC: &[u8] = b"\x7fELF";
+/// How long an entry of an older kernel version may go unused before a new
+/// version's write removes it.
+pub const STALE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The cache directory given the values of [`CACHE_ENV`], `XDG_CACHE_HOME`
 /// and `HOME`, or `None` for no cache.
@@ -168,9 +171,48 @@ impl KernelCache {
     }
 
     /// The CUBIN stored under `key`, or `None` when there is none or the
-    /// entry is unreadable, cut short or damaged.
+    /// entry is unreadable, cut short or damaged. A hit marks the entry as
+    /// used now, so that pruning keeps it.
     pub fn get(&self, key: &CacheKey) -> Option<Vec<u8>> {
-        decode(fs::read(self.path(key)).ok()?)
+        let path = self.path(key);
+        let cubin = decode(fs::read(&path).ok()?)?;
+        // best effort: a read-only cache still serves its entries
+        if let Ok(f) = fs::File::options().append(true).open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+        Some(cubin)
+    }
+
+    /// Removes the entries of `key`'s module and architecture made for
+    /// other sources or versions, and temporary files left by a crash, when
+    /// unused for [`STALE`]: each new version of a kernel leaves a new
+    /// entry, and without this the directory would only grow. Entries in use
+    /// (by another installed version, say) are read, so stay fresh.
+    fn prune(&self, key: &CacheKey, now: SystemTime) {
+        let Some((stem, _)) = key.file_name().rsplit_once('-') else {
+            return;
+        };
+        let Ok(dir) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let sibling = name.starts_with(&format!("{stem}-")) && name.ends_with(".cubin");
+            let orphan = name.starts_with(&format!(".{stem}-")) && name.ends_with(".tmp");
+            if name == key.file_name() || !(sibling || orphan) {
+                continue;
+            }
+            let unused = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age > STALE);
+            if unused {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Stores `cubin` under `key`, replacing any entry there. Readers see
@@ -192,6 +234,8 @@ impl KernelCache {
             write_new(&tmp, &encode(cubin)).and_then(|()| fs::rename(&tmp, self.path(key)));
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
+        } else {
+            self.prune(key, SystemTime::now());
         }
         written
     }
@@ -427,6 +471,66 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, [k.file_name()], "no temporary file left behind");
+        fs::remove_dir_all(&tmp).expect("cleaned up");
+    }
+
+    #[test]
+    fn a_new_version_prunes_old_unused_ones_of_its_module() {
+        let tmp = std::env::temp_dir().join(format!("pulsed-unit-prune-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let cache = KernelCache::new(&tmp);
+        let old = SystemTime::now() - STALE - Duration::from_secs(3600);
+        let aged = |name: &str, when: SystemTime| {
+            let path = tmp.join(name);
+            fs::write(&path, b"x").expect("written");
+            let f = fs::File::options()
+                .append(true)
+                .open(&path)
+                .expect("opened");
+            f.set_modified(when).expect("mtime set");
+        };
+        fs::create_dir_all(&tmp).expect("made");
+        // versions of module "linear" (see `key`), another module, another arch
+        let v1 = key("src", "sm_90", (13, 0), "0.1.0");
+        let v2 = key("src", "sm_90", (13, 0), "0.2.0");
+        let recent = key("src", "sm_90", (13, 1), "0.1.0");
+        let other = CacheKey::from_parts("norm", "src", "sm_90", (13, 0), &[], "0.1.0");
+        let other_arch = key("src", "sm_80", (13, 0), "0.1.0");
+        aged(v1.file_name(), old);
+        aged(recent.file_name(), SystemTime::now());
+        aged(other.file_name(), old);
+        aged(other_arch.file_name(), old);
+        let orphan = format!(".{}.123-0.tmp", v1.file_name());
+        aged(&orphan, old);
+        cache.put(&v2, b"\x7fELF v2").expect("writable");
+        let mut left: Vec<String> = fs::read_dir(&tmp)
+            .expect("listed")
+            .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+            .collect();
+        left.sort();
+        let mut want = vec![
+            v2.file_name().to_string(),
+            recent.file_name().to_string(),
+            other.file_name().to_string(),
+            other_arch.file_name().to_string(),
+        ];
+        want.sort();
+        assert_eq!(
+            left, want,
+            "the old version and the crash's temporary file go"
+        );
+        // reading an entry marks it used: it survives the next pruning
+        aged(recent.file_name(), old);
+        fs::write(cache.path(&recent), encode(b"\x7fELF recent")).expect("written");
+        let f = fs::File::options()
+            .append(true)
+            .open(cache.path(&recent))
+            .expect("opened");
+        f.set_modified(old).expect("mtime set");
+        assert!(cache.get(&recent).is_some());
+        cache.put(&v1, b"\x7fELF v1").expect("writable");
+        assert!(cache.path(&recent).exists(), "a used entry is kept");
+        assert!(cache.path(&v2).exists(), "a fresh entry is kept");
         fs::remove_dir_all(&tmp).expect("cleaned up");
     }
 }
