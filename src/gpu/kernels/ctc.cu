@@ -3,7 +3,8 @@
 // [T, V] logits never reach global memory.
 //
 // A block takes CTC_FRAMES frames (their features staged in shared memory as
-// f32) and its warps share out the vocabulary: warp j computes the logits of
+// f32) and its warps (up to 16: a token or two each for a small vocabulary)
+// share out the vocabulary: warp j computes the logits of
 // tokens j, j + warps, ... for all its frames at once (each weight row is
 // read once per block, coalesced), keeping per frame the CPU's online state
 // (max m, sum s of exp(l - m), best token and logit). Thread f then merges
@@ -58,7 +59,8 @@ __device__ void ctc_head_impl(const T* x, const T* w, const T* b, const i64* tar
         float acc[CTC_FRAMES];
 #pragma unroll
         for (int f = 0; f < CTC_FRAMES; f++) acc[f] = 0.0f;
-        for (u64 i = lane; i < d; i += 32) {
+#pragma unroll 8
+        for (int i = lane; i < (int)d; i += 32) {
             float wv = ld(wr, i);
 #pragma unroll
             for (int f = 0; f < CTC_FRAMES; f++) acc[f] += xs[f * d + i] * wv;

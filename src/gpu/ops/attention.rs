@@ -4,6 +4,7 @@
 
 use cudarc::driver::CudaFunction;
 
+use crate::gpu::context::no_panic;
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
 use crate::ops::attention::Attention;
@@ -229,12 +230,18 @@ fn build_limited(
     // a chunk step's tile (every query row and its keys, per head) fits in
     // shared memory: one block per head; otherwise one per query row, which
     // holds at most lc + 1 scores
+    let tile_f = cx
+        .lib
+        .function("attention", &format!("limited_attention_tile_{suffix}"))?;
+    // a kernel whose registers leave no room for TILE_THREADS cannot launch
+    let tile_fits = no_panic(|| Ok(tile_f.max_threads_per_block()?))
+        .is_ok_and(|max| max >= TILE_THREADS as i32);
     let tile = tile_rows(tq, op.heads.saturating_mul(batch))
+        .filter(|_| tile_fits)
         .and_then(|(rpb, groups)| Some((rpb, groups, tile_shared_bytes(rpb, tk, dh)?)));
     let (f, grid) = match tile {
         Some((_, groups, bytes)) => (
-            cx.lib
-                .function("attention", &format!("limited_attention_tile_{suffix}"))?,
+            tile_f,
             Grid {
                 grid: (op.heads as u32, groups as u32, batch as u32),
                 block: (TILE_THREADS, 1, 1),

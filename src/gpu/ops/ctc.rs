@@ -7,6 +7,7 @@
 
 use cudarc::driver::CudaFunction;
 
+use crate::gpu::context::no_panic;
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::tensor::float_suffix;
 use crate::gpu::GpuError;
@@ -15,8 +16,11 @@ use crate::ops::{DType, Op};
 
 /// Frames per block (`CTC_FRAMES` in the kernel).
 const FRAMES: usize = 4;
-/// Threads per block: 8 warps share out the vocabulary.
-const BLOCK: u32 = 256;
+/// Warps per block at most: they share out the vocabulary, two tokens each
+/// for the shipped model's 29, so a chunk step's head is a short chain. 16
+/// warps of the kernel's 71 registers fit a block's register file (32 would
+/// not; `CTC_MAX_WARPS` is 32).
+const MAX_WARPS: usize = 16;
 /// Static shared memory a block may take besides the staged frames.
 const SHARED_LIMIT: usize = 48 * 1024 - 4096;
 
@@ -27,6 +31,9 @@ struct CtcHeadGpu {
     t: usize,
     d: usize,
     v: usize,
+    /// Threads per block: a warp per token up to [`MAX_WARPS`], and as many
+    /// as the kernel's registers allow.
+    threads: u32,
 }
 
 impl GpuOp for CtcHeadGpu {
@@ -52,10 +59,11 @@ impl GpuOp for CtcHeadGpu {
         };
         let blocks = self.t.div_ceil(FRAMES) as u32;
         let shared = (FRAMES * self.d * 4) as u32;
+        let threads = self.threads;
         launch(
             cx,
             &self.f,
-            Grid::blocks(blocks, BLOCK).with_shared(shared),
+            Grid::blocks(blocks, threads).with_shared(shared),
             &[
                 Arg::Ptr(io.ins[0].ptr),
                 Arg::Ptr(io.ins[1].ptr),
@@ -129,12 +137,17 @@ fn build_ctc_head(op: &CtcHead, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError
     if op.mode == CtcHeadMode::Score {
         check_targets(cx, t, v)?;
     }
+    let f = cx.lib.function("ctc", &format!("ctc_head_{suffix}"))?;
+    let room = no_panic(|| Ok(f.max_threads_per_block()?))
+        .map_err(|e| err(format!("kernel attributes: {e}")))?;
+    let warps = v.clamp(1, MAX_WARPS).min((room / 32).max(1) as usize);
     Ok(Box::new(CtcHeadGpu {
         mode: op.mode,
-        f: cx.lib.function("ctc", &format!("ctc_head_{suffix}"))?,
+        f,
         t,
         d,
         v,
+        threads: 32 * warps as u32,
     }))
 }
 
