@@ -202,6 +202,13 @@ impl Grid {
     }
 }
 
+/// How many threads a block of `f` may have: fewer than the device's limit
+/// when the kernel's registers do not fit that many.
+pub fn max_threads_per_block(f: &CudaFunction) -> Result<u32, GpuError> {
+    let n = super::context::no_panic(|| Ok(f.max_threads_per_block()?))?;
+    Ok(n.max(0) as u32)
+}
+
 /// Launches `f` on the context's stream; allocation-free.
 pub fn launch(cx: &LaunchCx, f: &CudaFunction, grid: Grid, args: &[Arg]) -> Result<(), GpuError> {
     if args.len() > MAX_ARGS {

@@ -163,23 +163,23 @@ template <typename T>
 __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, T* out,
                                             const u64* step, int tq, int rpb, i64 tk,
                                             int width, int dh, i64 lc, float scale, i64 pulse,
-                                            i64 delay, const T* knew, const T* vnew, T* rings,
-                                            i64 ring) {
+                                            i64 delay, T* rings, i64 ring) {
     extern __shared__ float sh[];
     const u64 off = (u64)blockIdx.x * dh;
     const u64 b = blockIdx.z;
     // this block's query rows, i0 .. i0 + rows
     const int i0 = blockIdx.y * rpb;
     const int rows = min(rpb, tq - i0);
+    // With the K and V Delays fused (ring > 0), k and v hold this pulse's
+    // tk - ring new frames: key row m < ring is frame m of ring `step & 1`,
+    // row m >= ring is frame m - ring of k, v, and ring `(step + 1) & 1` gets
+    // rows tq .. tq + ring for the next step (as the Delay kernel's two
+    // rings). The state holds the K rings, then V's. Without, k and v hold
+    // all tk rows.
     q += b * tq * width + off;
     out += b * tq * width + off;
-    k += b * (u64)tk * width + off;
-    v += b * (u64)tk * width + off;
-    // With the K and V Delays fused (ring > 0): key row m < ring is frame m
-    // of ring `step & 1`, row m >= ring is this pulse's frame m - ring (of
-    // knew, vnew; without them, row m of k, v), and
-    // ring `(step + 1) & 1` gets rows tq .. tq + ring for the next step (as
-    // the Delay kernel's two rings). The state holds the K rings, then V's.
+    k += b * (u64)(tk - ring) * width + off;
+    v += b * (u64)(tk - ring) * width + off;
     const u64 ring_len = (u64)gridDim.z * ring * width;
     const T* ksrc = 0;
     const T* vsrc = 0;
@@ -192,8 +192,6 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
         kdst = rings + ((s + 1) & 1) * ring_len + at;
         vsrc = ksrc + 2 * ring_len;
         vdst = kdst + 2 * ring_len;
-        k = knew + b * tq * width + off;
-        v = vnew + b * tq * width + off;
     }
     const int kp = dh + 1;
     float* ks = sh;
@@ -301,12 +299,11 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
 FLOAT_KERNELS(limited_attention_tile,
     (const float* q, const float* k, const float* v, float* out, const u64* step, int tq,
      int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay,
-     const float* knew, const float* vnew, float* rings, i64 ring),
+     float* rings, i64 ring),
     (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step, int tq,
      int rpb, i64 tk, int width, int dh, i64 lc, float scale, i64 pulse, i64 delay,
-     const bf16_t* knew, const bf16_t* vnew, bf16_t* rings, i64 ring),
-    (q, k, v, out, step, tq, rpb, tk, width, dh, lc, scale, pulse, delay, knew, vnew, rings,
-     ring))
+     bf16_t* rings, i64 ring),
+    (q, k, v, out, step, tq, rpb, tk, width, dh, lc, scale, pulse, delay, rings, ring))
 
 // Scaled dot-product attention with broadcast batch axes, collapsed on the
 // host to (outer, inner); strides count whole matrices for q, k, v and

@@ -4,8 +4,9 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::context::no_panic;
-use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::op::{
+    expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx,
+};
 use crate::gpu::GpuError;
 use crate::ops::attention::Attention;
 use crate::ops::limited_attention::LimitedAttention;
@@ -140,13 +141,13 @@ impl GpuOp for LimitedGpu {
             }
             None => (k, v, 0),
         };
-        let mut args = [Arg::U64(0); 18];
+        let mut args = [Arg::U64(0); 16];
         args[..5].copy_from_slice(&[q, k, v, out, step].map(Arg::Ptr));
         args[5] = Arg::I32(self.tq);
         args[6] = Arg::I32(rpb);
         args[7..14].copy_from_slice(&rest);
-        args[14..17].copy_from_slice(&[k, v, io.state].map(Arg::Ptr));
-        args[17] = Arg::I64(ring);
+        args[14] = Arg::Ptr(io.state);
+        args[15] = Arg::I64(ring);
         launch(cx, &self.f, self.grid, &args)
     }
 }
@@ -234,8 +235,7 @@ fn build_limited(
         .lib
         .function("attention", &format!("limited_attention_tile_{suffix}"))?;
     // a kernel whose registers leave no room for TILE_THREADS cannot launch
-    let tile_fits = no_panic(|| Ok(tile_f.max_threads_per_block()?))
-        .is_ok_and(|max| max >= TILE_THREADS as i32);
+    let tile_fits = max_threads_per_block(&tile_f).is_ok_and(|max| max >= TILE_THREADS);
     let tile = tile_rows(tq, op.heads.saturating_mul(batch))
         .filter(|_| tile_fits)
         .and_then(|(rpb, groups)| Some((rpb, groups, tile_shared_bytes(rpb, tk, dh)?)));

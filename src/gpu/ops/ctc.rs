@@ -7,8 +7,9 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::context::no_panic;
-use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::op::{
+    expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx,
+};
 use crate::gpu::tensor::float_suffix;
 use crate::gpu::GpuError;
 use crate::ops::ctc_head::{CtcHead, CtcHeadMode};
@@ -59,11 +60,10 @@ impl GpuOp for CtcHeadGpu {
         };
         let blocks = self.t.div_ceil(FRAMES) as u32;
         let shared = (FRAMES * self.d * 4) as u32;
-        let threads = self.threads;
         launch(
             cx,
             &self.f,
-            Grid::blocks(blocks, threads).with_shared(shared),
+            Grid::blocks(blocks, self.threads).with_shared(shared),
             &[
                 Arg::Ptr(io.ins[0].ptr),
                 Arg::Ptr(io.ins[1].ptr),
@@ -138,9 +138,8 @@ fn build_ctc_head(op: &CtcHead, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError
         check_targets(cx, t, v)?;
     }
     let f = cx.lib.function("ctc", &format!("ctc_head_{suffix}"))?;
-    let room = no_panic(|| Ok(f.max_threads_per_block()?))
-        .map_err(|e| err(format!("kernel attributes: {e}")))?;
-    let warps = v.clamp(1, MAX_WARPS).min((room / 32).max(1) as usize);
+    let room = max_threads_per_block(&f).map_err(|e| err(format!("kernel attributes: {e}")))?;
+    let warps = v.clamp(1, MAX_WARPS).min((room as usize / 32).max(1));
     Ok(Box::new(CtcHeadGpu {
         mode: op.mode,
         f,

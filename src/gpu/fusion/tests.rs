@@ -1,0 +1,381 @@
+//! The passes on small graphs with stand-in GPU ops (no device needed):
+//! each stand-in accepts what the real op of its kind would (a skinny
+//! Linear, a LayerNorm, LogMel, a pulsed attention or a Conv1d taking
+//! Delays) and records it in its description.
+
+use super::*;
+use crate::gpu::op::{GpuOp, Io, LaunchCx};
+use crate::gpu::GpuError;
+use crate::graph::GraphBuilder;
+use crate::ops::{Dim, Tensor};
+
+#[derive(Debug, Default)]
+struct Stub {
+    kind: &'static str,
+    fused: Vec<String>,
+}
+
+impl GpuOp for Stub {
+    fn describe(&self) -> String {
+        format!("{}{}", self.kind, self.fused.concat())
+    }
+    fn launch(&self, _: &LaunchCx, _: &Io) -> Result<(), GpuError> {
+        Ok(())
+    }
+    fn fuse_activation(&mut self, code: i32) -> bool {
+        let ok = matches!(self.kind, "Linear" | "LayerNorm");
+        if ok {
+            self.fused.push(format!(" +act{code}"));
+        }
+        ok
+    }
+    fn fuse_residual(&mut self, alpha: f32, input: usize) -> bool {
+        let ok = self.kind == "Linear" && !self.fused.iter().any(|f| f.contains("glu"));
+        if ok {
+            self.fused.push(format!(" +res({alpha}, in{input})"));
+        }
+        ok
+    }
+    fn fuse_glu(&mut self) -> bool {
+        let ok = self.kind == "Linear" && self.fused.is_empty();
+        if ok {
+            self.fused.push(" +glu".into());
+        }
+        ok
+    }
+    fn fuse_norm(&mut self, eps: f32, input: usize) -> bool {
+        let ok = self.kind == "Linear";
+        if ok {
+            self.fused.push(format!(" +norm({eps}, in{input})"));
+        }
+        ok
+    }
+    fn fuse_affine(&mut self, input: usize) -> bool {
+        let ok = self.kind == "LogMel";
+        if ok {
+            self.fused.push(format!(" +affine(in{input})"));
+        }
+        ok
+    }
+    fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
+        let ok = matches!(self.kind, "PulsedLimitedAttention" | "Conv1d");
+        if ok {
+            self.fused.push(format!(" +delays({ring}, in{input})"));
+        }
+        ok
+    }
+}
+
+/// Every node placed as the translator would on a GPU with every kernel.
+fn place(g: &Graph) -> Vec<Placement> {
+    g.nodes
+        .iter()
+        .map(|n| {
+            let any = n.op.as_any();
+            if any.is::<crate::ops::Source>() {
+                Placement::Input
+            } else if any.is::<Const>() {
+                Placement::Const
+            } else {
+                Placement::Gpu(Box::new(Stub {
+                    kind: n.op.name(),
+                    fused: Vec::new(),
+                }))
+            }
+        })
+        .collect()
+}
+
+fn run(g: &Graph) -> (Vec<String>, Fused) {
+    let facts: Vec<Vec<TypedFact>> = g.nodes.iter().map(|n| n.facts.clone()).collect();
+    let mut p = place(g);
+    let fused = fuse(g, &facts, &mut p);
+    (p.iter().map(|p| p.to_string()).collect(), fused)
+}
+
+fn at(g: &Graph, name: &str) -> usize {
+    g.nodes.iter().position(|n| n.name == name).expect(name)
+}
+
+fn weight(b: &mut GraphBuilder, name: &str, shape: &[usize]) -> OutletId {
+    let n = shape.iter().product();
+    b.constant(
+        name,
+        Tensor::from_vec(shape.to_vec(), vec![0.1f32; n]).unwrap(),
+    )
+    .unwrap()
+}
+
+fn norm() -> LayerNorm {
+    LayerNorm {
+        eps: 1e-5,
+        axis: -1,
+    }
+}
+
+/// LayerNorm -> Linear(+Silu) -> Linear -> *0.5 -> + x, then a conv-module
+/// style GLU, and a norm read by a Linear and by a Tanh.
+fn block() -> Graph {
+    let c = 8;
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input(
+            "x",
+            TypedFact::new(DType::F32, [Dim::n(4), Dim::n(c as i64)]),
+        )
+        .unwrap();
+    let (g1, b1) = (weight(&mut b, "g1", &[c]), weight(&mut b, "b1", &[c]));
+    let n1 = b.op("n1", norm(), &[x, g1, b1]).unwrap();
+    let (w1, c1) = (
+        weight(&mut b, "w1", &[2 * c, c]),
+        weight(&mut b, "c1", &[2 * c]),
+    );
+    let up = b.op("up", Linear, &[n1, w1, c1]).unwrap();
+    let act = b.op("act", Unary::Silu, &[up]).unwrap();
+    let (w2, c2) = (
+        weight(&mut b, "w2", &[c, 2 * c]),
+        weight(&mut b, "c2", &[c]),
+    );
+    let down = b.op("down", Linear, &[act, w2, c2]).unwrap();
+    let half = b.constant("half", Tensor::scalar(0.5f32)).unwrap();
+    let scaled = b.op("scaled", Binary::Mul, &[down, half]).unwrap();
+    let r = b.op("res", Binary::Add, &[x, scaled]).unwrap();
+    let (w3, c3) = (
+        weight(&mut b, "w3", &[2 * c, c]),
+        weight(&mut b, "c3", &[2 * c]),
+    );
+    let pw = b.op("pw", Linear, &[r, w3, c3]).unwrap();
+    let slice = |start: i64, end: i64| Slice {
+        axis: 1,
+        start,
+        end: Some(end),
+    };
+    let ga = b.op("glu_a", slice(0, c as i64), &[pw]).unwrap();
+    let gb = b.op("glu_b", slice(c as i64, 2 * c as i64), &[pw]).unwrap();
+    let gs = b.op("glu_gate", Unary::Sigmoid, &[gb]).unwrap();
+    let glu = b.op("glu", Binary::Mul, &[ga, gs]).unwrap();
+    let (g2, b2) = (weight(&mut b, "g2", &[c]), weight(&mut b, "b2", &[c]));
+    let n2 = b.op("n2", norm(), &[glu, g2, b2]).unwrap();
+    let (w4, c4) = (weight(&mut b, "w4", &[c, c]), weight(&mut b, "c4", &[c]));
+    let out = b.op("out", Linear, &[n2, w4, c4]).unwrap();
+    let side = b.op("side", Unary::Tanh, &[n2]).unwrap();
+    let y = b.op("y", Binary::Add, &[out, side]).unwrap();
+    b.output("y", y);
+    b.build().unwrap()
+}
+
+#[test]
+fn every_pattern_fuses_into_its_producer() {
+    let g = block();
+    let (d, (fused, extra)) = run(&g);
+    let show = |name: &str| d[at(&g, name)].clone();
+    assert!(
+        show("up").ends_with("Linear +act8 +norm(0.00001, in3)"),
+        "{d:#?}"
+    );
+    assert!(show("down").ends_with("Linear +res(0.5, in3)"), "{d:#?}");
+    assert!(show("pw").ends_with("Linear +glu"), "{d:#?}");
+    assert!(
+        show("out").ends_with("Linear +norm(0.00001, in3)"),
+        "{d:#?}"
+    );
+    for v in [
+        "n1", "act", "scaled", "res", "glu_a", "glu_b", "glu_gate", "glu",
+    ] {
+        assert!(
+            show(v).contains("no kernel"),
+            "{v} should be a view: {d:#?}"
+        );
+    }
+    // n2 is also read by `side`, so it still runs
+    assert_eq!(show("n2"), "GPU  LayerNorm");
+    assert_eq!(show("side"), "GPU  Unary");
+    // what each fused node reads besides its own inputs
+    let x = g.inputs[0];
+    let outlet = |name: &str| OutletId {
+        node: at(&g, name),
+        slot: 0,
+    };
+    assert_eq!(
+        extra[at(&g, "up")],
+        vec![OutletId { node: x, slot: 0 }, outlet("g1"), outlet("b1")]
+    );
+    assert_eq!(extra[at(&g, "down")], vec![OutletId { node: x, slot: 0 }]);
+    assert_eq!(
+        extra[at(&g, "out")],
+        vec![outlet("glu"), outlet("g2"), outlet("b2")]
+    );
+    assert_eq!(fused[at(&g, "glu_gate")], Some(at(&g, "glu")));
+    assert_eq!(fused[at(&g, "pw")], Some(at(&g, "glu")));
+    assert_eq!(fused[at(&g, "n2")], None);
+    assert_eq!(fused[at(&g, "glu")], None, "the GLU's result is real");
+}
+
+#[test]
+fn nodes_on_the_cpu_or_read_twice_are_left_alone() {
+    let g = block();
+    let facts: Vec<Vec<TypedFact>> = g.nodes.iter().map(|n| n.facts.clone()).collect();
+    // the Sigmoid on the CPU: no GLU; `down` on the CPU: no residual
+    let mut p = place(&g);
+    p[at(&g, "glu_gate")] = Placement::Cpu("forced".into());
+    p[at(&g, "down")] = Placement::Cpu("forced".into());
+    let _ = fuse(&g, &facts, &mut p);
+    assert_eq!(p[at(&g, "pw")].to_string(), "GPU  Linear");
+    for n in ["glu_a", "glu_b", "glu", "scaled", "res"] {
+        assert!(!p[at(&g, n)].to_string().contains("no kernel"), "{n}");
+    }
+    // a Linear whose output is also a graph output keeps its own result
+    let mut b = GraphBuilder::from_graph(block());
+    let up = OutletId {
+        node: at(b.graph(), "up"),
+        slot: 0,
+    };
+    b.output("up", up);
+    let g = b.build().unwrap();
+    let (d, _) = run(&g);
+    assert!(!d[at(&g, "up")].contains("+act"), "{d:#?}");
+    assert!(!d[at(&g, "act")].contains("no kernel"), "{d:#?}");
+}
+
+/// LogMel -> (- mean) -> (* inv_std), as the shipped front end; with
+/// `tap`, the centred features are also a graph output.
+fn front_end(tap: bool) -> Graph {
+    let mut b = GraphBuilder::new();
+    let p = b
+        .input("p", TypedFact::new(DType::F32, [Dim::n(4), Dim::n(6)]))
+        .unwrap();
+    let fb = weight(&mut b, "fb", &[6, 3]);
+    let lm = b
+        .op("logmel", crate::ops::mel::LogMel { eps: 1e-6 }, &[p, fb])
+        .unwrap();
+    let (mean, inv) = (weight(&mut b, "mean", &[3]), weight(&mut b, "inv", &[3]));
+    let c = b.op("centre", Binary::Sub, &[lm, mean]).unwrap();
+    let f = b.op("features", Binary::Mul, &[c, inv]).unwrap();
+    b.output("features", f);
+    if tap {
+        b.output("centre", c);
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn a_fixed_normalisation_goes_into_the_log_mel_kernel() {
+    let g = front_end(false);
+    let (d, (fused, extra)) = run(&g);
+    let lm = at(&g, "logmel");
+    assert!(d[lm].ends_with("+affine(in2)"), "{d:#?}");
+    let outlet = |n: &str| OutletId {
+        node: at(&g, n),
+        slot: 0,
+    };
+    assert_eq!(extra[lm], vec![outlet("mean"), outlet("inv")]);
+    assert_eq!(fused[lm], Some(at(&g, "features")));
+    assert_eq!(fused[at(&g, "centre")], Some(at(&g, "features")));
+    assert!(d[at(&g, "centre")].contains("view"), "{d:#?}");
+    assert!(d[at(&g, "features")].contains("view"), "{d:#?}");
+    // read elsewhere too: the centred values must exist, nothing fuses
+    let g = front_end(true);
+    let (d, (fused, _)) = run(&g);
+    assert!(!d[at(&g, "logmel")].contains("affine"), "{d:#?}");
+    assert_eq!(fused[at(&g, "logmel")], None);
+}
+
+/// q, k and v of 8 frames; k and v through Delays of `delays` frames
+/// (delay, overlap) into a pulsed attention with a left context of 4.
+fn attention(delays: [(usize, usize); 2]) -> Graph {
+    use crate::ops::limited_attention::LimitedAttention;
+    let mut b = GraphBuilder::new();
+    let fact = || TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
+    let q = b.input("q", fact()).unwrap();
+    let k = b.input("k", fact()).unwrap();
+    let v = b.input("v", fact()).unwrap();
+    let [(dk, ok), (dv, ov)] = delays;
+    let delay = |delay, overlap| Delay {
+        axis: 0,
+        delay,
+        overlap,
+    };
+    let kd = b.op("k_delay", delay(dk, ok), &[k]).unwrap();
+    let vd = b.op("v_delay", delay(dv, ov), &[v]).unwrap();
+    let attn = PulsedLimitedAttention {
+        attn: LimitedAttention {
+            heads: 1,
+            left_context: 4,
+            scale: None,
+        },
+        pulse: 8,
+        delay: 0,
+    };
+    let a = b.op("attn", attn, &[q, kd, vd]).unwrap();
+    b.output("out", a);
+    b.build().unwrap()
+}
+
+#[test]
+fn key_and_value_delays_go_into_the_attention() {
+    let g = attention([(0, 4), (0, 4)]);
+    let (d, (fused, extra)) = run(&g);
+    let a = at(&g, "attn");
+    assert!(d[a].ends_with("+delays(4, in3)"), "{d:#?}");
+    let outlet = |n: &str| OutletId {
+        node: at(&g, n),
+        slot: 0,
+    };
+    assert_eq!(extra[a], vec![outlet("k"), outlet("v")]);
+    for n in ["k_delay", "v_delay"] {
+        assert_eq!(fused[at(&g, n)], Some(a), "{n}");
+        assert!(d[at(&g, n)].contains("view"), "{d:#?}");
+    }
+    // a Delay that holds frames back: the window is not ring ++ pulse
+    let g = attention([(0, 4), (1, 4)]);
+    let (d, (fused, _)) = run(&g);
+    assert!(!d[at(&g, "attn")].contains("delays"), "{d:#?}");
+    assert_eq!(fused[at(&g, "k_delay")], None);
+    // a delayed window read elsewhere too must exist on its own
+    let mut b = GraphBuilder::from_graph(attention([(0, 4), (0, 4)]));
+    let vd = OutletId {
+        node: at(b.graph(), "v_delay"),
+        slot: 0,
+    };
+    b.output("window", vd);
+    let g = b.build().unwrap();
+    let (d, (fused, _)) = run(&g);
+    assert!(!d[at(&g, "attn")].contains("delays"), "{d:#?}");
+    assert_eq!(fused[at(&g, "v_delay")], None);
+}
+
+#[test]
+fn a_convolutions_input_delay_goes_into_it() {
+    use crate::ops::conv::{Conv1d, ConvLayout};
+    let mut b = GraphBuilder::new();
+    let fact = TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
+    let x = b.input("x", fact).unwrap();
+    let delay = Delay {
+        axis: 0,
+        delay: 0,
+        overlap: 2,
+    };
+    let d = b.op("delay", delay, &[x]).unwrap();
+    let w = weight(&mut b, "w", &[4, 1, 3]);
+    let conv = Conv1d {
+        stride: 1,
+        pad: (0, 0),
+        dilation: 1,
+        groups: 4,
+        layout: ConvLayout::ChannelsLast,
+    };
+    let c = b.op("conv", conv, &[d, w]).unwrap();
+    b.output("y", c);
+    let g = b.build().unwrap();
+    let (d, (fused, extra)) = run(&g);
+    let c = at(&g, "conv");
+    assert!(d[c].ends_with("+delays(2, in2)"), "{d:#?}");
+    assert_eq!(
+        extra[c],
+        vec![OutletId {
+            node: at(&g, "x"),
+            slot: 0
+        }]
+    );
+    assert_eq!(fused[at(&g, "delay")], Some(c));
+}
