@@ -328,6 +328,32 @@ fn shipped_model_per_chunk_and_node_equals_cpu() {
     report("shipped f32", &c);
 }
 
+/// No node of the shipped model (either head) falls back to the CPU in
+/// either precision: a fallback splits the captured step and costs a copy
+/// each way (the bf16 CTC head once did, on a score dtype mismatch).
+#[test]
+#[ignore]
+fn shipped_model_runs_wholly_on_the_gpu() {
+    let Some(d) = dev() else { return };
+    for head in [Head::Greedy, Head::LogProbs] {
+        let (_, model) = shipped(head, 5120);
+        for p in [Precision::F32, Precision::Bf16] {
+            let r = gpu_runner(&d, &model, p, "");
+            let on_cpu: Vec<String> = r
+                .translation()
+                .placements
+                .iter()
+                .enumerate()
+                .filter_map(|(id, pl)| match pl {
+                    Placement::Cpu(why) => Some(format!("{}: {why}", r.graph().nodes[id].name)),
+                    _ => None,
+                })
+                .collect();
+            assert!(on_cpu.is_empty(), "{head:?} {p:?}: {on_cpu:#?}");
+        }
+    }
+}
+
 #[test]
 #[ignore]
 fn shipped_model_bf16_stays_close_and_transcribes_the_same() {
@@ -705,6 +731,88 @@ fn fused_neighbours_equal_cpu() {
         };
         eprintln!("fused graph [{p:?}]: max abs err {err:e} (scale {scale})");
         assert!(err <= tol * scale, "[{p:?}] {err} > {tol} x {scale}");
+    }
+}
+
+/// Three Linears of one shape on one layer norm (attention's q, k and v):
+/// one launch computes all three when the rows are few (the skinny
+/// kernel), each its own cuBLAS GEMM otherwise; equal to the CPU either way.
+#[test]
+#[ignore]
+fn sibling_linears_equal_cpu() {
+    use pulsed::graph::GraphBuilder;
+    use pulsed::ops::norm::LayerNorm;
+    use pulsed::ops::{Dim, TypedFact};
+    let Some(d) = dev() else { return };
+    for (rows, c, joined) in [(8usize, 64usize, true), (24, 96, true), (40, 64, false)] {
+        let mut b = GraphBuilder::new();
+        let x = b
+            .input(
+                "x",
+                TypedFact::new(DType::F32, [Dim::n(rows as i64), Dim::n(c as i64)]),
+            )
+            .unwrap();
+        let mut seed = 10;
+        let mut k = |b: &mut GraphBuilder, name: &str, shape: &[usize], scale: f32| {
+            seed += 1;
+            b.constant(name, random(shape, seed, scale)).unwrap()
+        };
+        let (g, be) = (k(&mut b, "g", &[c], 1.0), k(&mut b, "b", &[c], 0.5));
+        let ln = LayerNorm {
+            eps: 1e-5,
+            axis: -1,
+        };
+        let n = b.op("n", ln, &[x, g, be]).unwrap();
+        let mut out = Vec::new();
+        for name in ["q", "k", "v"] {
+            let w = k(&mut b, &format!("{name}_w"), &[c, c], 0.2);
+            let bias = k(&mut b, &format!("{name}_b"), &[c], 0.1);
+            out.push(b.op(name, Linear, &[n, w, bias]).unwrap());
+        }
+        // each output read differently, so a swapped one shows (and none
+        // through an activation, which would fuse into its Linear)
+        let qk = b.op("qk", Binary::Add, &[out[0], out[1]]).unwrap();
+        let kk = b.op("kk", Binary::Mul, &[out[1], out[1]]).unwrap();
+        let s = b.op("s", Binary::Add, &[qk, kk]).unwrap();
+        let y = b.op("y", Binary::Sub, &[s, out[2]]).unwrap();
+        b.output("y", y);
+        let g = Arc::new(b.build().unwrap());
+        let input = random(&[rows, c], 5, 2.0);
+        let want = pulsed::graph::Runner::new(g.clone())
+            .unwrap()
+            .run(std::slice::from_ref(&input))
+            .unwrap()
+            .remove(0);
+        for p in [Precision::F32, Precision::Bf16] {
+            let mut gr =
+                GpuRunner::new(d.clone(), g.clone(), None, &GpuRunnerOptions::new(p)).unwrap();
+            let described: Vec<String> = gr
+                .translation()
+                .placements
+                .iter()
+                .map(|pl| pl.to_string())
+                .collect();
+            let count = |s: &str| described.iter().filter(|d| d.contains(s)).count();
+            let (sib, written) = if joined { (1, 2) } else { (0, 0) };
+            assert_eq!(count("+ 2 siblings"), sib, "{rows} rows: {described:#?}");
+            assert_eq!(
+                count("written by v"),
+                written,
+                "{rows} rows: {described:#?}"
+            );
+            gr.step(&[&input]).unwrap();
+            let err = gr.output(0).max_abs_diff(&want).unwrap();
+            let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
+            let tol = match p {
+                Precision::F32 => 1e-5,
+                Precision::Bf16 => 3e-2,
+            };
+            eprintln!("siblings {rows}x{c} [{p:?}]: max abs err {err:e} (scale {scale})");
+            assert!(
+                err <= tol * scale,
+                "{rows} rows [{p:?}] {err} > {tol} x {scale}"
+            );
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The GPU form of an op: built once per node by the translator (with the
 //! node's device-side facts), launched every step with device addresses.
 
+use std::any::Any;
 use std::fmt;
 
 use cudarc::driver::{result, CudaFunction};
@@ -67,8 +68,27 @@ pub struct Io<'a> {
     pub scratch: u64,
 }
 
+/// `Any` for every GPU op, so that an op can recognise others of its kind
+/// ([`GpuOp::fuse_siblings`]); use [`downcast`].
+pub trait AsAny {
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Any> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// `op` as its concrete type `T`, when it is one.
+pub fn downcast<T: 'static>(op: &dyn GpuOp) -> Option<&T> {
+    // through the trait object's vtable: a `Box` or reference around it
+    // would be an `Any` of its own
+    AsAny::as_any(op).downcast_ref()
+}
+
 /// An op's GPU implementation for one node.
-pub trait GpuOp: fmt::Debug + Send {
+pub trait GpuOp: fmt::Debug + Send + AsAny {
     /// A short description (the kernel names), for `inspect --device cuda`.
     fn describe(&self) -> String;
 
@@ -132,6 +152,31 @@ pub trait GpuOp: fmt::Debug + Send {
     /// keeps their rings in its own state and updates them, if it can.
     fn fuse_delays(&mut self, _ring: usize, _input: usize) -> bool {
         false
+    }
+
+    /// Computes, in its own launch, the outputs of `siblings`: ops of its
+    /// kind and shape reading the same inputs (attention's q, k and v
+    /// Linears), if it can. For each sibling in turn it reads that
+    /// sibling's own inputs after input 0 (a Linear's weights and bias),
+    /// then the sibling's output buffer, which it writes, as inputs
+    /// `input`, `input + 1`, ... (after the node's own).
+    fn fuse_siblings(&mut self, _siblings: &[&dyn GpuOp], _input: usize) -> bool {
+        false
+    }
+}
+
+/// The GPU form of a node whose output another node's launch writes
+/// ([`GpuOp::fuse_siblings`]): its own buffer, no kernel.
+#[derive(Debug)]
+pub struct WrittenBy(pub String);
+
+impl GpuOp for WrittenBy {
+    fn describe(&self) -> String {
+        format!("written by {}'s launch (no kernel)", self.0)
+    }
+
+    fn launch(&self, _: &LaunchCx, _: &Io) -> Result<(), GpuError> {
+        Ok(())
     }
 }
 

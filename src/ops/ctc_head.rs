@@ -9,14 +9,16 @@ use crate::op_common;
 /// What the head returns per frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CtcHeadMode {
-    /// Outputs `best_id [T] i64` and `best_logp [T] f32`.
+    /// Outputs `best_id [T] i64` and `best_logp [T]`.
     Greedy,
-    /// Takes a 4th input `targets [T] i64`; outputs `logp [T] f32` of each target.
+    /// Takes a 4th input `targets [T] i64`; outputs `logp [T]` of each target.
     Score,
 }
 
 /// Inputs `x [T, d]`, `w [V, d]` (Linear layout), `b [V]`, and in `Score`
-/// mode `targets [T]`.
+/// mode `targets [T]`. Log-probabilities come out in `x`'s float dtype (as
+/// every other float op's outputs, so a bf16 graph stays bf16); the sums
+/// are f32 whatever the storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CtcHead {
     pub mode: CtcHeadMode,
@@ -112,13 +114,10 @@ impl Op for CtcHead {
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
         input_count_range(inputs, 3, 4)?;
         self.check(inputs)?;
-        let t = inputs[0].shape[0];
+        let (t, dt) = (inputs[0].shape[0], inputs[0].dtype);
         Ok(match self.mode {
-            CtcHeadMode::Greedy => vec![
-                TypedFact::new(DType::I64, [t]),
-                TypedFact::new(DType::F32, [t]),
-            ],
-            CtcHeadMode::Score => vec![TypedFact::new(DType::F32, [t])],
+            CtcHeadMode::Greedy => vec![TypedFact::new(DType::I64, [t]), TypedFact::new(dt, [t])],
+            CtcHeadMode::Score => vec![TypedFact::new(dt, [t])],
         })
     }
 
@@ -216,6 +215,10 @@ impl Op for CtcHead {
                 }
             }
         }
+        let dt = inputs[0].dtype();
+        if let Some(lp) = outputs.last_mut().filter(|_| dt != DType::F32) {
+            *lp = lp.cast(dt);
+        }
         Ok(())
     }
 
@@ -304,6 +307,43 @@ mod tests {
         .unwrap();
         for (f, lp) in out[0].to_vec::<f32>().unwrap().iter().enumerate() {
             assert!((*lp as f64 - r[f][(f * 5) % v]).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn log_probs_come_out_in_the_features_dtype() {
+        let (t, d, v) = (5, 4, 6);
+        let (x, w, b) = data(t, d, v);
+        let want = eval_op(
+            &CtcHead {
+                mode: CtcHeadMode::Greedy,
+            },
+            &[&x, &w, &b],
+        )
+        .unwrap();
+        for dt in [DType::BF16, DType::F16] {
+            let (xh, wh, bh) = (x.cast(dt), w.cast(dt), b.cast(dt));
+            let head = CtcHead {
+                mode: CtcHeadMode::Greedy,
+            };
+            let facts = head
+                .output_facts(&[
+                    &TypedFact::of(&xh),
+                    &TypedFact::of(&wh),
+                    &TypedFact::of(&bh),
+                ])
+                .unwrap();
+            let out = eval_op(&head, &[&xh, &wh, &bh]).unwrap();
+            assert_eq!(facts[1].dtype, dt);
+            for (o, f) in out.iter().zip(&facts) {
+                assert_eq!(o.dtype(), f.dtype);
+                assert_eq!(o.shape(), &f.concrete_shape().unwrap()[..]);
+            }
+            let got = out[1].cast(DType::F32).to_vec::<f32>().unwrap();
+            let exp = want[1].to_vec::<f32>().unwrap();
+            for (g, e) in got.iter().zip(&exp) {
+                assert!((g - e).abs() <= 0.05 * (1.0 + e.abs()), "{dt}: {g} vs {e}");
+            }
         }
     }
 

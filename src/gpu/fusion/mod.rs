@@ -6,9 +6,11 @@
 //! saved shows in the step's latency.
 //!
 //! A fused-away node keeps its place in the graph (the CPU runs it as
-//! before); on the GPU its output is a view that nothing reads, and
-//! `fused_into` says which node computes it, so comparisons skip it.
+//! before); on the GPU its output is a view that nothing reads (or, for a
+//! sibling Linear, a buffer a later launch writes), and `fused_into` says
+//! which node computes it, so comparisons skip it.
 
+use super::op::{GpuOp, WrittenBy};
 use super::ops::shape::{view, view_of};
 use super::translator::Placement;
 use crate::graph::{Graph, OutletId};
@@ -47,8 +49,14 @@ pub fn fuse(graph: &Graph, facts: &[Vec<TypedFact>], placements: &mut [Placement
     for id in 0..graph.nodes.len() {
         f.delays(id);
     }
+    for id in 0..graph.nodes.len() {
+        f.siblings(id);
+    }
     (f.fused, f.extra)
 }
+
+/// Sibling Linears one launch computes (its kernel's limit, with its own).
+const SIBLINGS: usize = 3;
 
 struct Fusion<'a> {
     graph: &'a Graph,
@@ -443,6 +451,96 @@ impl<'a> Fusion<'a> {
                 // nothing reads the view: the op reads the ring
                 self.absorb(delay, 0, id);
             }
+        }
+    }
+
+    /// Linears of one shape reading the same input (attention's q, k and v
+    /// after their shared layer norm) computed by one launch: the last of
+    /// them in execution order writes the others' outputs too, so none of
+    /// their readers may run before it.
+    fn siblings(&mut self, src: usize) {
+        let mut group: Vec<usize> = self.users[src]
+            .iter()
+            .filter(|&&(u, k)| {
+                k == 0
+                    && self.is::<Linear>(u)
+                    && self.gpu(u)
+                    && self.graph.nodes[u].facts.len() == 1
+                    // not a graph output: read only inside the step
+                    && self.readers[u] == self.users[u].len()
+                    && self.graph.nodes[u].inputs[1..]
+                        .iter()
+                        .all(|o| matches!(self.placements[o.node], Placement::Const))
+            })
+            .map(|&(u, _)| u)
+            .collect();
+        group.sort_by_key(|&u| self.pos[u]);
+        while group.len() > 1 {
+            let first = group[0];
+            let like = |u: usize| {
+                let (a, b) = (&self.graph.nodes[first], &self.graph.nodes[u]);
+                a.inputs.len() == b.inputs.len()
+                    && a.inputs[1..]
+                        .iter()
+                        .zip(&b.inputs[1..])
+                        .all(|(x, y)| self.facts[x.node][x.slot] == self.facts[y.node][y.slot])
+                    && self.facts[first][0] == self.facts[u][0]
+                    && self.extra[first] == self.extra[u]
+            };
+            let chunk: Vec<usize> = group
+                .iter()
+                .copied()
+                .filter(|&u| like(u))
+                .take(SIBLINGS)
+                .collect();
+            group.retain(|u| !chunk.contains(u));
+            let Some((&launcher, others)) = chunk.split_last() else {
+                continue;
+            };
+            // a sibling read before the launch stays on its own
+            let others: Vec<usize> = others
+                .iter()
+                .copied()
+                .filter(|&s| {
+                    self.users[s]
+                        .iter()
+                        .all(|&(r, _)| self.pos[r] > self.pos[launcher])
+                })
+                .collect();
+            if !others.is_empty() {
+                self.join(launcher, &others);
+            }
+        }
+    }
+
+    /// Makes `launcher` compute `others` too, if its op takes them.
+    fn join(&mut self, launcher: usize, others: &[usize]) {
+        let input = self.next_input(launcher);
+        let mut op = std::mem::replace(&mut self.placements[launcher], Placement::Input);
+        let taken = match &mut op {
+            Placement::Gpu(op) => {
+                let sibs: Vec<&dyn GpuOp> = others
+                    .iter()
+                    .filter_map(|&s| match &self.placements[s] {
+                        Placement::Gpu(o) => Some(o.as_ref()),
+                        _ => None,
+                    })
+                    .collect();
+                sibs.len() == others.len() && op.fuse_siblings(&sibs, input)
+            }
+            _ => false,
+        };
+        self.placements[launcher] = op;
+        if !taken {
+            return;
+        }
+        let name = self.graph.nodes[launcher].name.clone();
+        for &s in others {
+            let ins = &self.graph.nodes[s].inputs;
+            self.extra[launcher].extend_from_slice(&ins[1..]);
+            self.extra[launcher].push(OutletId::new(s, 0));
+            self.placements[s] = Placement::Gpu(Box::new(WrittenBy(name.clone())));
+            self.fused[s] = Some(launcher);
         }
     }
 }

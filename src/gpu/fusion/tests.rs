@@ -4,7 +4,7 @@
 //! Delays) and records it in its description.
 
 use super::*;
-use crate::gpu::op::{GpuOp, Io, LaunchCx};
+use crate::gpu::op::{downcast, GpuOp, Io, LaunchCx};
 use crate::gpu::GpuError;
 use crate::graph::GraphBuilder;
 use crate::ops::{Dim, Tensor};
@@ -61,6 +61,17 @@ impl GpuOp for Stub {
         let ok = matches!(self.kind, "PulsedLimitedAttention" | "Conv1d");
         if ok {
             self.fused.push(format!(" +delays({ring}, in{input})"));
+        }
+        ok
+    }
+    fn fuse_siblings(&mut self, siblings: &[&dyn GpuOp], input: usize) -> bool {
+        let ok = self.kind == "Linear"
+            && siblings.iter().all(|s| {
+                downcast::<Stub>(*s).is_some_and(|s| s.kind == "Linear" && s.fused == self.fused)
+            });
+        if ok {
+            self.fused
+                .push(format!(" +siblings({}, in{input})", siblings.len()));
         }
         ok
     }
@@ -378,4 +389,99 @@ fn a_convolutions_input_delay_goes_into_it() {
         }]
     );
     assert_eq!(fused[at(&g, "delay")], Some(c));
+}
+
+/// x -> LayerNorm -> q, k, v (Linear 4 -> 4) and `wide` (4 -> 8), k and v
+/// through Delays into a pulsed attention; `tap` makes q a graph output.
+fn projections(tap: bool) -> Graph {
+    use crate::ops::limited_attention::LimitedAttention;
+    let c = 4;
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input(
+            "x",
+            TypedFact::new(DType::F32, [Dim::n(8), Dim::n(c as i64)]),
+        )
+        .unwrap();
+    let (g1, b1) = (weight(&mut b, "g1", &[c]), weight(&mut b, "b1", &[c]));
+    let n = b.op("n", norm(), &[x, g1, b1]).unwrap();
+    let linear = |b: &mut GraphBuilder, name: &str, out: usize| {
+        let w = weight(b, &format!("{name}_w"), &[out, c]);
+        let bias = weight(b, &format!("{name}_b"), &[out]);
+        b.op(name, Linear, &[n, w, bias]).unwrap()
+    };
+    let q = linear(&mut b, "q", c);
+    let k = linear(&mut b, "k", c);
+    let v = linear(&mut b, "v", c);
+    let wide = linear(&mut b, "wide", 2 * c);
+    let delay = Delay {
+        axis: 0,
+        delay: 0,
+        overlap: 4,
+    };
+    let kd = b.op("k_delay", delay.clone(), &[k]).unwrap();
+    let vd = b.op("v_delay", delay, &[v]).unwrap();
+    let attn = PulsedLimitedAttention {
+        attn: LimitedAttention {
+            heads: 1,
+            left_context: 4,
+            scale: None,
+        },
+        pulse: 8,
+        delay: 0,
+    };
+    let a = b.op("attn", attn, &[q, kd, vd]).unwrap();
+    b.output("out", a);
+    b.output("wide", wide);
+    if tap {
+        b.output("q", q);
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn sibling_linears_run_as_one_launch() {
+    let g = projections(false);
+    let (d, (fused, extra)) = run(&g);
+    let outlet = |n: &str| OutletId {
+        node: at(&g, n),
+        slot: 0,
+    };
+    // the last of them in execution order computes the others
+    let v = at(&g, "v");
+    assert!(
+        d[v].ends_with("Linear +norm(0.00001, in3) +siblings(2, in6)"),
+        "{d:#?}"
+    );
+    for n in ["q", "k"] {
+        assert_eq!(d[at(&g, n)], "GPU  written by v's launch (no kernel)");
+        assert_eq!(fused[at(&g, n)], Some(v), "{n}");
+    }
+    let mut want = vec![outlet("x"), outlet("g1"), outlet("b1")];
+    want.extend([outlet("q_w"), outlet("q_b"), outlet("q")]);
+    want.extend([outlet("k_w"), outlet("k_b"), outlet("k")]);
+    assert_eq!(extra[v], want);
+    // another shape on the same input runs on its own
+    assert_eq!(d[at(&g, "wide")], "GPU  Linear +norm(0.00001, in3)");
+    assert_eq!(fused[at(&g, "wide")], None);
+    // the attention still reads k and v (through its fused Delays)
+    assert_eq!(extra[at(&g, "attn")], vec![outlet("k"), outlet("v")]);
+
+    // q is a graph output: it keeps its own launch; k still joins v
+    let g = projections(true);
+    let (d, (fused, _)) = run(&g);
+    assert_eq!(d[at(&g, "q")], "GPU  Linear +norm(0.00001, in3)");
+    assert_eq!(fused[at(&g, "q")], None);
+    assert!(d[at(&g, "v")].ends_with("+siblings(1, in6)"), "{d:#?}");
+    assert_eq!(fused[at(&g, "k")], Some(at(&g, "v")));
+
+    // one of them on the CPU: the other two still pair up
+    let g = projections(false);
+    let facts: Vec<Vec<TypedFact>> = g.nodes.iter().map(|n| n.facts.clone()).collect();
+    let mut p = place(&g);
+    p[at(&g, "k")] = Placement::Cpu("forced".into());
+    let (fused, _) = fuse(&g, &facts, &mut p);
+    assert!(p[at(&g, "v")].to_string().ends_with("+siblings(1, in6)"));
+    assert_eq!(fused[at(&g, "q")], Some(at(&g, "v")));
+    assert_eq!(fused[at(&g, "k")], None);
 }

@@ -14,7 +14,10 @@
 //   and Mul); a block's columns then come in (a, b) pairs;
 // - `has_norm`: a layer norm of x over k (eps, gamma, beta) before it: each
 //   block computes the row statistics itself (x is a few KiB), so the
-//   normalised x is never stored.
+//   normalised x is never stored;
+// - `outs` > 1: sibling Linears of the same input and shape (attention's q,
+//   k and v) in the same launch: blocks [o * n / cols, (o + 1) * n / cols)
+//   compute output o from (w, bias, y), (w1, b1, y1) or (w2, b2, y2).
 
 // A block of 8 warps takes 8 / wpc columns; the `wpc` warps of a column
 // split k, so even a 256-column layer fills the GPU and each warp's chain
@@ -26,8 +29,21 @@ template <typename T, int R>
 __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, int m, int n,
                                    int k, int act, int has_bias, int wpc, float alpha,
                                    const T* residual, int has_residual, int glu,
-                                   const T* gamma, const T* beta, float eps, int has_norm) {
+                                   const T* gamma, const T* beta, float eps, int has_norm,
+                                   int outs, const T* w1, const T* b1, T* y1, const T* w2,
+                                   const T* b2, T* y2) {
     __shared__ float part[8][R];
+    int bx = blockIdx.x;
+    if (outs > 1) {
+        const int per_out = n / (8 / wpc);
+        const int o = bx / per_out;
+        bx -= o * per_out;
+        if (o == 1) {
+            w = w1, bias = b1, y = y1;
+        } else if (o == 2) {
+            w = w2, bias = b2, y = y2;
+        }
+    }
     __shared__ float mean[R], rstd[R];
     // grid y walks groups of R rows (a batch of streams' frames): each group
     // reads the weights again, from L2, and keeps every epilogue fusion
@@ -44,9 +60,8 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
     int local = warp / wpc;
     int half = n / 2;
     // with glu, local columns 2p and 2p + 1 are output p's a and b
-    int col = glu ? blockIdx.x * (cols / 2) + local / 2 + (local & 1) * half
-                  : blockIdx.x * cols + local;
-    bool live = glu ? blockIdx.x * (cols / 2) + local / 2 < half : col < n;
+    int col = glu ? bx * (cols / 2) + local / 2 + (local & 1) * half : bx * cols + local;
+    bool live = glu ? bx * (cols / 2) + local / 2 < half : col < n;
     int slice = warp % wpc;
     int per = (k + wpc - 1) / wpc;
     int k0 = slice * per, k1 = min(k, k0 + per);
@@ -115,7 +130,7 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
     if (glu) {
         if (t < (cols / 2) * m) {
             int pc = t / m, r = t % m;
-            int p = blockIdx.x * (cols / 2) + pc;
+            int p = bx * (cols / 2) + pc;
             if (p < half) {
                 float a = 0.0f, b = 0.0f;
                 for (int s2 = 0; s2 < wpc; ++s2) {
@@ -133,7 +148,7 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
     }
     if (t < cols * m) {
         int c = t / m, r = t % m;
-        int oc = blockIdx.x * cols + c;
+        int oc = bx * cols + c;
         if (oc < n) {
             float v = 0.0f;
             for (int s2 = 0; s2 < wpc; ++s2) v += part[c * wpc + s2][r];
@@ -150,19 +165,21 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
         const float* x, const float* w, const float* bias, float* y, int m, int n, int k,  \
         int act, int has_bias, int wpc, float alpha, const float* residual,                 \
         int has_residual, int glu, const float* gamma, const float* beta, float eps,        \
-        int has_norm) {                                                                     \
+        int has_norm, int outs, const float* w1, const float* b1, float* y1,                \
+        const float* w2, const float* b2, float* y2) {                                      \
         skinny_linear_impl<float, R>(x, w, bias, y, m, n, k, act, has_bias, wpc, alpha,     \
                                      residual, has_residual, glu, gamma, beta, eps,         \
-                                     has_norm);                                             \
+                                     has_norm, outs, w1, b1, y1, w2, b2, y2);               \
     }                                                                                       \
     extern "C" __global__ void skinny_linear_r##R##_bf16(                                  \
         const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int m, int n,     \
         int k, int act, int has_bias, int wpc, float alpha, const bf16_t* residual,         \
         int has_residual, int glu, const bf16_t* gamma, const bf16_t* beta, float eps,      \
-        int has_norm) {                                                                     \
+        int has_norm, int outs, const bf16_t* w1, const bf16_t* b1, bf16_t* y1,             \
+        const bf16_t* w2, const bf16_t* b2, bf16_t* y2) {                                   \
         skinny_linear_impl<bf16_t, R>(x, w, bias, y, m, n, k, act, has_bias, wpc, alpha,    \
                                       residual, has_residual, glu, gamma, beta, eps,        \
-                                      has_norm);                                            \
+                                      has_norm, outs, w1, b1, y1, w2, b2, y2);              \
     }
 
 SKINNY(1)

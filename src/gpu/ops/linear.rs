@@ -3,13 +3,15 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::blas::Gemm;
-use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::op::{downcast, expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
 use crate::ops::matmul::{Linear, MatMul};
 use crate::ops::Op;
 
 /// Rows a skinny block holds (its largest compile-time row bound).
 const SKINNY_GROUP: usize = 16;
+/// Siblings the skinny kernel computes besides its own output.
+const MAX_SIBLINGS: usize = 2;
 /// Rows up to which the skinny kernel, in groups of [`SKINNY_GROUP`] rows
 /// (a batch of streams' pulses), is used instead of cuBLAS. Measured on the
 /// H100 (batched shipped model, captured f32 step): 2 groups beat cuBLAS
@@ -34,11 +36,27 @@ struct LinearGpu {
     /// A fused layer norm of the input: (eps, index of the raw input, then
     /// gamma and beta).
     norm: Option<(f32, usize)>,
+    /// Sibling Linears computed in this launch: (how many, index of the
+    /// first's weights; then its bias if any, its output, the next's ...).
+    siblings: Option<(usize, usize)>,
 }
 
 impl LinearGpu {
     fn fusable(&self) -> bool {
-        self.skinny.is_some() && !self.glu
+        self.skinny.is_some() && !self.glu && self.siblings.is_none()
+    }
+
+    /// Whether `other` computes the same shape with the same epilogue, so
+    /// one skinny launch can compute both.
+    fn same_form(&self, other: &LinearGpu) -> bool {
+        let (a, b) = (&self.gemm, &other.gemm);
+        (a.m, a.n, a.k, a.dtype) == (b.m, b.n, b.k, b.dtype)
+            && self.warps_per_col == other.warps_per_col
+            && self.bias.is_some() == other.bias.is_some()
+            && self.skinny.is_some()
+            && other.skinny.is_some()
+            && (self.act, self.residual, self.glu, self.norm)
+                == (other.act, other.residual, other.glu, other.norm)
     }
 }
 
@@ -68,6 +86,9 @@ impl GpuOp for LinearGpu {
         .map(|f| f.1)
         .collect::<String>()
         .as_str()
+            + &self.siblings.map_or(String::new(), |(n, _)| {
+                format!(" + {n} sibling{}", if n == 1 { "" } else { "s" })
+            })
     }
 
     fn fuse_residual(&mut self, alpha: f32, input: usize) -> bool {
@@ -93,16 +114,37 @@ impl GpuOp for LinearGpu {
     }
 
     fn fuse_norm(&mut self, eps: f32, input: usize) -> bool {
-        if self.skinny.is_none() || self.norm.is_some() {
+        if self.skinny.is_none() || self.norm.is_some() || self.siblings.is_some() {
             return false;
         }
         self.norm = Some((eps, input));
         true
     }
 
+    fn fuse_siblings(&mut self, siblings: &[&dyn GpuOp], input: usize) -> bool {
+        // a block's columns must all belong to one output
+        let cols = 8 / self.warps_per_col;
+        let ok = !siblings.is_empty()
+            && siblings.len() <= MAX_SIBLINGS
+            && self.fusable()
+            && self.residual.is_none()
+            && self.gemm.n.is_multiple_of(cols)
+            && siblings.iter().all(|s| {
+                downcast::<LinearGpu>(*s).is_some_and(|s| s.siblings.is_none() && self.same_form(s))
+            });
+        if ok {
+            self.siblings = Some((siblings.len(), input));
+        }
+        ok
+    }
+
     fn fuse_activation(&mut self, code: i32) -> bool {
         // the skinny kernel applies it; after cuBLAS the bias kernel does
-        if self.act >= 0 || self.glu || (self.skinny.is_none() && self.bias.is_none()) {
+        if self.siblings.is_some()
+            || self.act >= 0
+            || self.glu
+            || (self.skinny.is_none() && self.bias.is_none())
+        {
             return false;
         }
         self.act = code;
@@ -135,11 +177,30 @@ impl GpuOp for LinearGpu {
                 None => (io.ins[0].ptr, y, y, 0.0),
             };
             let groups = g.m.div_ceil(SKINNY_GROUP).max(1);
+            // each sibling: its weights, its bias if any, its output
+            let mut sib = [(0u64, 0u64, 0u64); MAX_SIBLINGS];
+            let outs = match self.siblings {
+                Some((count, first)) => {
+                    let per = 2 + self.bias.is_some() as usize;
+                    for (j, s) in sib.iter_mut().take(count).enumerate() {
+                        let at = first + j * per;
+                        let w = extra(at)?;
+                        let b = if self.bias.is_some() {
+                            extra(at + 1)?
+                        } else {
+                            w
+                        };
+                        *s = (w, b, extra(at + per - 1)?);
+                    }
+                    1 + count
+                }
+                None => 1,
+            };
             return launch(
                 cx,
                 f,
                 Grid {
-                    grid: (blocks as u32, groups as u32, 1),
+                    grid: ((blocks * outs) as u32, groups as u32, 1),
                     block: (256, 1, 1),
                     shared_bytes: 0,
                 },
@@ -165,6 +226,13 @@ impl GpuOp for LinearGpu {
                     Arg::Ptr(beta),
                     Arg::F32(eps),
                     Arg::I32(self.norm.is_some() as i32),
+                    Arg::I32(outs as i32),
+                    Arg::Ptr(sib[0].0),
+                    Arg::Ptr(sib[0].1),
+                    Arg::Ptr(sib[0].2),
+                    Arg::Ptr(sib[1].0),
+                    Arg::Ptr(sib[1].1),
+                    Arg::Ptr(sib[1].2),
                 ],
             );
         }
@@ -261,6 +329,7 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         residual: None,
         glu: false,
         norm: None,
+        siblings: None,
     }))
 }
 
