@@ -154,6 +154,14 @@ pub trait GpuOp: fmt::Debug + Send + AsAny {
         false
     }
 
+    /// Takes on a layer norm over the last axis of its output 0 (with `eps`,
+    /// gamma and beta read as inputs `input` and `input + 1`, after the
+    /// node's own), then the activation `act` (an `elementwise.cu` unary
+    /// code, -1 for none), if it can.
+    fn fuse_norm_after(&mut self, _eps: f32, _act: i32, _input: usize) -> bool {
+        false
+    }
+
     /// Computes, in its own launch, the outputs of `siblings`: ops of its
     /// kind and shape reading the same inputs (attention's q, k and v
     /// Linears), if it can. For each sibling in turn it reads that

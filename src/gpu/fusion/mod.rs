@@ -50,6 +50,9 @@ pub fn fuse(graph: &Graph, facts: &[Vec<TypedFact>], placements: &mut [Placement
         f.delays(id);
     }
     for id in 0..graph.nodes.len() {
+        f.norm_after(id);
+    }
+    for id in 0..graph.nodes.len() {
         f.siblings(id);
     }
     (f.fused, f.extra)
@@ -451,6 +454,49 @@ impl<'a> Fusion<'a> {
                 // nothing reads the view: the op reads the ring
                 self.absorb(delay, 0, id);
             }
+        }
+    }
+
+    /// A layer norm over the last axis (and the activation it took) after a
+    /// convolution that reads it nowhere else (the conv module's `dw_norm`
+    /// and SiLU after its depthwise conv), in the convolution's kernel.
+    fn norm_after(&mut self, c: usize) {
+        if !self.is::<Conv1d>(c) || !self.gpu(c) {
+            return;
+        }
+        let Some((n, 0)) = self.sole_user(c) else {
+            return;
+        };
+        let Some(ln) = self.graph.nodes[n].op.as_any().downcast_ref::<LayerNorm>() else {
+            return;
+        };
+        let ins = self.graph.nodes[n].inputs.clone();
+        let rank = self.facts[n][0].rank() as isize;
+        if ins.len() != 3
+            || !self.placements[n].is_gpu()
+            || (ln.axis != -1 && ln.axis != rank - 1)
+            || ins[1..].iter().any(|o| !self.on_device(o.node))
+        {
+            return;
+        }
+        // the activation pass may have given the norm its activation
+        let (act, last) = match self.fused[n] {
+            None => (-1, n),
+            Some(a) => match self.unary(a).and_then(super::ops::elementwise::unary_code) {
+                Some(code) if self.graph.nodes[a].inputs[0].node == n => (code, a),
+                _ => return,
+            },
+        };
+        let input = self.next_input(c);
+        let taken = match &mut self.placements[c] {
+            Placement::Gpu(op) => op.fuse_norm_after(ln.eps, act, input),
+            _ => false,
+        };
+        if taken {
+            self.extra[c].extend_from_slice(&ins[1..]);
+            // the norm's output (and its activation's) is the conv's buffer
+            self.placements[n] = Placement::Gpu(view());
+            self.fused[c] = Some(last);
         }
     }
 

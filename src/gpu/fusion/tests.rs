@@ -64,6 +64,14 @@ impl GpuOp for Stub {
         }
         ok
     }
+    fn fuse_norm_after(&mut self, eps: f32, act: i32, input: usize) -> bool {
+        let ok = self.kind == "Conv1d";
+        if ok {
+            self.fused
+                .push(format!(" +norm_after({eps}, act{act}, in{input})"));
+        }
+        ok
+    }
     fn fuse_siblings(&mut self, siblings: &[&dyn GpuOp], input: usize) -> bool {
         let ok = self.kind == "Linear"
             && siblings.iter().all(|s| {
@@ -353,6 +361,78 @@ fn key_and_value_delays_go_into_the_attention() {
     let (d, (fused, _)) = run(&g);
     assert!(!d[at(&g, "attn")].contains("delays"), "{d:#?}");
     assert_eq!(fused[at(&g, "v_delay")], None);
+}
+
+/// x -> Delay -> depthwise Conv1d (time-major), then with `norm` a layer
+/// norm and a SiLU (the conv module's tail), and with `tap` the conv's
+/// output as a graph output too.
+fn conv_tail(norm_act: bool, tap: bool) -> Graph {
+    use crate::ops::conv::{Conv1d, ConvLayout};
+    let mut b = GraphBuilder::new();
+    let fact = TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
+    let x = b.input("x", fact).unwrap();
+    let delay = Delay {
+        axis: 0,
+        delay: 0,
+        overlap: 2,
+    };
+    let d = b.op("delay", delay, &[x]).unwrap();
+    let w = weight(&mut b, "w", &[4, 1, 3]);
+    let conv = Conv1d {
+        stride: 1,
+        pad: (0, 0),
+        dilation: 1,
+        groups: 4,
+        layout: ConvLayout::ChannelsLast,
+    };
+    let c = b.op("conv", conv, &[d, w]).unwrap();
+    let (g, be) = (weight(&mut b, "g", &[4]), weight(&mut b, "b", &[4]));
+    let n = b.op("norm", norm(), &[c, g, be]).unwrap();
+    let y = if norm_act {
+        b.op("act", Unary::Silu, &[n]).unwrap()
+    } else {
+        n
+    };
+    b.output("y", y);
+    if tap {
+        b.output("conv", c);
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn a_norm_after_a_convolution_goes_into_it() {
+    let outlet = |g: &Graph, n: &str| OutletId {
+        node: at(g, n),
+        slot: 0,
+    };
+    for act in [true, false] {
+        let g = conv_tail(act, false);
+        let (d, (fused, extra)) = run(&g);
+        let c = at(&g, "conv");
+        let code = if act { 8 } else { -1 };
+        assert!(
+            d[c].ends_with(&format!(
+                "+delays(2, in2) +norm_after(0.00001, act{code}, in3)"
+            )),
+            "{d:#?}"
+        );
+        assert_eq!(
+            extra[c],
+            vec![outlet(&g, "x"), outlet(&g, "g"), outlet(&g, "b")]
+        );
+        assert!(d[at(&g, "norm")].contains("view"), "{d:#?}");
+        let last = if act { at(&g, "act") } else { at(&g, "norm") };
+        assert_eq!(fused[c], Some(last));
+        // the norm's output is real when nothing comes after it
+        assert_eq!(fused[at(&g, "norm")], act.then(|| at(&g, "act")));
+    }
+    // the conv's own output is read too: it must exist
+    let g = conv_tail(true, true);
+    let (d, (fused, _)) = run(&g);
+    assert!(!d[at(&g, "conv")].contains("norm_after"), "{d:#?}");
+    assert_eq!(fused[at(&g, "conv")], None);
+    assert!(d[at(&g, "norm")].contains("act8"), "{d:#?}");
 }
 
 #[test]

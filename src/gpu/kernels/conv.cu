@@ -187,6 +187,59 @@ __device__ void conv1d_depthwise_impl(const T* __restrict__ x, const T* __restri
     }
 }
 
+// A time-major depthwise Conv1d followed by a layer norm over the channels
+// (gamma, beta, eps) and an activation (`act`, -1 none): a block per output
+// frame and a thread per channel (blockDim.x >= c, a multiple of 32), so the
+// frame's statistics are two block sums and the convolution's own output is
+// never stored. Rows are n * t_out frames; rings and x as in
+// conv1d_depthwise (time-major).
+template <typename T>
+__device__ void conv1d_depthwise_norm_impl(const T* __restrict__ x, const T* __restrict__ w,
+                                           const T* __restrict__ bias, T* __restrict__ y,
+                                           int rows, int c, int t_in, int t_out, int k,
+                                           int stride, int dil, int pad0, const T* gamma,
+                                           const T* beta, float eps, int act, T* rings, int ring,
+                                           const u64* step) {
+    __shared__ float red[32];
+    const T* src = 0;
+    const int t_new = t_in - ring;
+    if (ring > 0) {
+        const unsigned nb = (unsigned)(rows / t_out);
+        const u64 s = *step;
+        const unsigned len = nb * ring * c;
+        src = rings + (s & 1) * len;
+        T* dst = rings + ((s + 1) & 1) * len;
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len;
+             i += blockDim.x * gridDim.x) {
+            const unsigned ch = i % c, r = i / c;
+            const unsigned j = r % ring, n = r / ring;
+            const int ts = t_new + (int)j;
+            dst[i] = ts < ring ? src[(n * ring + ts) * c + ch]
+                               : x[(n * t_new + ts - ring) * c + ch];
+        }
+    }
+    const int row = blockIdx.x, ch = threadIdx.x;
+    const int t = row % t_out, n = row / t_out;
+    float v = 0.0f;
+    if (ch < c) {
+        v = bias ? ld(bias, ch) : 0.0f;
+        const int base = t * stride - pad0;
+        for (int jj = 0; jj < k; jj++) {
+            const int ts = base + jj * dil;
+            if (ts < 0 || ts >= t_in) continue;
+            const float xv = ts < ring ? ld(src, (n * ring + ts) * c + ch)
+                                       : ld(x, (n * t_new + ts - ring) * c + ch);
+            v = fmaf(ld(w, ch * k + jj), xv, v);
+        }
+    }
+    const float inv_c = 1.0f / (float)c;
+    const float mean = block_sum(v, red) * inv_c;
+    const float d = ch < c ? v - mean : 0.0f;
+    const float var = block_sum(d * d, red) * inv_c;
+    const float rstd = 1.0f / sqrtf(var + eps);
+    if (ch < c) st(y, row * c + ch, act_op(act, d * rstd * ld(gamma, ch) + ld(beta, ch)));
+}
+
 // Conv2d, channels-first x [N, C, H, W], w [O, C/groups, kh, kw]: one thread
 // per output, taps read directly (no model streams a 2-D convolution).
 template <typename T>
@@ -235,6 +288,15 @@ FLOAT_KERNELS(conv1d_depthwise,
      int t_in, int t_out, int k, int stride, int dil, int pad0, int last, int act,
      bf16_t* rings, int ring, const u64* step),
     (x, w, bias, y, n_out, c, t_in, t_out, k, stride, dil, pad0, last, act, rings, ring, step))
+FLOAT_KERNELS(conv1d_depthwise_norm,
+    (const float* x, const float* w, const float* bias, float* y, int rows, int c, int t_in,
+     int t_out, int k, int stride, int dil, int pad0, const float* gamma, const float* beta,
+     float eps, int act, float* rings, int ring, const u64* step),
+    (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int rows, int c,
+     int t_in, int t_out, int k, int stride, int dil, int pad0, const bf16_t* gamma,
+     const bf16_t* beta, float eps, int act, bf16_t* rings, int ring, const u64* step),
+    (x, w, bias, y, rows, c, t_in, t_out, k, stride, dil, pad0, gamma, beta, eps, act, rings,
+     ring, step))
 FLOAT_KERNELS(conv2d_direct,
     (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int h,
      int wd, int o, int ho_n, int wo_n, int groups, int kh, int kw, int sh, int sw, int dh,

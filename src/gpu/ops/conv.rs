@@ -25,6 +25,9 @@ const DENSE_MAX_WARPS: usize = 8;
 const DENSE_MIN_BLOCKS: usize = 256;
 /// Taps per warp above which a dense block takes another warp.
 const DENSE_TAPS_PER_WARP: usize = 96;
+/// Channels up to which a depthwise conv can take the layer norm after it
+/// (a thread per channel in one block).
+const NORM_MAX_CHANNELS: usize = 1024;
 /// Sizes above this are refused, so that the kernels' `int` arithmetic
 /// (`t * stride + j * dilation`, `ci * k`) cannot overflow.
 const INT_LIMIT: usize = 1 << 28;
@@ -58,10 +61,16 @@ struct ConvGpu {
     /// step after the activation), and once fused (`fuse_delays`) the
     /// Delay's ring frames and the index of the undelayed input.
     window: Option<Window>,
+    /// For a time-major depthwise conv: the kernel that also takes the layer
+    /// norm after it, and once fused (`fuse_norm_after`) the norm's eps, the
+    /// activation after it and the index of gamma (then beta).
+    norm_f: Option<CudaFunction>,
+    norm: Option<(f32, i32, usize)>,
 }
 
-/// A depthwise convolution's input window ([n, t_in, c] when time-major)
-/// and the Delay fused into it, if any (time-major only).
+/// A depthwise convolution's input window ([n, t_in, c] when time-major),
+/// its output frames and taps, and the Delay fused into it, if any
+/// (time-major only).
 #[derive(Debug, Clone, Copy)]
 struct Window {
     n: usize,
@@ -69,6 +78,9 @@ struct Window {
     c: usize,
     elem: usize,
     last: bool,
+    t_out: usize,
+    /// kernel, stride, dilation, left padding
+    taps: [usize; 4],
     ring: Option<(usize, usize)>,
 }
 
@@ -78,10 +90,21 @@ impl GpuOp for ConvGpu {
         if let Some((ring, _)) = self.window.and_then(|w| w.ring) {
             d += &format!(" + input Delay fused (ring of {ring} frames)");
         }
-        if self.act.is_some_and(|a| a >= 0) {
+        if self.norm.is_some() {
+            d += " + fused layer norm after";
+        }
+        if self.act.is_some_and(|a| a >= 0) || self.norm.is_some_and(|n| n.1 >= 0) {
             d += " + fused activation";
         }
         d
+    }
+
+    fn fuse_norm_after(&mut self, eps: f32, act: i32, input: usize) -> bool {
+        if self.norm_f.is_none() || self.norm.is_some() || self.act != Some(-1) {
+            return false;
+        }
+        self.norm = Some((eps, act, input));
+        true
     }
 
     fn fuse_activation(&mut self, code: i32) -> bool {
@@ -130,18 +153,49 @@ impl GpuOp for ConvGpu {
             return Ok(());
         }
         let bias = if self.has_bias { io.ins[2].ptr } else { 0 };
+        let extra = |i: usize| {
+            io.ins
+                .get(i)
+                .map(|t| t.ptr)
+                .ok_or_else(|| err(format!("conv: fused input {i} missing")))
+        };
         // with the Delay fused, x is the new frames and the rings are state
         let (x, ring) = match self.window.and_then(|w| w.ring) {
-            Some((ring, i)) => {
-                let x = io
-                    .ins
-                    .get(i)
-                    .map(|t| t.ptr)
-                    .ok_or_else(|| err(format!("conv: fused input {i} missing")))?;
-                (x, ring)
-            }
+            Some((ring, i)) => (extra(i)?, ring),
             None => (io.ins[0].ptr, 0),
         };
+        if let (Some((eps, act, g)), Some(f), Some(w)) = (self.norm, &self.norm_f, self.window) {
+            let rows = w.n * w.t_out;
+            let [k, stride, dil, pad0] = w.taps;
+            let i = |v: usize| Arg::I32(v as i32);
+            let threads = w.c.next_multiple_of(32) as u32;
+            return launch(
+                cx,
+                f,
+                Grid::blocks(rows as u32, threads),
+                &[
+                    Arg::Ptr(x),
+                    Arg::Ptr(io.ins[1].ptr),
+                    Arg::Ptr(bias),
+                    Arg::Ptr(io.outs[0].ptr),
+                    i(rows),
+                    i(w.c),
+                    i(w.t_in),
+                    i(w.t_out),
+                    i(k),
+                    i(stride),
+                    i(dil),
+                    i(pad0),
+                    Arg::Ptr(extra(g)?),
+                    Arg::Ptr(extra(g + 1)?),
+                    Arg::F32(eps),
+                    Arg::I32(act),
+                    Arg::Ptr(io.state),
+                    Arg::I32(ring as i32),
+                    Arg::Ptr(cx.step),
+                ],
+            );
+        }
         let mut args = [Arg::U64(0); 24];
         let ptrs = [x, io.ins[1].ptr, bias, io.outs[0].ptr];
         for (a, p) in args.iter_mut().zip(ptrs) {
@@ -323,8 +377,20 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
                 c,
                 elem: cx.inputs[0].dtype.size_of(),
                 last,
+                t_out,
+                taps: [k, op.stride, op.dilation, op.pad.0],
                 ring: None,
             }),
+            // a block per frame, a thread per channel
+            norm_f: if last && o <= NORM_MAX_CHANNELS && n * t_out <= i32::MAX as usize {
+                Some(
+                    cx.lib
+                        .function("conv", &format!("conv1d_depthwise_norm_{suffix}"))?,
+                )
+            } else {
+                None
+            },
+            norm: None,
         });
     }
     let taps = cg * k;
@@ -362,6 +428,8 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
         empty: n_out == 0,
         act: Some(-1),
         window: None,
+        norm_f: None,
+        norm: None,
     })
 }
 
@@ -445,5 +513,7 @@ fn build_conv2d(op: &Conv2d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
         empty: n_out == 0,
         act: None,
         window: None,
+        norm_f: None,
+        norm: None,
     })
 }
