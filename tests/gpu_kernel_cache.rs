@@ -192,3 +192,45 @@ fn every_shipped_module_compiles_in_parallel_then_comes_from_the_cache() {
     assert_eq!(files_in(&dir).len(), KERNEL_SOURCES.len());
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// On a GPU: an entry the driver refuses (a CUBIN for another architecture
+/// under this device's key, its checksum intact, as after a driver or
+/// hardware change the key did not see) is compiled again, loads, and
+/// replaces the entry.
+#[test]
+#[ignore]
+fn a_cached_image_the_driver_refuses_is_compiled_again() {
+    let gpu = match pulsed::gpu::GpuContext::new(0) {
+        Ok(g) => g,
+        Err(e) if std::env::var_os("PULSED_REQUIRE_GPU").is_some() => panic!("no GPU: {e}"),
+        Err(e) => return eprintln!("skipped: no GPU ({e})"),
+    };
+    let cc = gpu.compute_capability().expect("compute capability");
+    let other = if cc.0 >= 9 { (8, 0) } else { (9, 0) };
+    let dir = temp_dir("kernel-cache-refused");
+    let cache = KernelCache::new(dir.join("kernels"));
+    let key = CacheKey::new("scale", SRC, &pulsed::gpu::compile::device_arch(cc)).expect("key");
+    let wrong = pulsed::gpu::compile_for_device("scale", SRC, other).expect("compiles");
+    cache.put(&key, cubin(&wrong)).expect("written");
+    let c = compile_cached("scale", SRC, cc, Some(&cache)).expect("read back");
+    assert!(c.cached, "the planted entry was not read");
+    assert_eq!(cubin(&c), cubin(&wrong));
+    let (module, loaded) = gpu
+        .load_compiled("scale", SRC, c, Some(&cache))
+        .expect("compiled again after the driver refused the cached image");
+    assert!(!loaded.cached, "the refused image was kept");
+    assert_ne!(cubin(&loaded), cubin(&wrong));
+    assert_eq!(
+        cache.get(&key).as_deref(),
+        Some(cubin(&loaded)),
+        "entry not replaced"
+    );
+    module
+        .load_function("scale")
+        .expect("the kernel in the fresh module");
+    let again = compile_cached("scale", SRC, cc, Some(&cache)).expect("read back");
+    assert!(again.cached);
+    gpu.load_compiled("scale", SRC, again, Some(&cache))
+        .expect("the replaced entry loads");
+    let _ = fs::remove_dir_all(dir);
+}
