@@ -47,16 +47,6 @@ __device__ void unary_impl(const T* x, T* out, u64 n, int code) {
     GRID_STRIDE(i, n) { st(out, i, un_op(code, ld(x, i))); }
 }
 
-// out = act(x + bias[i % nb]) in place or not: the bias and activation a
-// Linear's GEMM leaves to do (act -1: none).
-template <typename T>
-__device__ void bias_act_impl(const T* x, const T* bias, T* out, u64 n, u64 nb, int act) {
-    GRID_STRIDE(i, n) {
-        float v = ld(x, i) + ld(bias, i % nb);
-        st(out, i, act < 0 ? v : un_op(act, v));
-    }
-}
-
 FLOAT_KERNELS(binary,
     (const float* a, const float* b, float* out, u64 n, u64 na, u64 nb, int code),
     (const bf16_t* a, const bf16_t* b, bf16_t* out, u64 n, u64 na, u64 nb, int code),
@@ -65,10 +55,6 @@ FLOAT_KERNELS(unary,
     (const float* x, float* out, u64 n, int code),
     (const bf16_t* x, bf16_t* out, u64 n, int code),
     (x, out, n, code))
-FLOAT_KERNELS(bias_act,
-    (const float* x, const float* bias, float* out, u64 n, u64 nb, int act),
-    (const bf16_t* x, const bf16_t* bias, bf16_t* out, u64 n, u64 nb, int act),
-    (x, bias, out, n, nb, act))
 
 // Test-only fault injection (PULSED_GPU_FAULT): from chunk step `from` on,
 // corrupts a node's output, so the comparison tools can be shown to pin it.

@@ -187,3 +187,34 @@ SKINNY(2)
 SKINNY(4)
 SKINNY(8)
 SKINNY(16)
+
+// What a Linear's cuBLAS GEMM leaves to do, in one pass over its output
+// `acc` [m, n]: y = residual + alpha * act(acc + bias) (each part optional),
+// or with `glu` y [m, n / 2] = a * sigmoid(b) over acc's two column halves
+// (bias added first); the same epilogue as the skinny kernel's. With glu,
+// acc is scratch (y is narrower, so it cannot be written in place).
+template <typename T>
+__device__ void linear_epilogue_impl(const T* acc, const T* bias, T* y, u64 m, u64 n,
+                                     int has_bias, int act, float alpha, const T* residual,
+                                     int has_residual, int glu) {
+    const u64 width = glu ? n / 2 : n;
+    GRID_STRIDE(i, m * width) {
+        const u64 r = i / width, c = i - r * width;
+        float v = ld(acc, r * n + c) + (has_bias ? ld(bias, c) : 0.0f);
+        if (glu) {
+            const float b = ld(acc, r * n + c + width) + (has_bias ? ld(bias, c + width) : 0.0f);
+            v = v * (1.0f / (1.0f + expf(-b)));
+        } else {
+            if (act >= 0) v = act_op(act, v);
+            if (has_residual) v = ld(residual, i) + v * alpha;
+        }
+        st(y, i, v);
+    }
+}
+
+FLOAT_KERNELS(linear_epilogue,
+    (const float* acc, const float* bias, float* y, u64 m, u64 n, int has_bias, int act,
+     float alpha, const float* residual, int has_residual, int glu),
+    (const bf16_t* acc, const bf16_t* bias, bf16_t* y, u64 m, u64 n, int has_bias, int act,
+     float alpha, const bf16_t* residual, int has_residual, int glu),
+    (acc, bias, y, m, n, has_bias, act, alpha, residual, has_residual, glu))

@@ -1,4 +1,6 @@
-//! Linear and MatMul through cuBLAS; a Linear's bias is one more kernel.
+//! Linear and MatMul. A Linear of few rows (a chunk step's) runs the skinny
+//! kernel with everything fused into it; otherwise cuBLAS, then one
+//! epilogue kernel for its bias, activation, residual or GLU.
 
 use cudarc::driver::CudaFunction;
 
@@ -22,8 +24,10 @@ const SKINNY_ROWS: usize = 2 * SKINNY_GROUP;
 #[derive(Debug)]
 struct LinearGpu {
     gemm: Gemm,
-    /// `bias_act_*` when there is a bias.
-    bias: Option<CudaFunction>,
+    /// Whether input 2 is a bias.
+    bias: bool,
+    /// `linear_epilogue_*`, after cuBLAS.
+    epilogue: CudaFunction,
     /// `skinny_linear_r*` for few rows (bias fused), and its warps per column.
     skinny: Option<CudaFunction>,
     warps_per_col: usize,
@@ -43,7 +47,12 @@ struct LinearGpu {
 
 impl LinearGpu {
     fn fusable(&self) -> bool {
-        self.skinny.is_some() && !self.glu && self.siblings.is_none()
+        !self.glu && self.siblings.is_none()
+    }
+
+    /// Whether the cuBLAS path needs its epilogue kernel.
+    fn has_epilogue(&self) -> bool {
+        self.bias || self.act >= 0 || self.residual.is_some() || self.glu
     }
 
     /// Whether `other` computes the same shape with the same epilogue, so
@@ -52,7 +61,7 @@ impl LinearGpu {
         let (a, b) = (&self.gemm, &other.gemm);
         (a.m, a.n, a.k, a.dtype) == (b.m, b.n, b.k, b.dtype)
             && self.warps_per_col == other.warps_per_col
-            && self.bias.is_some() == other.bias.is_some()
+            && self.bias == other.bias
             && self.skinny.is_some()
             && other.skinny.is_some()
             && (self.act, self.residual, self.glu, self.norm)
@@ -74,7 +83,7 @@ impl GpuOp for LinearGpu {
             g.n,
             g.k,
             g.dtype,
-            if self.bias.is_some() { " + bias" } else { "" }
+            if self.bias { " + bias" } else { "" }
         ) + [
             (self.norm.is_some(), " + fused layer norm before"),
             (self.act >= 0, " + fused activation"),
@@ -91,6 +100,15 @@ impl GpuOp for LinearGpu {
             })
     }
 
+    fn scratch_bytes(&self) -> usize {
+        // cuBLAS's full product, before the GLU halves it
+        if self.glu && self.skinny.is_none() {
+            self.gemm.m * self.gemm.n * self.gemm.dtype.size_of()
+        } else {
+            0
+        }
+    }
+
     fn fuse_residual(&mut self, alpha: f32, input: usize) -> bool {
         if !self.fusable() || self.residual.is_some() {
             return false;
@@ -100,12 +118,13 @@ impl GpuOp for LinearGpu {
     }
 
     fn fuse_glu(&mut self) -> bool {
-        // a block's columns must pair up, and nothing else in the epilogue
+        // a skinny block's columns must pair up, and nothing else in the
+        // epilogue
         if !self.fusable()
             || self.act >= 0
             || self.residual.is_some()
             || !self.gemm.n.is_multiple_of(2)
-            || self.warps_per_col > 4
+            || (self.skinny.is_some() && self.warps_per_col > 4)
         {
             return false;
         }
@@ -126,6 +145,7 @@ impl GpuOp for LinearGpu {
         let cols = 8 / self.warps_per_col;
         let ok = !siblings.is_empty()
             && siblings.len() <= MAX_SIBLINGS
+            && self.skinny.is_some()
             && self.fusable()
             && self.residual.is_none()
             && self.gemm.n.is_multiple_of(cols)
@@ -139,12 +159,8 @@ impl GpuOp for LinearGpu {
     }
 
     fn fuse_activation(&mut self, code: i32) -> bool {
-        // the skinny kernel applies it; after cuBLAS the bias kernel does
-        if self.siblings.is_some()
-            || self.act >= 0
-            || self.glu
-            || (self.skinny.is_none() && self.bias.is_none())
-        {
+        // the skinny kernel applies it; after cuBLAS the epilogue does
+        if self.siblings.is_some() || self.act >= 0 || self.glu {
             return false;
         }
         self.act = code;
@@ -157,6 +173,12 @@ impl GpuOp for LinearGpu {
         if io.outs[0].is_empty() {
             return Ok(());
         }
+        let extra = |i: usize| -> Result<u64, GpuError> {
+            io.ins
+                .get(i)
+                .map(|t| t.ptr)
+                .ok_or_else(|| GpuError::Kernel(format!("linear: fused input {i} missing")))
+        };
         if let Some(f) = &self.skinny {
             let g = &self.gemm;
             // blocks of 8 warps, `warps_per_col` warps to a column
@@ -165,12 +187,6 @@ impl GpuOp for LinearGpu {
                 (g.n / 2).div_ceil(cols / 2)
             } else {
                 g.n.div_ceil(cols)
-            };
-            let extra = |i: usize| -> Result<u64, GpuError> {
-                io.ins
-                    .get(i)
-                    .map(|t| t.ptr)
-                    .ok_or_else(|| GpuError::Kernel(format!("linear: fused input {i} missing")))
             };
             let (x, gamma, beta, eps) = match self.norm {
                 Some((eps, i)) => (extra(i)?, extra(i + 1)?, extra(i + 2)?, eps),
@@ -181,15 +197,11 @@ impl GpuOp for LinearGpu {
             let mut sib = [(0u64, 0u64, 0u64); MAX_SIBLINGS];
             let outs = match self.siblings {
                 Some((count, first)) => {
-                    let per = 2 + self.bias.is_some() as usize;
+                    let per = 2 + self.bias as usize;
                     for (j, s) in sib.iter_mut().take(count).enumerate() {
                         let at = first + j * per;
                         let w = extra(at)?;
-                        let b = if self.bias.is_some() {
-                            extra(at + 1)?
-                        } else {
-                            w
-                        };
+                        let b = if self.bias { extra(at + 1)? } else { w };
                         *s = (w, b, extra(at + per - 1)?);
                     }
                     1 + count
@@ -236,24 +248,36 @@ impl GpuOp for LinearGpu {
                 ],
             );
         }
-        cx.blas.gemm(&self.gemm, io.ins[0].ptr, io.ins[1].ptr, y)?;
-        if let (Some(f), Some(b)) = (&self.bias, io.ins.get(2)) {
-            let n = io.outs[0].len();
-            launch(
-                cx,
-                f,
-                Grid::linear(n),
-                &[
-                    Arg::Ptr(y),
-                    Arg::Ptr(b.ptr),
-                    Arg::Ptr(y),
-                    Arg::U64(n as u64),
-                    Arg::U64(self.gemm.n as u64),
-                    Arg::I32(self.act),
-                ],
-            )?;
+        // a GLU's output is narrower than the product: that goes to scratch
+        let acc = if self.glu { io.scratch } else { y };
+        cx.blas
+            .gemm(&self.gemm, io.ins[0].ptr, io.ins[1].ptr, acc)?;
+        if !self.has_epilogue() {
+            return Ok(());
         }
-        Ok(())
+        let g = &self.gemm;
+        let width = if self.glu { g.n / 2 } else { g.n };
+        launch(
+            cx,
+            &self.epilogue,
+            Grid::linear(g.m * width),
+            &[
+                Arg::Ptr(acc),
+                Arg::Ptr(if self.bias { io.ins[2].ptr } else { acc }),
+                Arg::Ptr(y),
+                Arg::U64(g.m as u64),
+                Arg::U64(g.n as u64),
+                Arg::I32(self.bias as i32),
+                Arg::I32(self.act),
+                Arg::F32(self.residual.map_or(1.0, |r| r.0)),
+                Arg::Ptr(match self.residual {
+                    Some((_, i)) => extra(i)?,
+                    None => y,
+                }),
+                Arg::I32(self.residual.is_some() as i32),
+                Arg::I32(self.glu as i32),
+            ],
+        )
     }
 }
 
@@ -300,14 +324,10 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         .ok_or_else(|| GpuError::Kernel("linear: scalar input".into()))?;
     let m = x[..x.len() - 1].iter().product();
     let n = w[0];
-    let bias = if cx.inputs.len() > 2 {
-        Some(
-            cx.lib
-                .function("elementwise", &format!("bias_act_{suffix}"))?,
-        )
-    } else {
-        None
-    };
+    let bias = cx.inputs.len() > 2;
+    let epilogue = cx
+        .lib
+        .function("linear", &format!("linear_epilogue_{suffix}"))?;
     let fits_i32 = [m, n, k].iter().all(|&v| v <= i32::MAX as usize);
     let skinny = if m <= SKINNY_ROWS && fits_i32 {
         let bound = m.clamp(1, SKINNY_GROUP).next_power_of_two();
@@ -323,6 +343,7 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     Ok(Box::new(LinearGpu {
         gemm: Gemm::linear(cx.inputs[0].dtype, m, n, k),
         bias,
+        epilogue,
         skinny,
         warps_per_col,
         act: -1,
