@@ -327,6 +327,50 @@ fn stft_modes_and_odd_shapes() {
     check_stft("stft n_fft 1", &op, &[5], 2);
 }
 
+/// Many frames (batched streams): blocks of four frames each, including a
+/// last group cut short; every mode, centred or not, equal to the CPU.
+#[test]
+#[ignore]
+fn stft_many_frames_in_groups() {
+    let Some(dev) = device() else { return };
+    let cases = [
+        (
+            Stft::new(400, 160, false, StftOutput::Power),
+            vec![9, 20_000],
+        ),
+        (
+            Stft::new(400, 160, false, StftOutput::Complex),
+            vec![8, 21_000],
+        ),
+        (
+            Stft::new(512, 128, true, StftOutput::Magnitude),
+            vec![3, 48_000],
+        ),
+    ];
+    for (op, shape) in cases {
+        let op = op.expect("stft");
+        let sig = audio(&shape, 0, 7);
+        let win = hann(op.n_fft());
+        let facts = checks::facts_of(&[&sig, &win]);
+        let refs: Vec<&TypedFact> = facts.iter().collect();
+        let outs = op.output_facts(&refs).expect("CPU facts");
+        let consts: Vec<Option<&Tensor>> = vec![None, Some(&win)];
+        let cx = BuildCx {
+            lib: &dev.lib,
+            precision: Precision::F32,
+            inputs: &facts,
+            outputs: &outs,
+            consts: &consts,
+        };
+        let built = pulsed::gpu::ops::stft::build(&op, &cx)
+            .expect("an STFT builder")
+            .expect("builds")
+            .describe();
+        assert!(built.contains("of 4 frames"), "{shape:?}: {built}");
+        check_stft(&format!("stft {:?} {shape:?}", op.output()), &op, &shape, 2);
+    }
+}
+
 /// Power spectra like the STFT's: nonnegative, many orders of magnitude.
 fn power(shape: &[usize], seed: u64) -> Tensor {
     let n = shape.iter().product();

@@ -2,12 +2,14 @@
 // direct DFT, the log-mel projection and ln(x + eps).
 //
 // The STFT needs no FFT at these sizes (32 frames x 201 bins x 400 samples a
-// chunk): a block takes one frame and 32 bins (one per lane), its warps split
-// the samples, and the twiddles come from a per-block table of
+// chunk): a block takes one frame (or four, for many streams) and 32 bins
+// (one per lane), its warps split the samples, and the twiddles come from a
+// per-block table of
 // e^{-2 pi i m / n_fft}, m = k*n reduced mod n_fft in integers, each entry
 // computed in double and rounded once (as rustfft's twiddles are).
 
 #define STFT_WARPS 8
+#define STFT_GROUP 4  // frames of a block in stft4
 
 // Table index of m, skewed by one bank per 32 entries: lanes on consecutive
 // bins read entries m, m + n, m + 2n, ... which, unskewed, pile onto a few
@@ -17,29 +19,41 @@ __device__ __forceinline__ int tw_at(int m) { return m + (m >> 5); }
 // y[b, t, k] for k < bins: power (mode 2), magnitude (1) or (re, im) (0) of
 // sum_n x[b, t*hop + n - pad] * win[n] * e^{-2 pi i k n / n_fft}, the signal
 // reflected at its ends (one reflection; pad < s is checked at build).
-template <typename T>
-__device__ void stft_impl(const T* __restrict__ x, const T* __restrict__ win,
-                          T* __restrict__ y, int s, int frames, int n_fft, int hop, int pad,
-                          int bins, int mode) {
+//
+// A block takes F consecutive frames of all streams' (rows = batch *
+// frames): each twiddle read then serves F frames, which matters once the
+// GPU is full of blocks (many streams), where the loop's instructions are
+// the limit. Every frame's sum runs in the same order whatever F, so the
+// results do not depend on it.
+template <typename T, int F>
+__device__ void stft_rows_impl(const T* __restrict__ x, const T* __restrict__ win,
+                               T* __restrict__ y, int s, int frames, int n_fft, int hop, int pad,
+                               int bins, int mode, u64 rows) {
     extern __shared__ float sm[];
-    __shared__ float red_re[STFT_WARPS][32], red_im[STFT_WARPS][32];
+    __shared__ float red_re[STFT_WARPS][F][32], red_im[STFT_WARPS][F][32];
     const int tw_len = tw_at(n_fft - 1) + 1;
     float* fr = sm;
-    float* cs = fr + n_fft;
+    float* cs = fr + F * n_fft;
     float* sn = cs + tw_len;
     const int bin_tiles = (bins + 31) / 32;
-    u64 blk = blockIdx.x;
-    const int bt = (int)(blk % bin_tiles);
-    blk /= bin_tiles;
-    const int t = (int)(blk % frames);
-    const u64 b = blk / frames;
-    const T* xb = x + b * (u64)s;
-    const int start = t * hop - pad, last = s - 1;
+    const int bt = (int)(blockIdx.x % bin_tiles);
+    const u64 r0 = (u64)(blockIdx.x / bin_tiles) * F;
+    const int last = s - 1;
+    for (int i = threadIdx.x; i < F * n_fft; i += blockDim.x) {
+        const int q = i / n_fft, n = i - q * n_fft;
+        const u64 r = r0 + q;
+        float v = 0.0f;
+        if (r < rows) {
+            const int t = (int)(r % frames);
+            const u64 b = r / frames;
+            int src = t * hop - pad + n;
+            if (src < 0) src = -src;
+            else if (src > last) src = 2 * last - src;
+            v = ld(x, b * (u64)s + src) * ld(win, n);
+        }
+        fr[i] = v;
+    }
     for (int i = threadIdx.x; i < n_fft; i += blockDim.x) {
-        int src = start + i;
-        if (src < 0) src = -src;
-        else if (src > last) src = 2 * last - src;
-        fr[i] = ld(xb, src) * ld(win, i);
         double sd, cd;
         sincospi(2.0 * (double)i / (double)n_fft, &sd, &cd);
         cs[tw_at(i)] = (float)cd;
@@ -51,30 +65,40 @@ __device__ void stft_impl(const T* __restrict__ x, const T* __restrict__ win,
     const int k = bt * 32 + lane;
     const int per = (n_fft + STFT_WARPS - 1) / STFT_WARPS;
     const int n0 = min(n_fft, warp * per), n1 = min(n_fft, n0 + per);
-    float re = 0.0f, im = 0.0f;
+    float re[F], im[F];
+#pragma unroll
+    for (int q = 0; q < F; q++) re[q] = im[q] = 0.0f;
     if (k < bins) {
         int m = (int)(((long long)k * n0) % n_fft);
 #pragma unroll 4
         for (int n = n0; n < n1; n++) {
-            const float v = fr[n];
             const int a = tw_at(m);
-            re = fmaf(v, cs[a], re);
-            im = fmaf(v, sn[a], im);
+            const float c = cs[a], sv = sn[a];
+#pragma unroll
+            for (int q = 0; q < F; q++) {
+                const float v = fr[q * n_fft + n];
+                re[q] = fmaf(v, c, re[q]);
+                im[q] = fmaf(v, sv, im[q]);
+            }
             m += k;
             if (m >= n_fft) m -= n_fft;
         }
     }
-    red_re[warp][lane] = re;
-    red_im[warp][lane] = -im;
+#pragma unroll
+    for (int q = 0; q < F; q++) {
+        red_re[warp][q][lane] = re[q];
+        red_im[warp][q][lane] = -im[q];
+    }
     __syncthreads();
-    if (warp == 0 && k < bins) {
+    // warp q sums frame q's partials, in warp order
+    if (warp < F && k < bins && r0 + warp < rows) {
         float r = 0.0f, i = 0.0f;
 #pragma unroll
         for (int w = 0; w < STFT_WARPS; w++) {
-            r += red_re[w][lane];
-            i += red_im[w][lane];
+            r += red_re[w][warp][lane];
+            i += red_im[w][warp][lane];
         }
-        const u64 row = (b * frames + t) * (u64)bins + k;
+        const u64 row = (r0 + warp) * (u64)bins + k;
         if (mode == 0) {
             st(y, 2 * row, r);
             st(y, 2 * row + 1, i);
@@ -83,6 +107,18 @@ __device__ void stft_impl(const T* __restrict__ x, const T* __restrict__ win,
             st(y, row, mode == 1 ? sqrtf(p) : p);
         }
     }
+}
+
+template <typename T>
+__device__ void stft_impl(const T* x, const T* win, T* y, int s, int frames, int n_fft, int hop,
+                          int pad, int bins, int mode, u64 rows) {
+    stft_rows_impl<T, 1>(x, win, y, s, frames, n_fft, hop, pad, bins, mode, rows);
+}
+
+template <typename T>
+__device__ void stft4_impl(const T* x, const T* win, T* y, int s, int frames, int n_fft,
+                           int hop, int pad, int bins, int mode, u64 rows) {
+    stft_rows_impl<T, STFT_GROUP>(x, win, y, s, frames, n_fft, hop, pad, bins, mode, rows);
 }
 
 #define MEL_ROWS 4
@@ -136,10 +172,16 @@ __device__ void log_eps_impl(const T* __restrict__ x, T* __restrict__ y, u64 n, 
 
 FLOAT_KERNELS(stft,
     (const float* x, const float* win, float* y, int s, int frames, int n_fft, int hop, int pad,
-     int bins, int mode),
+     int bins, int mode, u64 rows),
     (const bf16_t* x, const bf16_t* win, bf16_t* y, int s, int frames, int n_fft, int hop,
-     int pad, int bins, int mode),
-    (x, win, y, s, frames, n_fft, hop, pad, bins, mode))
+     int pad, int bins, int mode, u64 rows),
+    (x, win, y, s, frames, n_fft, hop, pad, bins, mode, rows))
+FLOAT_KERNELS(stft4,
+    (const float* x, const float* win, float* y, int s, int frames, int n_fft, int hop, int pad,
+     int bins, int mode, u64 rows),
+    (const bf16_t* x, const bf16_t* win, bf16_t* y, int s, int frames, int n_fft, int hop,
+     int pad, int bins, int mode, u64 rows),
+    (x, win, y, s, frames, n_fft, hop, pad, bins, mode, rows))
 FLOAT_KERNELS(logmel,
     (const float* p, const float* fb, float* y, u64 rows, int bins, int mels, float eps,
      const float* sub, const float* mul, int has_affine),
