@@ -115,6 +115,55 @@ fn conv1d_subsampling_streaming() {
     check_conv1d("conv2 256->256 T17", op, &[17, 256], &[256, 256, 3], true);
 }
 
+/// Many streams' chunks at once: im2col and cuBLAS instead of the
+/// implicit-GEMM kernel (with padding, as a whole file's convs have).
+#[test]
+#[ignore]
+fn conv1d_subsampling_batched() {
+    let op = conv1d(2, 1, (0, 0), 1, ChannelsLast);
+    if let Some(dev) = device() {
+        let (x, w) = (tensor(&[32, 33, 80], 1, 1.0), tensor(&[256, 80, 3], 2, 0.1));
+        let facts = checks::facts_of(&[&x, &w]);
+        let refs: Vec<&TypedFact> = facts.iter().collect();
+        let outs = op.output_facts(&refs).expect("CPU facts");
+        let consts: Vec<Option<&Tensor>> = vec![None, Some(&w)];
+        let cx = BuildCx {
+            lib: &dev.lib,
+            precision: Precision::F32,
+            inputs: &facts,
+            outputs: &outs,
+            consts: &consts,
+        };
+        let built = pulsed::gpu::ops::conv::build(&op, &cx)
+            .expect("a conv builder")
+            .expect("builds")
+            .describe();
+        assert!(built.contains("im2col"), "{built}");
+    }
+    check_conv1d(
+        "conv1 80->256 32 x T33",
+        op,
+        &[32, 33, 80],
+        &[256, 80, 3],
+        true,
+    );
+    check_conv1d(
+        "conv2 256->256 40 x T17",
+        op,
+        &[40, 17, 256],
+        &[256, 256, 3],
+        true,
+    );
+    let op = conv1d(2, 2, (3, 1), 1, ChannelsLast);
+    check_conv1d(
+        "dilated padded 3 x T301",
+        op,
+        &[3, 301, 24],
+        &[16, 24, 3],
+        false,
+    );
+}
+
 #[test]
 #[ignore]
 fn conv1d_subsampling_whole() {

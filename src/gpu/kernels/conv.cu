@@ -122,6 +122,27 @@ __device__ void conv1d_dense_impl(const T* __restrict__ x, const T* __restrict__
     }
 }
 
+// Many frames (batched streams): a dense, ungrouped, time-major Conv1d as a
+// GEMM, which the host runs through cuBLAS on the columns written here,
+// cols [n * t_out, c * k] in the weight's tap order (ci * k + j), zero where
+// a tap falls in the padding; bias and activation follow in linear.cu's
+// epilogue.
+template <typename T>
+__device__ void conv1d_im2col_impl(const T* __restrict__ x, T* __restrict__ cols, u64 rows,
+                                   int c, int t_in, int t_out, int k, int stride, int dil,
+                                   int pad0) {
+    const int ck = c * k;
+    GRID_STRIDE(i, rows * ck) {
+        const int tap = (int)(i % ck);
+        const u64 r = i / ck;
+        const int ci = tap / k, j = tap - ci * k;
+        const int t = (int)(r % t_out);
+        const u64 n = r / t_out;
+        const int ts = t * stride + j * dil - pad0;
+        st(cols, i, ts >= 0 && ts < t_in ? ld(x, (n * t_in + ts) * (u64)c + ci) : 0.0f);
+    }
+}
+
 // Depthwise (groups == C == O): one thread per output; consecutive threads on
 // consecutive channels (time-major) or frames (channels-first).
 //
@@ -280,6 +301,12 @@ FLOAT_KERNELS(conv1d_dense,
     (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int c, int t_in, int o,
      int t_out, int groups, int k, int stride, int dil, int pad0, int last, int tq, int act),
     (x, w, bias, y, c, t_in, o, t_out, groups, k, stride, dil, pad0, last, tq, act))
+FLOAT_KERNELS(conv1d_im2col,
+    (const float* x, float* cols, u64 rows, int c, int t_in, int t_out, int k, int stride,
+     int dil, int pad0),
+    (const bf16_t* x, bf16_t* cols, u64 rows, int c, int t_in, int t_out, int k, int stride,
+     int dil, int pad0),
+    (x, cols, rows, c, t_in, t_out, k, stride, dil, pad0))
 FLOAT_KERNELS(conv1d_depthwise,
     (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int t_in,
      int t_out, int k, int stride, int dil, int pad0, int last, int act, float* rings, int ring,
