@@ -123,22 +123,8 @@ fn conv1d_subsampling_batched() {
     let op = conv1d(2, 1, (0, 0), 1, ChannelsLast);
     if let Some(dev) = device() {
         let (x, w) = (tensor(&[32, 33, 80], 1, 1.0), tensor(&[256, 80, 3], 2, 0.1));
-        let facts = checks::facts_of(&[&x, &w]);
-        let refs: Vec<&TypedFact> = facts.iter().collect();
-        let outs = op.output_facts(&refs).expect("CPU facts");
-        let consts: Vec<Option<&Tensor>> = vec![None, Some(&w)];
-        let cx = BuildCx {
-            lib: &dev.lib,
-            precision: Precision::F32,
-            inputs: &facts,
-            outputs: &outs,
-            consts: &consts,
-        };
-        let built = pulsed::gpu::ops::conv::build(&op, &cx)
-            .expect("a conv builder")
-            .expect("builds")
-            .describe();
-        assert!(built.contains("im2col"), "{built}");
+        let d = built(&dev, pulsed::gpu::ops::conv::build, &op, &[&x, &w]);
+        assert!(d.contains("im2col"), "{d}");
     }
     check_conv1d(
         "conv1 80->256 32 x T33",
@@ -400,21 +386,7 @@ fn stft_many_frames_in_groups() {
         let op = op.expect("stft");
         let sig = audio(&shape, 0, 7);
         let win = hann(op.n_fft());
-        let facts = checks::facts_of(&[&sig, &win]);
-        let refs: Vec<&TypedFact> = facts.iter().collect();
-        let outs = op.output_facts(&refs).expect("CPU facts");
-        let consts: Vec<Option<&Tensor>> = vec![None, Some(&win)];
-        let cx = BuildCx {
-            lib: &dev.lib,
-            precision: Precision::F32,
-            inputs: &facts,
-            outputs: &outs,
-            consts: &consts,
-        };
-        let built = pulsed::gpu::ops::stft::build(&op, &cx)
-            .expect("an STFT builder")
-            .expect("builds")
-            .describe();
+        let built = built(&dev, pulsed::gpu::ops::stft::build, &op, &[&sig, &win]);
         assert!(built.contains("of 4 frames"), "{shape:?}: {built}");
         check_stft(&format!("stft {:?} {shape:?}", op.output()), &op, &shape, 2);
     }
@@ -476,18 +448,23 @@ fn log() {
     check("log [3]", &op, 2, &[false], |s| vec![power(&[3], 95 + s)]);
 }
 
-/// What a builder gives for `op` on these inputs (as the translator would
-/// ask it): `None`, `Some(Ok)` or `Some(Err)`, as a word.
-fn builder_answer(
+/// What `build` gives for `op` on these inputs, as the translator would ask
+/// it (f32, the `is_const` inputs' host values given).
+fn build_on(
     dev: &GpuDevice,
     build: pulsed::gpu::op::Builder,
     op: &dyn Op,
     inputs: &[&Tensor],
-) -> &'static str {
+    is_const: &[bool],
+) -> Option<Result<Box<dyn pulsed::gpu::op::GpuOp>, pulsed::gpu::GpuError>> {
     let facts = checks::facts_of(inputs);
     let refs: Vec<&TypedFact> = facts.iter().collect();
     let outs = op.output_facts(&refs).expect("CPU facts");
-    let consts: Vec<Option<&Tensor>> = inputs.iter().map(|_| None).collect();
+    let consts: Vec<Option<&Tensor>> = inputs
+        .iter()
+        .zip(is_const.iter().chain(std::iter::repeat(&false)))
+        .map(|(t, &c)| c.then_some(*t))
+        .collect();
     let cx = BuildCx {
         lib: &dev.lib,
         precision: Precision::F32,
@@ -495,7 +472,31 @@ fn builder_answer(
         outputs: &outs,
         consts: &consts,
     };
-    match build(op, &cx) {
+    build(op, &cx)
+}
+
+/// The description of what `build` makes of `op` (it must build).
+fn built(
+    dev: &GpuDevice,
+    build: pulsed::gpu::op::Builder,
+    op: &dyn Op,
+    inputs: &[&Tensor],
+) -> String {
+    build_on(dev, build, op, inputs, &[false, true, true])
+        .expect("a builder for it")
+        .expect("builds")
+        .describe()
+}
+
+/// What a builder gives for `op` on these inputs: `None`, `Some(Ok)` or
+/// `Some(Err)`, as a word.
+fn builder_answer(
+    dev: &GpuDevice,
+    build: pulsed::gpu::op::Builder,
+    op: &dyn Op,
+    inputs: &[&Tensor],
+) -> &'static str {
+    match build_on(dev, build, op, inputs, &[]) {
         None => "none",
         Some(Ok(_)) => "ok",
         Some(Err(e)) => {

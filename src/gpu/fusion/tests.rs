@@ -302,12 +302,20 @@ fn a_fixed_normalisation_goes_into_the_log_mel_kernel() {
 /// q, k and v of 8 frames; k and v through Delays of `delays` frames
 /// (delay, overlap) into a pulsed attention with a left context of 4.
 fn attention(delays: [(usize, usize); 2]) -> Graph {
-    use crate::ops::limited_attention::LimitedAttention;
     let mut b = GraphBuilder::new();
     let fact = || TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
     let q = b.input("q", fact()).unwrap();
     let k = b.input("k", fact()).unwrap();
     let v = b.input("v", fact()).unwrap();
+    let a = attend(&mut b, [q, k, v], delays);
+    b.output("out", a);
+    b.build().unwrap()
+}
+
+/// k and v through Delays of `delays` (delay, overlap) frames into a pulsed
+/// attention over 8-frame pulses with a left context of 4.
+fn attend(b: &mut GraphBuilder, [q, k, v]: [OutletId; 3], delays: [(usize, usize); 2]) -> OutletId {
+    use crate::ops::limited_attention::LimitedAttention;
     let [(dk, ok), (dv, ov)] = delays;
     let delay = |delay, overlap| Delay {
         axis: 0,
@@ -325,9 +333,7 @@ fn attention(delays: [(usize, usize); 2]) -> Graph {
         pulse: 8,
         delay: 0,
     };
-    let a = b.op("attn", attn, &[q, kd, vd]).unwrap();
-    b.output("out", a);
-    b.build().unwrap()
+    b.op("attn", attn, &[q, kd, vd]).unwrap()
 }
 
 #[test]
@@ -363,10 +369,18 @@ fn key_and_value_delays_go_into_the_attention() {
     assert_eq!(fused[at(&g, "v_delay")], None);
 }
 
-/// x -> Delay -> depthwise Conv1d (time-major), then with `norm` a layer
-/// norm and a SiLU (the conv module's tail), and with `tap` the conv's
-/// output as a graph output too.
-fn conv_tail(norm_act: bool, tap: bool) -> Graph {
+/// What follows the convolution in [`conv_tail`].
+#[derive(Clone, Copy, PartialEq)]
+enum Tail {
+    Nothing,
+    Norm,
+    NormSilu,
+}
+
+/// x -> Delay -> depthwise Conv1d (time-major), then `tail` (a layer norm
+/// and a SiLU: the conv module's tail), and with `tap` the conv's output as
+/// a graph output too.
+fn conv_tail(tail: Tail, tap: bool) -> Graph {
     use crate::ops::conv::{Conv1d, ConvLayout};
     let mut b = GraphBuilder::new();
     let fact = TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
@@ -386,13 +400,14 @@ fn conv_tail(norm_act: bool, tap: bool) -> Graph {
         layout: ConvLayout::ChannelsLast,
     };
     let c = b.op("conv", conv, &[d, w]).unwrap();
-    let (g, be) = (weight(&mut b, "g", &[4]), weight(&mut b, "b", &[4]));
-    let n = b.op("norm", norm(), &[c, g, be]).unwrap();
-    let y = if norm_act {
-        b.op("act", Unary::Silu, &[n]).unwrap()
-    } else {
-        n
-    };
+    let mut y = c;
+    if tail != Tail::Nothing {
+        let (g, be) = (weight(&mut b, "g", &[4]), weight(&mut b, "b", &[4]));
+        y = b.op("norm", norm(), &[c, g, be]).unwrap();
+    }
+    if tail == Tail::NormSilu {
+        y = b.op("act", Unary::Silu, &[y]).unwrap();
+    }
     b.output("y", y);
     if tap {
         b.output("conv", c);
@@ -407,7 +422,8 @@ fn a_norm_after_a_convolution_goes_into_it() {
         slot: 0,
     };
     for act in [true, false] {
-        let g = conv_tail(act, false);
+        let tail = if act { Tail::NormSilu } else { Tail::Norm };
+        let g = conv_tail(tail, false);
         let (d, (fused, extra)) = run(&g);
         let c = at(&g, "conv");
         let code = if act { 8 } else { -1 };
@@ -428,7 +444,7 @@ fn a_norm_after_a_convolution_goes_into_it() {
         assert_eq!(fused[at(&g, "norm")], act.then(|| at(&g, "act")));
     }
     // the conv's own output is read too: it must exist
-    let g = conv_tail(true, true);
+    let g = conv_tail(Tail::NormSilu, true);
     let (d, (fused, _)) = run(&g);
     assert!(!d[at(&g, "conv")].contains("norm_after"), "{d:#?}");
     assert_eq!(fused[at(&g, "conv")], None);
@@ -437,27 +453,7 @@ fn a_norm_after_a_convolution_goes_into_it() {
 
 #[test]
 fn a_convolutions_input_delay_goes_into_it() {
-    use crate::ops::conv::{Conv1d, ConvLayout};
-    let mut b = GraphBuilder::new();
-    let fact = TypedFact::new(DType::F32, [Dim::n(8), Dim::n(4)]);
-    let x = b.input("x", fact).unwrap();
-    let delay = Delay {
-        axis: 0,
-        delay: 0,
-        overlap: 2,
-    };
-    let d = b.op("delay", delay, &[x]).unwrap();
-    let w = weight(&mut b, "w", &[4, 1, 3]);
-    let conv = Conv1d {
-        stride: 1,
-        pad: (0, 0),
-        dilation: 1,
-        groups: 4,
-        layout: ConvLayout::ChannelsLast,
-    };
-    let c = b.op("conv", conv, &[d, w]).unwrap();
-    b.output("y", c);
-    let g = b.build().unwrap();
+    let g = conv_tail(Tail::Nothing, false);
     let (d, (fused, extra)) = run(&g);
     let c = at(&g, "conv");
     assert!(d[c].ends_with("+delays(2, in2)"), "{d:#?}");
@@ -474,7 +470,6 @@ fn a_convolutions_input_delay_goes_into_it() {
 /// x -> LayerNorm -> q, k, v (Linear 4 -> 4) and `wide` (4 -> 8), k and v
 /// through Delays into a pulsed attention; `tap` makes q a graph output.
 fn projections(tap: bool) -> Graph {
-    use crate::ops::limited_attention::LimitedAttention;
     let c = 4;
     let mut b = GraphBuilder::new();
     let x = b
@@ -494,23 +489,7 @@ fn projections(tap: bool) -> Graph {
     let k = linear(&mut b, "k", c);
     let v = linear(&mut b, "v", c);
     let wide = linear(&mut b, "wide", 2 * c);
-    let delay = Delay {
-        axis: 0,
-        delay: 0,
-        overlap: 4,
-    };
-    let kd = b.op("k_delay", delay.clone(), &[k]).unwrap();
-    let vd = b.op("v_delay", delay, &[v]).unwrap();
-    let attn = PulsedLimitedAttention {
-        attn: LimitedAttention {
-            heads: 1,
-            left_context: 4,
-            scale: None,
-        },
-        pulse: 8,
-        delay: 0,
-    };
-    let a = b.op("attn", attn, &[q, kd, vd]).unwrap();
+    let a = attend(&mut b, [q, k, v], [(0, 4), (0, 4)]);
     b.output("out", a);
     b.output("wide", wide);
     if tap {

@@ -122,6 +122,27 @@ __device__ void conv1d_dense_impl(const T* __restrict__ x, const T* __restrict__
     }
 }
 
+// A fused input Delay's rings ([2][nb][ring][c], time-major): returns this
+// step's ring (`step & 1`) and writes the next step's, the window's last
+// `ring` frames (window = ring ++ the t_new frames of x), spread over the
+// whole grid.
+template <typename T>
+__device__ const T* advance_ring(const T* __restrict__ x, T* rings, const u64* step,
+                                 unsigned nb, int ring, int c, int t_new) {
+    const u64 s = *step;
+    const unsigned len = nb * ring * c;
+    const T* src = rings + (s & 1) * len;
+    T* dst = rings + ((s + 1) & 1) * len;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len;
+         i += blockDim.x * gridDim.x) {
+        const unsigned ch = i % c, r = i / c;
+        const unsigned j = r % ring, n = r / ring;
+        const int ts = t_new + (int)j;
+        dst[i] = ts < ring ? src[(n * ring + ts) * c + ch] : x[(n * t_new + ts - ring) * c + ch];
+    }
+    return src;
+}
+
 // Many frames (batched streams): a dense, ungrouped, time-major Conv1d as a
 // GEMM, which the host runs through cuBLAS on the columns written here,
 // cols [n * t_out, c * k] in the weight's tap order (ci * k + j), zero where
@@ -158,25 +179,10 @@ __device__ void conv1d_depthwise_impl(const T* __restrict__ x, const T* __restri
                                       int pad0, int last, int act, T* rings, int ring,
                                       const u64* step) {
     // the host keeps n_out and the rings under 2^31: 32-bit index arithmetic
-    const T* src = 0;
-    T* dst = 0;
     const int t_new = t_in - ring;
-    if (ring > 0) {
-        const unsigned nb = (unsigned)(n_out / ((u64)t_out * c));
-        const u64 s = *step;
-        const unsigned len = nb * ring * c;
-        src = rings + (s & 1) * len;
-        dst = rings + ((s + 1) & 1) * len;
-        // frame j of the next ring is window frame t_new + j
-        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len;
-             i += blockDim.x * gridDim.x) {
-            const unsigned ch = i % c, r = i / c;
-            const unsigned j = r % ring, n = r / ring;
-            const int ts = t_new + (int)j;
-            dst[i] = ts < ring ? src[(n * ring + ts) * c + ch]
-                               : x[(n * t_new + ts - ring) * c + ch];
-        }
-    }
+    const T* src =
+        ring > 0 ? advance_ring(x, rings, step, (unsigned)(n_out / ((u64)t_out * c)), ring, c, t_new)
+                 : 0;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n_out;
          i += blockDim.x * gridDim.x) {
         int ch, t;
@@ -222,23 +228,9 @@ __device__ void conv1d_depthwise_norm_impl(const T* __restrict__ x, const T* __r
                                            const T* beta, float eps, int act, T* rings, int ring,
                                            const u64* step) {
     __shared__ float red[32];
-    const T* src = 0;
     const int t_new = t_in - ring;
-    if (ring > 0) {
-        const unsigned nb = (unsigned)(rows / t_out);
-        const u64 s = *step;
-        const unsigned len = nb * ring * c;
-        src = rings + (s & 1) * len;
-        T* dst = rings + ((s + 1) & 1) * len;
-        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len;
-             i += blockDim.x * gridDim.x) {
-            const unsigned ch = i % c, r = i / c;
-            const unsigned j = r % ring, n = r / ring;
-            const int ts = t_new + (int)j;
-            dst[i] = ts < ring ? src[(n * ring + ts) * c + ch]
-                               : x[(n * t_new + ts - ring) * c + ch];
-        }
-    }
+    const T* src =
+        ring > 0 ? advance_ring(x, rings, step, (unsigned)(rows / t_out), ring, c, t_new) : 0;
     const int row = blockIdx.x, ch = threadIdx.x;
     const int t = row % t_out, n = row / t_out;
     float v = 0.0f;

@@ -398,6 +398,16 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     let n_out = n * o * t_out;
     let layout = if last { "time-major" } else { "channels-first" };
     let i = |v: usize| Arg::I32(v as i32);
+    // what the depthwise and im2col kernels take after their first size
+    let window = [
+        i(c),
+        i(t_in),
+        i(t_out),
+        i(k),
+        i(op.stride),
+        i(op.dilation),
+        i(op.pad.0),
+    ];
     if cg == 1 && og == 1 {
         // the kernel indexes in 32 bits
         small("outputs", n_out)?;
@@ -412,17 +422,7 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
                 .lib
                 .function("conv", &format!("conv1d_depthwise_{suffix}"))?,
             grid: Grid::blocks(blocks, threads as u32),
-            scalars: vec![
-                Arg::U64(n_out as u64),
-                i(c),
-                i(t_in),
-                i(t_out),
-                i(k),
-                i(op.stride),
-                i(op.dilation),
-                i(op.pad.0),
-                i(last as usize),
-            ],
+            scalars: [&[Arg::U64(n_out as u64)], &window[..], &[i(last as usize)]].concat(),
             has_bias: cx.inputs.len() > 2,
             empty: n_out == 0,
             act: Some(-1),
@@ -462,16 +462,7 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
                 .lib
                 .function("conv", &format!("conv1d_im2col_{suffix}"))?,
             grid: Grid::linear(rows * ck),
-            scalars: vec![
-                Arg::U64(rows as u64),
-                i(c),
-                i(t_in),
-                i(t_out),
-                i(k),
-                i(op.stride),
-                i(op.dilation),
-                i(op.pad.0),
-            ],
+            scalars: [&[Arg::U64(rows as u64)], &window[..]].concat(),
             has_bias: cx.inputs.len() > 2,
             empty: n_out == 0,
             act: Some(-1),

@@ -179,6 +179,16 @@ impl GpuOp for LinearGpu {
                 .map(|t| t.ptr)
                 .ok_or_else(|| GpuError::Kernel(format!("linear: fused input {i} missing")))
         };
+        // both kernels end their arguments with the residual and the GLU
+        let tail = [
+            Arg::F32(self.residual.map_or(1.0, |r| r.0)),
+            Arg::Ptr(match self.residual {
+                Some((_, i)) => extra(i)?,
+                None => y,
+            }),
+            Arg::I32(self.residual.is_some() as i32),
+            Arg::I32(self.glu as i32),
+        ];
         if let Some(f) = &self.skinny {
             let g = &self.gemm;
             // blocks of 8 warps, `warps_per_col` warps to a column
@@ -227,13 +237,10 @@ impl GpuOp for LinearGpu {
                     Arg::I32(self.act),
                     Arg::I32(io.ins.len().min(3) as i32 - 2),
                     Arg::I32(self.warps_per_col as i32),
-                    Arg::F32(self.residual.map_or(1.0, |r| r.0)),
-                    Arg::Ptr(match self.residual {
-                        Some((_, i)) => extra(i)?,
-                        None => y,
-                    }),
-                    Arg::I32(self.residual.is_some() as i32),
-                    Arg::I32(self.glu as i32),
+                    tail[0],
+                    tail[1],
+                    tail[2],
+                    tail[3],
                     Arg::Ptr(gamma),
                     Arg::Ptr(beta),
                     Arg::F32(eps),
@@ -269,13 +276,10 @@ impl GpuOp for LinearGpu {
                 Arg::U64(g.n as u64),
                 Arg::I32(self.bias as i32),
                 Arg::I32(self.act),
-                Arg::F32(self.residual.map_or(1.0, |r| r.0)),
-                Arg::Ptr(match self.residual {
-                    Some((_, i)) => extra(i)?,
-                    None => y,
-                }),
-                Arg::I32(self.residual.is_some() as i32),
-                Arg::I32(self.glu as i32),
+                tail[0],
+                tail[1],
+                tail[2],
+                tail[3],
             ],
         )
     }
