@@ -328,34 +328,47 @@ fn shipped_model_per_chunk_and_node_equals_cpu() {
     report("shipped f32", &c);
 }
 
-/// No node of the shipped model (either head) or of Silero VAD falls back
-/// to the CPU in either precision: a fallback splits the captured step and
-/// costs a copy each way (the bf16 CTC head once did, on a score dtype
-/// mismatch).
+/// No node of the shipped model (streamed or whole, either head) or of
+/// Silero VAD falls back to the CPU in either precision: a fallback splits
+/// the captured step and costs a copy each way (the bf16 CTC head once did,
+/// on a score dtype mismatch).
 #[test]
 #[ignore]
 fn shipped_models_run_wholly_on_the_gpu() {
     let Some(d) = dev() else { return };
+    let on_cpu = |r: &GpuRunner| -> Vec<String> {
+        r.translation()
+            .placements
+            .iter()
+            .enumerate()
+            .filter_map(|(id, pl)| match pl {
+                Placement::Cpu(why) => Some(format!("{}: {why}", r.graph().nodes[id].name)),
+                _ => None,
+            })
+            .collect()
+    };
     let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
     let models = [
         ("shipped greedy", shipped(Head::Greedy, 5120).1),
         ("shipped log-probs", shipped(Head::LogProbs, 5120).1),
         ("Silero VAD", Arc::new(vad.pulsed_model().clone())),
     ];
-    for (head, model) in models {
-        for p in [Precision::F32, Precision::Bf16] {
-            let r = gpu_runner(&d, &model, p, "");
-            let on_cpu: Vec<String> = r
-                .translation()
-                .placements
-                .iter()
-                .enumerate()
-                .filter_map(|(id, pl)| match pl {
-                    Placement::Cpu(why) => Some(format!("{}: {why}", r.graph().nodes[id].name)),
-                    _ => None,
-                })
-                .collect();
-            assert!(on_cpu.is_empty(), "{head} {p:?}: {on_cpu:#?}");
+    let m = ModelDir::open(ModelDir::default_path()).unwrap();
+    let len = audio().len() as i64;
+    for p in [Precision::F32, Precision::Bf16] {
+        for (name, model) in &models {
+            let cpu = on_cpu(&gpu_runner(&d, model, p, ""));
+            assert!(cpu.is_empty(), "{name} {p:?}: {cpu:#?}");
+        }
+        for head in [Head::Greedy, Head::LogProbs] {
+            let taps = Taps {
+                head,
+                intermediates: false,
+            };
+            let g = Arc::new(m.graph(taps).unwrap());
+            let r = GpuRunner::new(d.clone(), g, Some(len), &GpuRunnerOptions::new(p)).unwrap();
+            let cpu = on_cpu(&r);
+            assert!(cpu.is_empty(), "whole {head:?} {p:?}: {cpu:#?}");
         }
     }
 }
