@@ -851,6 +851,85 @@ fn depthwise_conv_with_its_norm_equals_cpu() {
     }
 }
 
+/// A cuBLAS Linear's residual result and the layer norm of it (the
+/// batched conformer's residual stream and the next sublayer's norm): the
+/// epilogue writes both; equal to the CPU, as is the skinny form.
+#[test]
+#[ignore]
+fn a_norm_written_by_the_linear_before_it_equals_cpu() {
+    use pulsed::graph::GraphBuilder;
+    use pulsed::ops::norm::LayerNorm;
+    use pulsed::ops::{Dim, TypedFact};
+    let Some(d) = dev() else { return };
+    for (rows, c, joined) in [(64usize, 256usize, true), (40, 100, true), (8, 64, false)] {
+        let mut b = GraphBuilder::new();
+        let x = b
+            .input(
+                "x",
+                TypedFact::new(DType::F32, [Dim::n(rows as i64), Dim::n(c as i64)]),
+            )
+            .unwrap();
+        let w = b.constant("w", random(&[c, c], 21, 0.2)).unwrap();
+        let bias = b.constant("bias", random(&[c], 22, 0.1)).unwrap();
+        let l = b.op("l", Linear, &[x, w, bias]).unwrap();
+        let half = b.constant("half", Tensor::scalar(0.5f32)).unwrap();
+        let scaled = b.op("scaled", Binary::Mul, &[l, half]).unwrap();
+        let r = b.op("res", Binary::Add, &[x, scaled]).unwrap();
+        let g = b.constant("g", random(&[c], 23, 1.0)).unwrap();
+        let be = b.constant("be", random(&[c], 24, 0.5)).unwrap();
+        let ln = LayerNorm {
+            eps: 1e-5,
+            axis: -1,
+        };
+        let n = b.op("norm", ln, &[r, g, be]).unwrap();
+        let w2 = b.constant("w2", random(&[c, c], 25, 0.2)).unwrap();
+        let l2 = b.op("l2", Linear, &[n, w2]).unwrap();
+        let y = b.op("y", Binary::Add, &[l2, r]).unwrap();
+        b.output("y", y);
+        let g = Arc::new(b.build().unwrap());
+        let input = random(&[rows, c], 26, 2.0);
+        let want = pulsed::graph::Runner::new(g.clone())
+            .unwrap()
+            .run(std::slice::from_ref(&input))
+            .unwrap()
+            .remove(0);
+        for p in [Precision::F32, Precision::Bf16] {
+            let mut gr =
+                GpuRunner::new(d.clone(), g.clone(), None, &GpuRunnerOptions::new(p)).unwrap();
+            let described: Vec<String> = gr
+                .translation()
+                .placements
+                .iter()
+                .map(|pl| pl.to_string())
+                .collect();
+            let count = |s: &str| described.iter().filter(|d| d.contains(s)).count();
+            let k = joined as usize;
+            assert_eq!(
+                count("the layer norm after it"),
+                k,
+                "{rows} rows: {described:#?}"
+            );
+            assert_eq!(
+                count("written by l's launch"),
+                k,
+                "{rows} rows: {described:#?}"
+            );
+            gr.step(&[&input]).unwrap();
+            let err = gr.output(0).max_abs_diff(&want).unwrap();
+            let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
+            let tol = match p {
+                Precision::F32 => 1e-5,
+                Precision::Bf16 => 3e-2,
+            };
+            eprintln!("norm copy {rows}x{c} [{p:?}]: max abs err {err:e} (scale {scale})");
+            assert!(
+                err <= tol * scale,
+                "{rows} rows [{p:?}] {err} > {tol} x {scale}"
+            );
+        }
+    }
+}
+
 /// Three Linears of one shape on one layer norm (attention's q, k and v):
 /// one launch computes all three when the rows are few (the skinny
 /// kernel), each its own cuBLAS GEMM otherwise; equal to the CPU either way.

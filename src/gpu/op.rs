@@ -162,6 +162,14 @@ pub trait GpuOp: fmt::Debug + Send + AsAny {
         false
     }
 
+    /// Also writes a layer norm (over the last axis, with `eps`) of its
+    /// output 0 into another node's buffer, reading gamma, beta and that
+    /// buffer as inputs `input`, `input + 1` and `input + 2` (after the
+    /// node's own), if it can.
+    fn fuse_norm_copy(&mut self, _eps: f32, _input: usize) -> bool {
+        false
+    }
+
     /// Computes, in its own launch, the outputs of `siblings`: ops of its
     /// kind and shape reading the same inputs (attention's q, k and v
     /// Linears), if it can. For each sibling in turn it reads that

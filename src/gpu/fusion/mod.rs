@@ -53,6 +53,9 @@ pub fn fuse(graph: &Graph, facts: &[Vec<TypedFact>], placements: &mut [Placement
         f.norm_after(id);
     }
     for id in 0..graph.nodes.len() {
+        f.norm_copy(id);
+    }
+    for id in 0..graph.nodes.len() {
         f.siblings(id);
     }
     (f.fused, f.extra)
@@ -497,6 +500,53 @@ impl<'a> Fusion<'a> {
             // the norm's output (and its activation's) is the conv's buffer
             self.placements[n] = Placement::Gpu(view());
             self.fused[c] = Some(last);
+        }
+    }
+
+    /// A layer norm over the last axis of a Linear's result (the residual
+    /// stream, then the next sublayer's norm), written by the Linear's own
+    /// epilogue into the norm's buffer when the Linear runs cuBLAS (the
+    /// skinny kernel normalises on load instead). The norm's output is
+    /// written before its own place in the order: the runner keeps its
+    /// buffer from the writer's step on.
+    fn norm_copy(&mut self, n: usize) {
+        let Some(ln) = self.graph.nodes[n].op.as_any().downcast_ref::<LayerNorm>() else {
+            return;
+        };
+        let ins = self.graph.nodes[n].inputs.clone();
+        let rank = self.facts[n][0].rank() as isize;
+        if ins.len() != 3
+            || !self.gpu(n)
+            || ins[0].slot != 0
+            || (ln.axis != -1 && ln.axis != rank - 1)
+            || self.readers[n] != self.users[n].len()
+            || ins[1..].iter().any(|o| !self.on_device(o.node))
+        {
+            return;
+        }
+        // the Linear computing the norm's input: itself, or the one whose
+        // epilogue the input's node was fused into
+        let src = ins[0].node;
+        let linear = if self.is::<Linear>(src) && self.gpu(src) {
+            Some(src)
+        } else {
+            (0..self.graph.nodes.len())
+                .find(|&l| self.fused[l] == Some(src) && self.is::<Linear>(l))
+        };
+        let Some(l) = linear.filter(|&l| self.placements[l].is_gpu()) else {
+            return;
+        };
+        let input = self.next_input(l);
+        let taken = match &mut self.placements[l] {
+            Placement::Gpu(op) => op.fuse_norm_copy(ln.eps, input),
+            _ => false,
+        };
+        if taken {
+            self.extra[l].extend_from_slice(&ins[1..]);
+            self.extra[l].push(OutletId::new(n, 0));
+            let name = self.graph.nodes[l].name.clone();
+            self.placements[n] = Placement::Gpu(Box::new(WrittenBy(name)));
+            self.fused[n] = Some(l);
         }
     }
 

@@ -72,6 +72,13 @@ impl GpuOp for Stub {
         }
         ok
     }
+    fn fuse_norm_copy(&mut self, eps: f32, input: usize) -> bool {
+        let ok = self.kind == "Linear" && !self.fused.iter().any(|f| f.contains("glu"));
+        if ok {
+            self.fused.push(format!(" +norm_copy({eps}, in{input})"));
+        }
+        ok
+    }
     fn fuse_siblings(&mut self, siblings: &[&dyn GpuOp], input: usize) -> bool {
         let ok = self.kind == "Linear"
             && siblings.iter().all(|s| {
@@ -543,4 +550,57 @@ fn sibling_linears_run_as_one_launch() {
     assert!(p[at(&g, "v")].to_string().ends_with("+siblings(1, in6)"));
     assert_eq!(fused[at(&g, "q")], Some(at(&g, "v")));
     assert_eq!(fused[at(&g, "k")], None);
+}
+
+/// x -> Linear -> * 0.5 -> + x -> LayerNorm -> squared: the norm of a
+/// residual Linear's result (with `tap`, the norm is a graph output too).
+fn residual_then_norm(tap: bool) -> Graph {
+    let c = 4;
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input(
+            "x",
+            TypedFact::new(DType::F32, [Dim::n(64), Dim::n(c as i64)]),
+        )
+        .unwrap();
+    let (w, bias) = (weight(&mut b, "w", &[c, c]), weight(&mut b, "c", &[c]));
+    let up = b.op("up", Linear, &[x, w, bias]).unwrap();
+    let half = b.constant("half", Tensor::scalar(0.5f32)).unwrap();
+    let scaled = b.op("scaled", Binary::Mul, &[up, half]).unwrap();
+    let r = b.op("res", Binary::Add, &[x, scaled]).unwrap();
+    let (g, be) = (weight(&mut b, "g", &[c]), weight(&mut b, "b", &[c]));
+    let n = b.op("norm", norm(), &[r, g, be]).unwrap();
+    let y = b.op("side", Binary::Mul, &[n, n]).unwrap();
+    b.output("y", y);
+    b.output("r", r);
+    if tap {
+        b.output("norm", n);
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn a_norm_of_a_linears_result_is_written_by_its_epilogue() {
+    let g = residual_then_norm(false);
+    let (d, (fused, extra)) = run(&g);
+    let outlet = |n: &str| OutletId {
+        node: at(&g, n),
+        slot: 0,
+    };
+    let up = at(&g, "up");
+    assert!(
+        d[up].ends_with("Linear +res(0.5, in3) +norm_copy(0.00001, in4)"),
+        "{d:#?}"
+    );
+    assert_eq!(
+        extra[up],
+        vec![outlet("x"), outlet("g"), outlet("b"), outlet("norm")]
+    );
+    assert_eq!(d[at(&g, "norm")], "GPU  written by up's launch (no kernel)");
+    assert_eq!(fused[at(&g, "norm")], Some(up));
+    // a graph output keeps its own kernel
+    let g = residual_then_norm(true);
+    let (d, (fused, _)) = run(&g);
+    assert_eq!(d[at(&g, "norm")], "GPU  LayerNorm");
+    assert_eq!(fused[at(&g, "norm")], None);
 }

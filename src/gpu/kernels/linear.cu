@@ -218,3 +218,42 @@ FLOAT_KERNELS(linear_epilogue,
     (const bf16_t* acc, const bf16_t* bias, bf16_t* y, u64 m, u64 n, int has_bias, int act,
      float alpha, const bf16_t* residual, int has_residual, int glu),
     (acc, bias, y, m, n, has_bias, act, alpha, residual, has_residual, glu))
+
+// The epilogue when a layer norm of the result follows and reads nothing
+// else's (batched streams' cuBLAS Linears: the residual stream, then the
+// next sublayer's norm): a block per row and a thread per column (n <=
+// 1024), so the row's statistics are two block sums. Writes y as
+// linear_epilogue does, then z = norm(y) over the row (gamma, beta, eps),
+// from y as stored, as the norm's own kernel would read it.
+template <typename T>
+__device__ void linear_epilogue_norm_impl(const T* acc, const T* bias, T* y, int n, int has_bias,
+                                          int act, float alpha, const T* residual,
+                                          int has_residual, const T* gamma, const T* beta,
+                                          float eps, T* z) {
+    __shared__ float red[32];
+    const u64 row = (u64)blockIdx.x * n;
+    const int c = threadIdx.x;
+    float v = 0.0f;
+    if (c < n) {
+        v = ld(acc, row + c) + (has_bias ? ld(bias, c) : 0.0f);
+        if (act >= 0) v = act_op(act, v);
+        if (has_residual) v = ld(residual, row + c) + v * alpha;
+        st(y, row + c, v);
+        v = ld(y, row + c);
+    }
+    const float inv_n = 1.0f / (float)n;
+    const float mean = block_sum(v, red) * inv_n;
+    const float d = c < n ? v - mean : 0.0f;
+    const float var = block_sum(d * d, red) * inv_n;
+    const float rstd = 1.0f / sqrtf(var + eps);
+    if (c < n) st(z, row + c, d * rstd * ld(gamma, c) + ld(beta, c));
+}
+
+FLOAT_KERNELS(linear_epilogue_norm,
+    (const float* acc, const float* bias, float* y, int n, int has_bias, int act, float alpha,
+     const float* residual, int has_residual, const float* gamma, const float* beta, float eps,
+     float* z),
+    (const bf16_t* acc, const bf16_t* bias, bf16_t* y, int n, int has_bias, int act,
+     float alpha, const bf16_t* residual, int has_residual, const bf16_t* gamma,
+     const bf16_t* beta, float eps, bf16_t* z),
+    (acc, bias, y, n, has_bias, act, alpha, residual, has_residual, gamma, beta, eps, z))

@@ -12,6 +12,9 @@ use crate::ops::Op;
 
 /// Rows a skinny block holds (its largest compile-time row bound).
 const SKINNY_GROUP: usize = 16;
+/// Widest row whose layer norm the cuBLAS epilogue can take on (a thread
+/// per column of one block).
+const NORM_COPY_MAX_WIDTH: usize = 1024;
 /// Siblings the skinny kernel computes besides its own output.
 const MAX_SIBLINGS: usize = 2;
 /// Rows up to which the skinny kernel, in groups of [`SKINNY_GROUP`] rows
@@ -26,8 +29,13 @@ struct LinearGpu {
     gemm: Gemm,
     /// Whether input 2 is a bias.
     bias: bool,
-    /// `linear_epilogue_*`, after cuBLAS.
+    /// `linear_epilogue_*`, after cuBLAS, and `linear_epilogue_norm_*`.
     epilogue: CudaFunction,
+    epilogue_norm: Option<CudaFunction>,
+    /// `linear_epilogue_norm_*`, after cuBLAS when the layer norm of the
+    /// result is taken on: (the kernel, eps, index of gamma; then beta and
+    /// the norm's buffer).
+    norm_copy: Option<(CudaFunction, f32, usize)>,
     /// `skinny_linear_r*` for few rows (bias fused), and its warps per column.
     skinny: Option<CudaFunction>,
     warps_per_col: usize,
@@ -52,7 +60,11 @@ impl LinearGpu {
 
     /// Whether the cuBLAS path needs its epilogue kernel.
     fn has_epilogue(&self) -> bool {
-        self.bias || self.act >= 0 || self.residual.is_some() || self.glu
+        self.bias
+            || self.act >= 0
+            || self.residual.is_some()
+            || self.glu
+            || self.norm_copy.is_some()
     }
 
     /// Whether `other` computes the same shape with the same epilogue, so
@@ -89,6 +101,7 @@ impl GpuOp for LinearGpu {
             (self.act >= 0, " + fused activation"),
             (self.residual.is_some(), " + fused residual"),
             (self.glu, " + fused GLU"),
+            (self.norm_copy.is_some(), " + the layer norm after it"),
         ]
         .iter()
         .filter(|f| f.0)
@@ -137,6 +150,22 @@ impl GpuOp for LinearGpu {
             return false;
         }
         self.norm = Some((eps, input));
+        true
+    }
+
+    fn fuse_norm_copy(&mut self, eps: f32, input: usize) -> bool {
+        let Some(f) = &self.epilogue_norm else {
+            return false;
+        };
+        if self.skinny.is_some()
+            || self.glu
+            || self.siblings.is_some()
+            || self.norm_copy.is_some()
+            || self.gemm.n > NORM_COPY_MAX_WIDTH
+        {
+            return false;
+        }
+        self.norm_copy = Some((f.clone(), eps, input));
         true
     }
 
@@ -229,13 +258,14 @@ impl GpuOp for LinearGpu {
                 &[
                     Arg::Ptr(x),
                     Arg::Ptr(io.ins[1].ptr),
-                    Arg::Ptr(io.ins.get(2).map_or(io.ins[1].ptr, |b| b.ptr)),
+                    // from the node's own inputs: fused extras come after them
+                    Arg::Ptr(if self.bias { io.ins[2].ptr } else { io.ins[1].ptr }),
                     Arg::Ptr(y),
                     Arg::I32(g.m as i32),
                     Arg::I32(g.n as i32),
                     Arg::I32(g.k as i32),
                     Arg::I32(self.act),
-                    Arg::I32(io.ins.len().min(3) as i32 - 2),
+                    Arg::I32(self.bias as i32),
                     Arg::I32(self.warps_per_col as i32),
                     tail[0],
                     tail[1],
@@ -263,6 +293,28 @@ impl GpuOp for LinearGpu {
             return Ok(());
         }
         let g = &self.gemm;
+        if let Some((f, eps, at)) = &self.norm_copy {
+            return launch(
+                cx,
+                f,
+                Grid::blocks(g.m as u32, g.n.next_multiple_of(32) as u32),
+                &[
+                    Arg::Ptr(acc),
+                    Arg::Ptr(if self.bias { io.ins[2].ptr } else { acc }),
+                    Arg::Ptr(y),
+                    Arg::I32(g.n as i32),
+                    Arg::I32(self.bias as i32),
+                    Arg::I32(self.act),
+                    tail[0],
+                    tail[1],
+                    tail[2],
+                    Arg::Ptr(extra(*at)?),
+                    Arg::Ptr(extra(at + 1)?),
+                    Arg::F32(*eps),
+                    Arg::Ptr(extra(at + 2)?),
+                ],
+            );
+        }
         let width = if self.glu { g.n / 2 } else { g.n };
         launch(
             cx,
@@ -332,6 +384,10 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let epilogue = cx
         .lib
         .function("linear", &format!("linear_epilogue_{suffix}"))?;
+    let epilogue_norm = Some(
+        cx.lib
+            .function("linear", &format!("linear_epilogue_norm_{suffix}"))?,
+    );
     let fits_i32 = [m, n, k].iter().all(|&v| v <= i32::MAX as usize);
     let skinny = if m <= SKINNY_ROWS && fits_i32 {
         let bound = m.clamp(1, SKINNY_GROUP).next_power_of_two();
@@ -348,6 +404,8 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         gemm: Gemm::linear(cx.inputs[0].dtype, m, n, k),
         bias,
         epilogue,
+        epilogue_norm,
+        norm_copy: None,
         skinny,
         warps_per_col,
         act: -1,

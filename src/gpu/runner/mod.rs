@@ -247,10 +247,12 @@ impl GpuRunner {
                         continue;
                     }
                 }
-                let first = if matches!(tr.placements[id], Placement::Input) {
-                    0
-                } else {
-                    pos[id]
+                // a node another node's launch writes (fusion) is live from
+                // that launch on, when it comes first
+                let first = match (&tr.placements[id], tr.fused_into[id]) {
+                    (Placement::Input, _) => 0,
+                    (_, Some(w)) => pos[id].min(pos[w]),
+                    _ => pos[id],
                 };
                 interval_of[id][slot] = Some(intervals.len());
                 unshared += bytes;
