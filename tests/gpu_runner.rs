@@ -729,9 +729,41 @@ fn fused_neighbours_equal_cpu_at(d: &Arc<GpuDevice>, rows: usize) {
     let g = Arc::new(b.build().unwrap());
 
     let input = random(&[rows, c], 99, 2.0);
+    fused_graph_equals_cpu(
+        d,
+        &format!("fused graph, {rows} rows"),
+        g,
+        &input,
+        |count, described| {
+            assert_eq!(count("fused GLU"), 1, "{described:#?}");
+            assert_eq!(count("fused residual"), 1, "{described:#?}");
+            if skinny {
+                // n1 and n2 before their Linears; n2 still runs for `side`
+                assert_eq!(count("fused layer norm before"), 2, "{described:#?}");
+                assert_eq!(count("layer_norm"), 2, "n2 and n3 run: {described:#?}");
+            } else {
+                assert_eq!(count("cuBLAS"), 3, "{described:#?}");
+                assert_eq!(count("layer_norm"), 3, "{described:#?}");
+            }
+            assert_eq!(count("fused activation"), 2, "up and n3: {described:#?}");
+        },
+    );
+}
+
+/// Runs `g` on `input` on the GPU in both precisions and on the CPU:
+/// `expect(count, described)` checks the translation first (`count(s)`: the
+/// placements whose description contains `s`), then the output must equal
+/// the CPU's (f32 within 1e-5 of its scale, bf16 within 3e-2).
+fn fused_graph_equals_cpu(
+    d: &Arc<GpuDevice>,
+    label: &str,
+    g: Arc<pulsed::graph::Graph>,
+    input: &Tensor,
+    expect: impl Fn(&dyn Fn(&str) -> usize, &[String]),
+) {
     let want = pulsed::graph::Runner::new(g.clone())
         .unwrap()
-        .run(std::slice::from_ref(&input))
+        .run(std::slice::from_ref(input))
         .unwrap()
         .remove(0);
     for p in [Precision::F32, Precision::Bf16] {
@@ -743,27 +775,19 @@ fn fused_neighbours_equal_cpu_at(d: &Arc<GpuDevice>, rows: usize) {
             .map(|pl| pl.to_string())
             .collect();
         let count = |s: &str| described.iter().filter(|d| d.contains(s)).count();
-        assert_eq!(count("fused GLU"), 1, "{described:#?}");
-        assert_eq!(count("fused residual"), 1, "{described:#?}");
-        if skinny {
-            // n1 and n2 before their Linears; n2 still runs for `side`
-            assert_eq!(count("fused layer norm before"), 2, "{described:#?}");
-            assert_eq!(count("layer_norm"), 2, "n2 and n3 run: {described:#?}");
-        } else {
-            assert_eq!(count("cuBLAS"), 3, "{described:#?}");
-            assert_eq!(count("layer_norm"), 3, "{described:#?}");
-        }
-        assert_eq!(count("fused activation"), 2, "up and n3: {described:#?}");
-        gr.step(&[&input]).unwrap();
-        let got = gr.output(0).clone();
-        let err = got.max_abs_diff(&want).unwrap();
+        expect(&count, &described);
+        gr.step(&[input]).unwrap();
+        let err = gr.output(0).max_abs_diff(&want).unwrap();
         let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
         let tol = match p {
             Precision::F32 => 1e-5,
             Precision::Bf16 => 3e-2,
         };
-        eprintln!("fused graph, {rows} rows [{p:?}]: max abs err {err:e} (scale {scale})");
-        assert!(err <= tol * scale, "[{p:?}] {err} > {tol} x {scale}");
+        eprintln!("{label} [{p:?}]: max abs err {err:e} (scale {scale})");
+        assert!(
+            err <= tol * scale,
+            "{label} [{p:?}] {err} > {tol} x {scale}"
+        );
     }
 }
 
@@ -888,45 +912,13 @@ fn a_norm_written_by_the_linear_before_it_equals_cpu() {
         b.output("y", y);
         let g = Arc::new(b.build().unwrap());
         let input = random(&[rows, c], 26, 2.0);
-        let want = pulsed::graph::Runner::new(g.clone())
-            .unwrap()
-            .run(std::slice::from_ref(&input))
-            .unwrap()
-            .remove(0);
-        for p in [Precision::F32, Precision::Bf16] {
-            let mut gr =
-                GpuRunner::new(d.clone(), g.clone(), None, &GpuRunnerOptions::new(p)).unwrap();
-            let described: Vec<String> = gr
-                .translation()
-                .placements
-                .iter()
-                .map(|pl| pl.to_string())
-                .collect();
-            let count = |s: &str| described.iter().filter(|d| d.contains(s)).count();
-            let k = joined as usize;
-            assert_eq!(
-                count("the layer norm after it"),
-                k,
-                "{rows} rows: {described:#?}"
-            );
-            assert_eq!(
-                count("written by l's launch"),
-                k,
-                "{rows} rows: {described:#?}"
-            );
-            gr.step(&[&input]).unwrap();
-            let err = gr.output(0).max_abs_diff(&want).unwrap();
-            let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
-            let tol = match p {
-                Precision::F32 => 1e-5,
-                Precision::Bf16 => 3e-2,
-            };
-            eprintln!("norm copy {rows}x{c} [{p:?}]: max abs err {err:e} (scale {scale})");
-            assert!(
-                err <= tol * scale,
-                "{rows} rows [{p:?}] {err} > {tol} x {scale}"
-            );
-        }
+        let k = joined as usize;
+        let label = format!("norm copy {rows}x{c}");
+        fused_graph_equals_cpu(&d, &label, g, &input, |count, described| {
+            let ctx = format!("{rows} rows: {described:#?}");
+            assert_eq!(count("the layer norm after it"), k, "{ctx}");
+            assert_eq!(count("written by l's launch"), k, "{ctx}");
+        });
     }
 }
 
@@ -974,41 +966,13 @@ fn sibling_linears_equal_cpu() {
         b.output("y", y);
         let g = Arc::new(b.build().unwrap());
         let input = random(&[rows, c], 5, 2.0);
-        let want = pulsed::graph::Runner::new(g.clone())
-            .unwrap()
-            .run(std::slice::from_ref(&input))
-            .unwrap()
-            .remove(0);
-        for p in [Precision::F32, Precision::Bf16] {
-            let mut gr =
-                GpuRunner::new(d.clone(), g.clone(), None, &GpuRunnerOptions::new(p)).unwrap();
-            let described: Vec<String> = gr
-                .translation()
-                .placements
-                .iter()
-                .map(|pl| pl.to_string())
-                .collect();
-            let count = |s: &str| described.iter().filter(|d| d.contains(s)).count();
-            let (sib, written) = if joined { (1, 2) } else { (0, 0) };
-            assert_eq!(count("+ 2 siblings"), sib, "{rows} rows: {described:#?}");
-            assert_eq!(
-                count("written by v"),
-                written,
-                "{rows} rows: {described:#?}"
-            );
-            gr.step(&[&input]).unwrap();
-            let err = gr.output(0).max_abs_diff(&want).unwrap();
-            let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
-            let tol = match p {
-                Precision::F32 => 1e-5,
-                Precision::Bf16 => 3e-2,
-            };
-            eprintln!("siblings {rows}x{c} [{p:?}]: max abs err {err:e} (scale {scale})");
-            assert!(
-                err <= tol * scale,
-                "{rows} rows [{p:?}] {err} > {tol} x {scale}"
-            );
-        }
+        let (sib, written) = if joined { (1, 2) } else { (0, 0) };
+        let label = format!("siblings {rows}x{c}");
+        fused_graph_equals_cpu(&d, &label, g, &input, |count, described| {
+            let ctx = format!("{rows} rows: {described:#?}");
+            assert_eq!(count("+ 2 siblings"), sib, "{ctx}");
+            assert_eq!(count("written by v"), written, "{ctx}");
+        });
     }
 }
 

@@ -26,37 +26,30 @@ use crate::pulse::{Delay, PulsedLimitedAttention};
 pub type Fused = (Vec<Option<usize>>, Vec<Vec<OutletId>>);
 
 /// Runs every pass, in an order where each leaves the next its pattern.
-pub fn fuse(graph: &Graph, facts: &[Vec<TypedFact>], placements: &mut [Placement]) -> Fused {
+pub fn fuse<'a>(
+    graph: &'a Graph,
+    facts: &'a [Vec<TypedFact>],
+    placements: &'a mut [Placement],
+) -> Fused {
     let mut f = Fusion::new(graph, facts, placements);
     if f.pos.is_empty() {
         return (f.fused, f.extra);
     }
-    for id in 0..graph.nodes.len() {
-        f.activation(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.glu(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.residual(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.norm(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.affine(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.delays(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.norm_after(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.norm_copy(id);
-    }
-    for id in 0..graph.nodes.len() {
-        f.siblings(id);
+    let passes: [fn(&mut Fusion<'a>, usize); 9] = [
+        Fusion::activation,
+        Fusion::glu,
+        Fusion::residual,
+        Fusion::norm,
+        Fusion::affine,
+        Fusion::delays,
+        Fusion::norm_after,
+        Fusion::norm_copy,
+        Fusion::siblings,
+    ];
+    for pass in passes {
+        for id in 0..graph.nodes.len() {
+            pass(&mut f, id);
+        }
     }
     (f.fused, f.extra)
 }
@@ -362,22 +355,29 @@ impl<'a> Fusion<'a> {
         self.fused[p] = Some(m);
     }
 
+    /// `n`'s eps and inputs when it is a layer norm over the last axis with
+    /// gamma and beta, on the GPU with all its inputs, and no graph output.
+    fn row_norm(&self, n: usize) -> Option<(f32, Vec<OutletId>)> {
+        let ln = self.graph.nodes[n]
+            .op
+            .as_any()
+            .downcast_ref::<LayerNorm>()?;
+        let ins = &self.graph.nodes[n].inputs;
+        let rank = self.facts[n][0].rank() as isize;
+        (ins.len() == 3
+            && self.gpu(n)
+            && (ln.axis == -1 || ln.axis == rank - 1)
+            && self.readers[n] == self.users[n].len()
+            && ins.iter().all(|o| self.on_device(o.node)))
+        .then(|| (ln.eps, ins.clone()))
+    }
+
     /// A layer norm over the last axis whose readers are all Linears: each
     /// normalises its input itself; when every one does, the norm is a view.
     fn norm(&mut self, n: usize) {
-        let Some(ln) = self.graph.nodes[n].op.as_any().downcast_ref::<LayerNorm>() else {
+        let Some((eps, ins)) = self.row_norm(n) else {
             return;
         };
-        let ins = self.graph.nodes[n].inputs.clone();
-        let rank = self.facts[n][0].rank() as isize;
-        if ins.len() != 3
-            || !self.gpu(n)
-            || (ln.axis != -1 && ln.axis != rank - 1)
-            || self.readers[n] != self.users[n].len()
-            || ins.iter().any(|o| !self.on_device(o.node))
-        {
-            return;
-        }
         let mut all = true;
         for (u, k) in self.users[n].clone() {
             // a Linear with a fused activation still takes a norm before it
@@ -391,7 +391,7 @@ impl<'a> Fusion<'a> {
             }
             let input = self.next_input(u);
             let fused = match &mut self.placements[u] {
-                Placement::Gpu(op) => op.fuse_norm(ln.eps, input),
+                Placement::Gpu(op) => op.fuse_norm(eps, input),
                 _ => false,
             };
             if fused {
@@ -510,20 +510,9 @@ impl<'a> Fusion<'a> {
     /// written before its own place in the order: the runner keeps its
     /// buffer from the writer's step on.
     fn norm_copy(&mut self, n: usize) {
-        let Some(ln) = self.graph.nodes[n].op.as_any().downcast_ref::<LayerNorm>() else {
+        let Some((eps, ins)) = self.row_norm(n).filter(|(_, ins)| ins[0].slot == 0) else {
             return;
         };
-        let ins = self.graph.nodes[n].inputs.clone();
-        let rank = self.facts[n][0].rank() as isize;
-        if ins.len() != 3
-            || !self.gpu(n)
-            || ins[0].slot != 0
-            || (ln.axis != -1 && ln.axis != rank - 1)
-            || self.readers[n] != self.users[n].len()
-            || ins[1..].iter().any(|o| !self.on_device(o.node))
-        {
-            return;
-        }
         // the Linear computing the norm's input: itself, or the one whose
         // epilogue the input's node was fused into
         let src = ins[0].node;
@@ -538,7 +527,7 @@ impl<'a> Fusion<'a> {
         };
         let input = self.next_input(l);
         let taken = match &mut self.placements[l] {
-            Placement::Gpu(op) => op.fuse_norm_copy(ln.eps, input),
+            Placement::Gpu(op) => op.fuse_norm_copy(eps, input),
             _ => false,
         };
         if taken {

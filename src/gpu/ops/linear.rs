@@ -259,7 +259,11 @@ impl GpuOp for LinearGpu {
                     Arg::Ptr(x),
                     Arg::Ptr(io.ins[1].ptr),
                     // from the node's own inputs: fused extras come after them
-                    Arg::Ptr(if self.bias { io.ins[2].ptr } else { io.ins[1].ptr }),
+                    Arg::Ptr(if self.bias {
+                        io.ins[2].ptr
+                    } else {
+                        io.ins[1].ptr
+                    }),
                     Arg::Ptr(y),
                     Arg::I32(g.m as i32),
                     Arg::I32(g.n as i32),
