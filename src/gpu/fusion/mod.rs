@@ -7,8 +7,9 @@
 //!
 //! A fused-away node keeps its place in the graph (the CPU runs it as
 //! before); on the GPU its output is a view that nothing reads (or, for a
-//! sibling Linear, a buffer a later launch writes), and `fused_into` says
-//! which node computes it, so comparisons skip it.
+//! sibling Linear or a norm a Linear's epilogue takes on, a buffer another
+//! node's launch writes), and `fused_into` says which node computes it, so
+//! comparisons skip it.
 
 use super::op::{GpuOp, WrittenBy};
 use super::ops::shape::{view, view_of};

@@ -218,19 +218,20 @@ __device__ void conv1d_depthwise_impl(const T* __restrict__ x, const T* __restri
 // (gamma, beta, eps) and an activation (`act`, -1 none): a block per output
 // frame and a thread per channel (blockDim.x >= c, a multiple of 32), so the
 // frame's statistics are two block sums and the convolution's own output is
-// never stored. Rows are n * t_out frames; rings and x as in
-// conv1d_depthwise (time-major).
+// never stored. Its arguments are conv1d_depthwise's (`last` is always 1)
+// followed by the norm's; rings and x as there.
 template <typename T>
 __device__ void conv1d_depthwise_norm_impl(const T* __restrict__ x, const T* __restrict__ w,
                                            const T* __restrict__ bias, T* __restrict__ y,
-                                           int rows, int c, int t_in, int t_out, int k,
-                                           int stride, int dil, int pad0, const T* gamma,
-                                           const T* beta, float eps, int act, T* rings, int ring,
-                                           const u64* step) {
+                                           u64 n_out, int c, int t_in, int t_out, int k,
+                                           int stride, int dil, int pad0, int act, T* rings,
+                                           int ring, const u64* step, const T* gamma,
+                                           const T* beta, float eps) {
     __shared__ float red[32];
+    const unsigned rows = (unsigned)(n_out / c);
     const int t_new = t_in - ring;
     const T* src =
-        ring > 0 ? advance_ring(x, rings, step, (unsigned)(rows / t_out), ring, c, t_new) : 0;
+        ring > 0 ? advance_ring(x, rings, step, rows / t_out, ring, c, t_new) : 0;
     const int row = blockIdx.x, ch = threadIdx.x;
     const int t = row % t_out, n = row / t_out;
     float v = 0.0f;
@@ -308,14 +309,15 @@ FLOAT_KERNELS(conv1d_depthwise,
      bf16_t* rings, int ring, const u64* step),
     (x, w, bias, y, n_out, c, t_in, t_out, k, stride, dil, pad0, last, act, rings, ring, step))
 FLOAT_KERNELS(conv1d_depthwise_norm,
-    (const float* x, const float* w, const float* bias, float* y, int rows, int c, int t_in,
-     int t_out, int k, int stride, int dil, int pad0, const float* gamma, const float* beta,
-     float eps, int act, float* rings, int ring, const u64* step),
-    (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, int rows, int c,
-     int t_in, int t_out, int k, int stride, int dil, int pad0, const bf16_t* gamma,
-     const bf16_t* beta, float eps, int act, bf16_t* rings, int ring, const u64* step),
-    (x, w, bias, y, rows, c, t_in, t_out, k, stride, dil, pad0, gamma, beta, eps, act, rings,
-     ring, step))
+    (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int t_in,
+     int t_out, int k, int stride, int dil, int pad0, int last, int act, float* rings, int ring,
+     const u64* step, const float* gamma, const float* beta, float eps),
+    (const bf16_t* x, const bf16_t* w, const bf16_t* bias, bf16_t* y, u64 n_out, int c,
+     int t_in, int t_out, int k, int stride, int dil, int pad0, int last, int act,
+     bf16_t* rings, int ring, const u64* step, const bf16_t* gamma, const bf16_t* beta,
+     float eps),
+    (x, w, bias, y, n_out, c, t_in, t_out, k, stride, dil, pad0, act, rings, ring, step, gamma,
+     beta, eps))
 FLOAT_KERNELS(conv2d_direct,
     (const float* x, const float* w, const float* bias, float* y, u64 n_out, int c, int h,
      int wd, int o, int ho_n, int wo_n, int groups, int kh, int kw, int sh, int sw, int dh,

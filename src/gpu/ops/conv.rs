@@ -82,8 +82,8 @@ struct ConvGpu {
 }
 
 /// A depthwise convolution's input window ([n, t_in, c] when time-major),
-/// its output frames and taps, and the Delay fused into it, if any
-/// (time-major only).
+/// its output frames, and the Delay fused into it, if any (time-major
+/// only).
 #[derive(Debug, Clone, Copy)]
 struct Window {
     n: usize,
@@ -92,8 +92,6 @@ struct Window {
     elem: usize,
     last: bool,
     t_out: usize,
-    /// kernel, stride, dilation, left padding
-    taps: [usize; 4],
     ring: Option<(usize, usize)>,
 }
 
@@ -184,38 +182,6 @@ impl GpuOp for ConvGpu {
             Some((ring, i)) => (extra(i)?, ring),
             None => (io.ins[0].ptr, 0),
         };
-        if let (Some((eps, act, g)), Some(f), Some(w)) = (self.norm, &self.norm_f, self.window) {
-            let rows = w.n * w.t_out;
-            let [k, stride, dil, pad0] = w.taps;
-            let i = |v: usize| Arg::I32(v as i32);
-            let threads = w.c.next_multiple_of(32) as u32;
-            return launch(
-                cx,
-                f,
-                Grid::blocks(rows as u32, threads),
-                &[
-                    Arg::Ptr(x),
-                    Arg::Ptr(io.ins[1].ptr),
-                    Arg::Ptr(bias),
-                    Arg::Ptr(io.outs[0].ptr),
-                    i(rows),
-                    i(w.c),
-                    i(w.t_in),
-                    i(w.t_out),
-                    i(k),
-                    i(stride),
-                    i(dil),
-                    i(pad0),
-                    Arg::Ptr(extra(g)?),
-                    Arg::Ptr(extra(g + 1)?),
-                    Arg::F32(eps),
-                    Arg::I32(act),
-                    Arg::Ptr(io.state),
-                    Arg::I32(ring as i32),
-                    Arg::Ptr(cx.step),
-                ],
-            );
-        }
         if let Some((g, epilogue)) = &self.gemm {
             let y = io.outs[0].ptr;
             let mut args = [Arg::U64(0); 10];
@@ -238,7 +204,7 @@ impl GpuOp for ConvGpu {
                 Grid::linear(g.m * g.n),
                 &[
                     Arg::Ptr(y),
-                    Arg::Ptr(if self.has_bias { bias } else { y }),
+                    Arg::Ptr(bias),
                     Arg::Ptr(y),
                     Arg::U64(g.m as u64),
                     Arg::U64(g.n as u64),
@@ -251,34 +217,48 @@ impl GpuOp for ConvGpu {
                 ],
             );
         }
-        let mut args = [Arg::U64(0); 24];
-        let ptrs = [x, io.ins[1].ptr, bias, io.outs[0].ptr];
-        for (a, p) in args.iter_mut().zip(ptrs) {
-            *a = Arg::Ptr(p);
-        }
-        let n = 4 + self.scalars.len();
-        if n > args.len() {
-            return Err(err(format!("conv: {n} kernel arguments")));
-        }
-        args[4..n].copy_from_slice(&self.scalars);
-        let mut n = match self.act {
-            Some(a) if n < args.len() => {
-                args[n] = Arg::I32(a);
-                n + 1
-            }
-            Some(_) => return Err(err(format!("conv: {} kernel arguments", n + 1))),
-            None => n,
+        // the pointers, the scalars fixed at build, then what each kernel
+        // takes besides: the activation (a fused norm's comes after the
+        // norm, in the conv's slot), the rings, the norm
+        let act = match self.norm {
+            Some((_, act, _)) => Some(Arg::I32(act)),
+            None => self.act.map(Arg::I32),
         };
-        if self.window.is_some() {
-            if n + 3 > args.len() {
-                return Err(err(format!("conv: {} kernel arguments", n + 3)));
+        let ring_args = [Arg::Ptr(io.state), Arg::I32(ring as i32), Arg::Ptr(cx.step)];
+        let (f, grid, norm_args) = match (self.norm, &self.norm_f, self.window) {
+            (Some((eps, _, g)), Some(f), Some(w)) => {
+                let norm = [Arg::Ptr(extra(g)?), Arg::Ptr(extra(g + 1)?), Arg::F32(eps)];
+                // a block per frame, a thread per channel
+                let threads = w.c.next_multiple_of(32) as u32;
+                (f, Grid::blocks((w.n * w.t_out) as u32, threads), Some(norm))
             }
-            args[n] = Arg::Ptr(io.state);
-            args[n + 1] = Arg::I32(ring as i32);
-            args[n + 2] = Arg::Ptr(cx.step);
-            n += 3;
+            _ => (&self.f, self.grid, None),
+        };
+        let ptrs = [x, io.ins[1].ptr, bias, io.outs[0].ptr].map(Arg::Ptr);
+        let parts: [&[Arg]; 5] = [
+            &ptrs,
+            &self.scalars,
+            act.as_slice(),
+            if self.window.is_some() {
+                &ring_args
+            } else {
+                &[]
+            },
+            norm_args.as_ref().map_or(&[], |a| a.as_slice()),
+        ];
+        let mut args = [Arg::U64(0); 24];
+        let mut n = 0;
+        for part in parts {
+            if n + part.len() > args.len() {
+                return Err(err(format!(
+                    "conv: more than {} kernel arguments",
+                    args.len()
+                )));
+            }
+            args[n..n + part.len()].copy_from_slice(part);
+            n += part.len();
         }
-        launch(cx, &self.f, self.grid, &args[..n])
+        launch(cx, f, grid, &args[..n])
     }
 }
 
@@ -433,7 +413,6 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
                 elem: cx.inputs[0].dtype.size_of(),
                 last,
                 t_out,
-                taps: [k, op.stride, op.dilation, op.pad.0],
                 ring: None,
             }),
             // a block per frame, a thread per channel

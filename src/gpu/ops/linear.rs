@@ -29,13 +29,13 @@ struct LinearGpu {
     gemm: Gemm,
     /// Whether input 2 is a bias.
     bias: bool,
-    /// `linear_epilogue_*`, after cuBLAS, and `linear_epilogue_norm_*`.
+    /// `linear_epilogue_*`, after cuBLAS, and `linear_epilogue_norm_*`
+    /// in its place once the layer norm of the result is taken on.
     epilogue: CudaFunction,
-    epilogue_norm: Option<CudaFunction>,
-    /// `linear_epilogue_norm_*`, after cuBLAS when the layer norm of the
-    /// result is taken on: (the kernel, eps, index of gamma; then beta and
-    /// the norm's buffer).
-    norm_copy: Option<(CudaFunction, f32, usize)>,
+    epilogue_norm: CudaFunction,
+    /// That layer norm: (eps, index of gamma; then beta and the norm's
+    /// buffer).
+    norm_copy: Option<(f32, usize)>,
     /// `skinny_linear_r*` for few rows (bias fused), and its warps per column.
     skinny: Option<CudaFunction>,
     warps_per_col: usize,
@@ -154,9 +154,6 @@ impl GpuOp for LinearGpu {
     }
 
     fn fuse_norm_copy(&mut self, eps: f32, input: usize) -> bool {
-        let Some(f) = &self.epilogue_norm else {
-            return false;
-        };
         if self.skinny.is_some()
             || self.glu
             || self.siblings.is_some()
@@ -165,7 +162,7 @@ impl GpuOp for LinearGpu {
         {
             return false;
         }
-        self.norm_copy = Some((f.clone(), eps, input));
+        self.norm_copy = Some((eps, input));
         true
     }
 
@@ -218,6 +215,13 @@ impl GpuOp for LinearGpu {
             Arg::I32(self.residual.is_some() as i32),
             Arg::I32(self.glu as i32),
         ];
+        // from the node's own inputs (fused extras come after them); any
+        // valid address when there is no bias
+        let bias = if self.bias {
+            io.ins[2].ptr
+        } else {
+            io.ins[1].ptr
+        };
         if let Some(f) = &self.skinny {
             let g = &self.gemm;
             // blocks of 8 warps, `warps_per_col` warps to a column
@@ -258,12 +262,7 @@ impl GpuOp for LinearGpu {
                 &[
                     Arg::Ptr(x),
                     Arg::Ptr(io.ins[1].ptr),
-                    // from the node's own inputs: fused extras come after them
-                    Arg::Ptr(if self.bias {
-                        io.ins[2].ptr
-                    } else {
-                        io.ins[1].ptr
-                    }),
+                    Arg::Ptr(bias),
                     Arg::Ptr(y),
                     Arg::I32(g.m as i32),
                     Arg::I32(g.n as i32),
@@ -297,14 +296,14 @@ impl GpuOp for LinearGpu {
             return Ok(());
         }
         let g = &self.gemm;
-        if let Some((f, eps, at)) = &self.norm_copy {
+        if let Some((eps, at)) = self.norm_copy {
             return launch(
                 cx,
-                f,
+                &self.epilogue_norm,
                 Grid::blocks(g.m as u32, g.n.next_multiple_of(32) as u32),
                 &[
                     Arg::Ptr(acc),
-                    Arg::Ptr(if self.bias { io.ins[2].ptr } else { acc }),
+                    Arg::Ptr(bias),
                     Arg::Ptr(y),
                     Arg::I32(g.n as i32),
                     Arg::I32(self.bias as i32),
@@ -312,9 +311,9 @@ impl GpuOp for LinearGpu {
                     tail[0],
                     tail[1],
                     tail[2],
-                    Arg::Ptr(extra(*at)?),
+                    Arg::Ptr(extra(at)?),
                     Arg::Ptr(extra(at + 1)?),
-                    Arg::F32(*eps),
+                    Arg::F32(eps),
                     Arg::Ptr(extra(at + 2)?),
                 ],
             );
@@ -326,7 +325,7 @@ impl GpuOp for LinearGpu {
             Grid::linear(g.m * width),
             &[
                 Arg::Ptr(acc),
-                Arg::Ptr(if self.bias { io.ins[2].ptr } else { acc }),
+                Arg::Ptr(bias),
                 Arg::Ptr(y),
                 Arg::U64(g.m as u64),
                 Arg::U64(g.n as u64),
@@ -388,10 +387,9 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let epilogue = cx
         .lib
         .function("linear", &format!("linear_epilogue_{suffix}"))?;
-    let epilogue_norm = Some(
-        cx.lib
-            .function("linear", &format!("linear_epilogue_norm_{suffix}"))?,
-    );
+    let epilogue_norm = cx
+        .lib
+        .function("linear", &format!("linear_epilogue_norm_{suffix}"))?;
     let fits_i32 = [m, n, k].iter().all(|&v| v <= i32::MAX as usize);
     let skinny = if m <= SKINNY_ROWS && fits_i32 {
         let bound = m.clamp(1, SKINNY_GROUP).next_power_of_two();
