@@ -228,6 +228,9 @@ impl Arg {
 
 const MAX_ARGS: usize = 32;
 
+/// Dynamic shared memory a block may use without an opt-in.
+pub const MAX_SHARED: usize = 48 * 1024;
+
 /// A launch geometry.
 #[derive(Debug, Clone, Copy)]
 pub struct Grid {

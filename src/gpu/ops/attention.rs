@@ -5,7 +5,7 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{
-    expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx,
+    expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED,
 };
 use crate::gpu::GpuError;
 use crate::ops::attention::Attention;
@@ -18,8 +18,6 @@ const THREADS: u32 = 256;
 /// Threads per block of the tile kernel: a whole head's tile per block, so
 /// as many threads as a block can have, each with a short chain.
 const TILE_THREADS: u32 = 1024;
-/// Dynamic shared memory a block may use without an opt-in.
-const MAX_SHARED: usize = 48 * 1024;
 /// Largest grid y (heads or batch).
 const MAX_GRID_Y: usize = 65_535;
 

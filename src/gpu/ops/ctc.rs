@@ -8,7 +8,7 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{
-    expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx,
+    expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED,
 };
 use crate::gpu::tensor::float_suffix;
 use crate::gpu::GpuError;
@@ -23,7 +23,7 @@ const FRAMES: usize = 4;
 /// not; `CTC_MAX_WARPS` is 32).
 const MAX_WARPS: usize = 16;
 /// Static shared memory a block may take besides the staged frames.
-const SHARED_LIMIT: usize = 48 * 1024 - 4096;
+const SHARED_LIMIT: usize = MAX_SHARED - 4096;
 
 #[derive(Debug)]
 struct CtcHeadGpu {

@@ -10,7 +10,7 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED};
 use crate::gpu::GpuError;
 use crate::ops::lstm::Lstm;
 use crate::ops::Op;
@@ -24,8 +24,6 @@ const CELL_THREADS: u32 = 256;
 const SEQ_THREADS: u32 = 512;
 /// Threads of a projection block.
 const PROJ_THREADS: u32 = 256;
-/// Dynamic shared memory a block may use without an opt-in.
-const MAX_SHARED: usize = 48 * 1024;
 
 fn err(msg: String) -> GpuError {
     GpuError::Kernel(msg)

@@ -4,7 +4,7 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED};
 use crate::gpu::GpuError;
 use crate::ops::mel::{Log, LogMel};
 use crate::ops::stft::{Stft, StftOutput};
@@ -24,8 +24,6 @@ const STFT_GROUP: usize = 4;
 /// and a twiddle read then serves several frames (H100, 128 streams x 32
 /// frames: 291 us a step with one frame a block, ncu).
 const STFT_GROUP_ROWS: usize = 1024;
-/// A block's shared memory without opting in to more.
-const SHARED_LIMIT: usize = 48 * 1024;
 
 fn err(msg: String) -> GpuError {
     GpuError::Kernel(msg)
@@ -261,7 +259,7 @@ fn build_stft(op: &Stft, cx: &BuildCx) -> Result<StftGpu, GpuError> {
     // the frames and the skewed cos and sin tables (`tw_at` in stft.cu)
     let table = (n_fft - 1) + (n_fft - 1) / 32 + 1;
     let shared = |group: usize| (group * n_fft + 2 * table) * 4;
-    let group = if rows >= STFT_GROUP_ROWS && shared(STFT_GROUP) <= SHARED_LIMIT {
+    let group = if rows >= STFT_GROUP_ROWS && shared(STFT_GROUP) <= MAX_SHARED {
         STFT_GROUP
     } else {
         1
