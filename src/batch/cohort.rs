@@ -6,10 +6,10 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
-use super::pool::{panic_message, Control, FileResult, Outcome};
+use super::pool::{panic_message, Control, FileResult, MakeBatch, Outcome};
 use crate::asr::{BatchTranscriber, Recognizer};
 use crate::audio::WavStream;
 
@@ -35,7 +35,8 @@ pub(super) fn cohort_worker(
     order: &[usize],
     next: &AtomicUsize,
     chunk: usize,
-    streams: usize,
+    make_batch: &MakeBatch<'_>,
+    fell_back: &Mutex<Vec<String>>,
     control: &Control,
     tx: mpsc::Sender<FileResult>,
 ) {
@@ -52,17 +53,22 @@ pub(super) fn cohort_worker(
         })
         .is_ok()
     };
-    let made = rec
-        .engine()
-        .lane()
-        .and_then(|engine| rec.batch_on(&engine, streams));
-    let Ok(mut bt) = made else {
-        // a model with no batched form (or no room for one) still runs,
-        // one stream at a time
-        return super::pool::worker(rec, files, order, next, chunk, control, tx);
+    // a model with no batched form (or no room for one) still runs, one
+    // stream at a time, and the run's summary says so
+    let single_stream = |e: crate::Error| {
+        fell_back
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(e.to_string());
+        super::pool::worker(rec, files, order, next, chunk, control, tx.clone())
+    };
+    let mut bt = match make_batch() {
+        Ok(bt) => bt,
+        Err(e) => return single_stream(e),
     };
     while !control.is_stopped() {
         // fill the cohort; files that cannot be opened are reported at once
+        let streams = bt.batch();
         let mut members: Vec<Option<Member>> = Vec::with_capacity(streams);
         while members.len() < streams {
             let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) else {
@@ -114,9 +120,9 @@ pub(super) fn cohort_worker(
             // one (the old one's memory freed first), else one stream at a
             // time, which reports every file left with its own reason
             drop(bt);
-            match rec.engine().lane().and_then(|e| rec.batch_on(&e, streams)) {
+            match make_batch() {
                 Ok(fresh) => bt = fresh,
-                Err(_) => return super::pool::worker(rec, files, order, next, chunk, control, tx),
+                Err(e) => return single_stream(e),
             }
         } else {
             bt.reset();

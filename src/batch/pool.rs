@@ -4,10 +4,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
-use crate::asr::{Mode, Recognizer, StreamTranscriber};
+use crate::asr::{BatchTranscriber, Mode, Recognizer, StreamTranscriber};
 use crate::audio::WavStream;
 use crate::decode::Transcript;
 use crate::engine::Engine;
@@ -141,7 +141,7 @@ pub struct FileResult {
 }
 
 /// Counts of a finished run.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
     pub transcribed: usize,
     pub failed: usize,
@@ -153,6 +153,12 @@ pub struct Summary {
     pub audio_s: f64,
     /// Wall-clock seconds of the whole run.
     pub wall_s: f64,
+    /// Workers of a batched run ([`BatchOptions::streams`] > 1) that could
+    /// not build their batched session (out of GPU memory, say) and ran one
+    /// stream at a time instead; 0 when every worker ran its cohorts.
+    pub single_stream_workers: usize,
+    /// Why the first of them could not.
+    pub single_stream_reason: Option<String>,
 }
 
 /// Transcribes `files` on `opts.jobs` threads and calls `on_result` on the
@@ -183,7 +189,21 @@ pub fn run<E>(
     files: &[PathBuf],
     opts: BatchOptions,
     control: &Control,
+    on_result: impl FnMut(FileResult) -> Result<(), E>,
+) -> Result<Summary, E> {
+    let streams = opts.streams.max(1);
+    let batched = move || rec.engine().lane().and_then(|e| rec.batch_on(&e, streams));
+    run_with(rec, files, opts, control, on_result, &batched)
+}
+
+/// [`run`], with each batched worker's session made by `make_batch`.
+fn run_with<E>(
+    rec: &Recognizer,
+    files: &[PathBuf],
+    opts: BatchOptions,
+    control: &Control,
     mut on_result: impl FnMut(FileResult) -> Result<(), E>,
+    make_batch: &MakeBatch<'_>,
 ) -> Result<Summary, E> {
     let started = Instant::now();
     let jobs = opts.jobs.clamp(1, files.len().max(1));
@@ -201,15 +221,16 @@ pub fn run<E>(
     }
     let mut summary = Summary::default();
     let mut first_err = None;
+    let fell_back = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel();
         for _ in 0..jobs {
             let tx = tx.clone();
-            let (next, order) = (&next, &order);
+            let (next, order, fell_back) = (&next, &order, &fell_back);
             if batched {
                 s.spawn(move || {
                     super::cohort::cohort_worker(
-                        rec, files, order, next, chunk, streams, control, tx,
+                        rec, files, order, next, chunk, make_batch, fell_back, control, tx,
                     )
                 });
             } else {
@@ -236,11 +257,17 @@ pub fn run<E>(
     });
     summary.not_started = files.len() - (summary.transcribed + summary.failed + summary.cancelled);
     summary.wall_s = started.elapsed().as_secs_f64();
+    let fell_back = fell_back.into_inner().unwrap_or_else(|e| e.into_inner());
+    summary.single_stream_workers = fell_back.len();
+    summary.single_stream_reason = fell_back.into_iter().next();
     match first_err {
         Some(e) => Err(e),
         None => Ok(summary),
     }
 }
+
+/// Makes one worker's batched session.
+pub(super) type MakeBatch<'a> = dyn Fn() -> crate::Result<BatchTranscriber> + Sync + 'a;
 
 pub(super) fn worker(
     rec: &Recognizer,
@@ -366,4 +393,78 @@ pub(super) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::asr::RecognizerOptions;
+    use crate::models::ModelDir;
+
+    fn heldout(n: usize) -> Vec<PathBuf> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/asr/heldout");
+        (0..n).map(|i| dir.join(format!("{i:02}.wav"))).collect()
+    }
+
+    /// The run's summary and each file's text, in file order.
+    fn texts(
+        rec: &Recognizer,
+        files: &[PathBuf],
+        opts: BatchOptions,
+        make: &MakeBatch<'_>,
+    ) -> (Summary, Vec<String>) {
+        let mut texts = vec![String::new(); files.len()];
+        let summary = run_with(
+            rec,
+            files,
+            opts,
+            &Control::new(),
+            |r| {
+                match r.outcome {
+                    Outcome::Done { transcript, .. } => texts[r.index] = transcript.text,
+                    other => panic!("{}: {other:?}", r.path.display()),
+                }
+                Ok::<(), ()>(())
+            },
+            make,
+        )
+        .unwrap();
+        (summary, texts)
+    }
+
+    #[test]
+    fn workers_without_a_batched_session_run_one_stream_and_say_why() {
+        let rec = Recognizer::open(ModelDir::default_path(), RecognizerOptions::default()).unwrap();
+        let files = heldout(5);
+        let opts = BatchOptions {
+            jobs: 2,
+            streams: 3,
+            ..BatchOptions::default()
+        };
+        let batched = || rec.batch_on(&Engine::Cpu, 3);
+        let (summary, want) = texts(&rec, &files, opts, &batched);
+        assert_eq!(summary.transcribed, 5);
+        assert_eq!(summary.single_stream_workers, 0);
+        assert_eq!(summary.single_stream_reason, None);
+
+        let refuse = || Err(crate::Error::Other("no room for 3 streams".into()));
+        let (summary, got) = texts(&rec, &files, opts, &refuse);
+        assert_eq!((summary.transcribed, summary.failed), (5, 0));
+        assert_eq!(summary.single_stream_workers, 2);
+        let reason = summary.single_stream_reason.unwrap();
+        assert!(reason.contains("no room for 3 streams"), "{reason}");
+        assert_eq!(got, want);
+
+        // only the first worker to ask is refused: one runs cohorts, one falls back
+        let asked = AtomicUsize::new(0);
+        let first_refused = || match asked.fetch_add(1, Ordering::SeqCst) {
+            0 => refuse(),
+            _ => batched(),
+        };
+        let (summary, got) = texts(&rec, &files, opts, &first_refused);
+        assert_eq!(summary.single_stream_workers, 1);
+        assert_eq!(got, want);
+    }
 }

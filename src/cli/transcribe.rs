@@ -256,15 +256,21 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         );
         return Ok(ExitCode::from(130));
     }
+    let jobs = opts.jobs.min(files.len());
+    if let Some(reason) = &summary.single_stream_reason {
+        eprintln!(
+            "pulsed: warning: {} of {jobs} workers ran one stream at a time: no batched session of {} streams ({reason})",
+            summary.single_stream_workers, opts.streams
+        );
+    }
     if several && summary.audio_s > 0.0 {
         eprintln!(
-            "pulsed: {} files, {:.1} s of audio in {:.1} s ({:.1} audio s/s, {} workers x {} streams)",
+            "pulsed: {} files, {:.1} s of audio in {:.1} s ({:.1} audio s/s, {})",
             summary.transcribed + summary.failed,
             summary.audio_s,
             summary.wall_s,
             summary.audio_s / summary.wall_s.max(1e-9),
-            opts.jobs.min(files.len()),
-            opts.streams
+            layout(jobs, opts.streams, summary.single_stream_workers)
         );
     }
     if sink.failed > 0 {
@@ -272,6 +278,16 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the workers ran: "16 workers x 32 streams", or with those that fell
+/// back to one stream counted apart.
+fn layout(jobs: usize, streams: usize, single: usize) -> String {
+    match single.min(jobs) {
+        0 => format!("{jobs} workers x {streams} streams"),
+        n if n == jobs => format!("{jobs} workers x 1 streams"),
+        n => format!("{} workers x {streams} streams, {n} x 1", jobs - n),
+    }
 }
 
 /// Samples read per step: four pulses when streaming (whole mode reads the file at once).
@@ -520,6 +536,13 @@ fn bench(rec: &Recognizer, files: &[PathBuf], opts: BatchOptions) -> Result<Exit
                 String::new()
             }
         );
+        if s.single_stream_workers > 0 {
+            println!(
+                "{:>8} ({})",
+                "",
+                layout(jobs, streams, s.single_stream_workers)
+            );
+        }
     }
     if let Some(kb) = peak_rss_kb() {
         println!("peak resident memory: {:.1} MiB", kb as f64 / 1024.0);
