@@ -412,10 +412,22 @@ fn capture_replays_with_no_allocation() {
     let mut r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).unwrap();
     let pulse = random(&[5120], 5, 0.3);
     r.step(&[&pulse]).unwrap(); // eager warm-up
+    assert_eq!(
+        r.graph_nodes().unwrap(),
+        0,
+        "a graph before the capture step"
+    );
     let before_capture = capture_allocations();
     r.step(&[&pulse]).unwrap(); // capture + launch
     assert!(!r.capture_failed(), "capture failed");
     assert!(r.captured_graphs() >= 1, "no graph captured");
+    let (on_gpu, _) = r.placement_counts();
+    let nodes = r.graph_nodes().unwrap();
+    // fused nodes and views launch nothing, a cuBLAS Linear two kernels
+    assert!(
+        nodes > on_gpu / 2,
+        "{nodes} graph nodes for {on_gpu} GPU nodes"
+    );
     assert_eq!(
         capture_allocations(),
         before_capture,
@@ -428,9 +440,27 @@ fn capture_replays_with_no_allocation() {
     }
     assert_eq!(allocations(), a0, "replayed steps allocated device memory");
     eprintln!(
-        "captured {} graph(s); device allocations so far {}",
+        "captured {} graph(s) of {nodes} nodes; device allocations so far {}",
         r.captured_graphs(),
         a0
+    );
+}
+
+#[test]
+#[ignore]
+fn launch_floor_replays_what_it_launched() {
+    let Some(d) = dev() else { return };
+    let before = capture_allocations();
+    let f = pulsed::gpu::floor::launch_floor(&d, 40, 20).unwrap();
+    assert_eq!(capture_allocations(), before, "allocations during capture");
+    // every kernel ran, eager and replayed: 2 x (warm-up + timed) x 40
+    let runs = 2 * (pulsed::gpu::floor::WARM_UP + 20) as u64;
+    assert_eq!(f.ran, runs * 40, "{f:?}");
+    assert!(f.eager_s > 0.0 && f.graph_s > 0.0, "{f:?}");
+    eprintln!(
+        "40 empty kernels: eager {:.1} us, graph {:.1} us",
+        f.eager_s * 1e6,
+        f.graph_s * 1e6
     );
 }
 

@@ -212,6 +212,10 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
         captured_f32 * 1e3,
         pulse as f64 * 1000.0 / rec.sample_rate() as f64
     );
+    let x = pulsed::ops::Tensor::from_slice(&samples[..pulse.min(samples.len())]);
+    if x.len() == pulse {
+        launch_floor(&device, &pm, &x, captured_f32)?;
+    }
     batched_bench(rec, &device)?;
     // where an eager f32 step spends its GPU time, node by node
     let mut r = pulsed::gpu::GpuRunner::new(
@@ -221,7 +225,6 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
         &GpuRunnerOptions::new(Precision::F32),
     )
     .map_err(|e| e.to_string())?;
-    let x = pulsed::ops::Tensor::from_slice(&samples[..pulse.min(samples.len())]);
     if x.len() == pulse {
         let mut by_kind: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
         let mut total = 0.0;
@@ -259,6 +262,40 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
             );
         }
     }
+    Ok(())
+}
+
+/// As many empty kernels as the captured f32 step has graph nodes, eager
+/// and as a graph: how much of the step is launch cost, and the most that
+/// capture can gain over eager launches at this kernel count.
+#[cfg(feature = "cuda")]
+fn launch_floor(
+    device: &std::sync::Arc<pulsed::gpu::GpuDevice>,
+    pm: &pulsed::pulse::PulsedModel,
+    x: &pulsed::ops::Tensor,
+    captured: f64,
+) -> Result<(), String> {
+    use pulsed::gpu::{GpuRunner, GpuRunnerOptions, Precision};
+    let options = GpuRunnerOptions::new(Precision::F32);
+    let mut r = GpuRunner::new(device.clone(), pm.graph.clone(), None, &options)
+        .map_err(|e| e.to_string())?;
+    for _ in 0..2 {
+        pulsed::graph::StepRunner::step(&mut r, &[x]).map_err(|e| e.to_string())?;
+        // warm-up, capture
+    }
+    let n = r.graph_nodes().map_err(|e| e.to_string())?;
+    if n == 0 {
+        return Ok(()); // nothing captured
+    }
+    let f = pulsed::gpu::floor::launch_floor(device, n, 200).map_err(|e| e.to_string())?;
+    println!(
+        "  launch floor, {n} empty kernels (the captured step's graph nodes), PDL {}: eager {:.3} ms, graph {:.3} ms ({:.2}x, the most capture gains at {n} kernels); the rest of the captured step (kernels' work, copies in and out) {:.3} ms",
+        if device.ctx.pdl() { "on" } else { "off" },
+        f.eager_s * 1e3,
+        f.graph_s * 1e3,
+        f.eager_s / f.graph_s,
+        (captured - f.graph_s) * 1e3
+    );
     Ok(())
 }
 

@@ -5,10 +5,12 @@
 //! step as a CUDA graph and replays it.
 
 pub mod blas;
+pub mod capture;
 pub mod compare;
 pub mod compile;
 pub mod context;
 pub mod device;
+pub mod floor;
 pub mod fusion;
 pub mod kernel_cache;
 pub mod library;

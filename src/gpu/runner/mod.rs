@@ -4,26 +4,24 @@
 //! later steps replay the graphs. Nodes left on the CPU split the step into
 //! segments, with explicit copies around them.
 
+mod build;
 mod inspect;
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaFunction;
 
 use super::device::GpuDevice;
 use super::memory::{
-    copy_to_device, copy_to_host, copy_to_host_async, set_capturing, zero, DeviceBuffer,
-    PinnedBuffer,
+    copy_to_device, copy_to_host, copy_to_host_async, zero, DeviceBuffer, PinnedBuffer,
 };
 use super::op::{launch, Arg, Grid, Io, LaunchCx};
-use super::plan::{place, Interval};
 use super::tensor::{host_bytes, tensor_from_bytes, DevTensor, Precision};
-use super::translator::{translate, Placement, TranslateOptions, Translation};
+use super::translator::{Placement, TranslateOptions, Translation};
 use super::GpuError;
 use crate::graph::check_input;
 use crate::graph::{Graph, OutletId, StepRunner};
-use crate::ops::{Const, DType, OpError, OpState, Scratch, Tensor};
+use crate::ops::{DType, OpError, OpState, Scratch, Tensor};
 use crate::{Error, Result};
 
 /// How the runner launches its GPU segments.
@@ -120,297 +118,6 @@ fn gpu_err(node: &str, op: &'static str, e: GpuError) -> Error {
 }
 
 impl GpuRunner {
-    /// Translates and plans `graph` (facts concrete, or made concrete by
-    /// `s`, the stream length of a whole-utterance run).
-    pub fn new(
-        dev: Arc<GpuDevice>,
-        graph: impl Into<Arc<Graph>>,
-        s: Option<i64>,
-        opts: &GpuRunnerOptions,
-    ) -> Result<GpuRunner> {
-        let graph: Arc<Graph> = graph.into();
-        graph.validate()?;
-        let order = graph.topo_order()?;
-        let tr = translate(&graph, &dev, s, &opts.translate)?;
-        let gpu = &dev.ctx;
-        let p = tr.precision;
-        let n = graph.nodes.len();
-        let on_gpu = |id: usize| tr.placements[id].is_gpu();
-        let is_const = |id: usize| matches!(tr.placements[id], Placement::Const);
-
-        // who reads what
-        let mut needs_host: Vec<Vec<bool>> = graph
-            .nodes
-            .iter()
-            .map(|nd| vec![false; nd.facts.len()])
-            .collect();
-        let mut needs_device = needs_host.clone();
-        let mut last_use: Vec<Vec<usize>> = graph
-            .nodes
-            .iter()
-            .map(|nd| vec![0; nd.facts.len()])
-            .collect();
-        let pos: Vec<usize> = {
-            let mut pos = vec![0; n];
-            for (t, &id) in order.iter().enumerate() {
-                pos[id] = t;
-            }
-            pos
-        };
-        for &id in &order {
-            let node = &graph.nodes[id];
-            // a fused op's extra inputs are read when it runs
-            for o in node.inputs.iter().chain(&tr.extra_inputs[id]) {
-                if on_gpu(id) {
-                    if !on_gpu(o.node) {
-                        needs_device[o.node][o.slot] = true;
-                    }
-                } else if on_gpu(o.node) {
-                    needs_host[o.node][o.slot] = true;
-                }
-                let l = &mut last_use[o.node][o.slot];
-                *l = (*l).max(pos[id]);
-            }
-        }
-        for (_, o) in &graph.outputs {
-            if on_gpu(o.node) {
-                needs_host[o.node][o.slot] = true;
-            }
-            last_use[o.node][o.slot] = usize::MAX;
-        }
-        if opts.keep_values {
-            last_use.iter_mut().flatten().for_each(|l| *l = usize::MAX);
-        }
-
-        // constants read by GPU nodes: their own buffers, in storage dtype
-        let mut dev_values: Vec<Vec<Option<DevTensor>>> = graph
-            .nodes
-            .iter()
-            .map(|nd| vec![None; nd.facts.len()])
-            .collect();
-        let mut consts = Vec::new();
-        let mut const_bytes = 0;
-        for id in 0..n {
-            if !(is_const(id) && needs_device[id][0]) {
-                continue;
-            }
-            let c = graph.nodes[id]
-                .op
-                .as_any()
-                .downcast_ref::<Const>()
-                .expect("placement says Const");
-            let dt = p.storage(c.value.dtype());
-            let buf = dev.constant(&graph.nodes[id].op, &c.value, p)?;
-            const_bytes += buf.bytes();
-            dev_values[id][0] = Some(DevTensor {
-                ptr: buf.ptr(),
-                dtype: dt,
-                shape: c.value.shape().to_vec(),
-            });
-            consts.push(buf);
-        }
-
-        // activations: roots (values with their own memory) and views of them
-        let mut root: Vec<Vec<Option<(OutletId, usize)>>> = graph
-            .nodes
-            .iter()
-            .map(|nd| vec![None; nd.facts.len()])
-            .collect();
-        let mut intervals: Vec<Interval> = Vec::new();
-        let mut interval_of: Vec<Vec<Option<usize>>> = graph
-            .nodes
-            .iter()
-            .map(|nd| vec![None; nd.facts.len()])
-            .collect();
-        let mut unshared = 0usize;
-        for &id in &order {
-            let lives_on_device =
-                |slot: usize| on_gpu(id) || (!is_const(id) && needs_device[id][slot]);
-            for slot in 0..graph.nodes[id].facts.len() {
-                if is_const(id) || !lives_on_device(slot) {
-                    continue;
-                }
-                let fact = p.device_fact(&tr.facts[id][slot]);
-                let bytes = fact
-                    .concrete_shape()
-                    .map_or(0, |s| s.iter().product::<usize>())
-                    * fact.dtype.size_of();
-                if let Placement::Gpu(op) = &tr.placements[id] {
-                    if let (Some((input, offset)), 0) = (op.alias(), slot) {
-                        let src = graph.nodes[id].inputs[input];
-                        let r = root[src.node][src.slot].unwrap_or((src, 0));
-                        root[id][slot] = Some((r.0, r.1 + offset));
-                        if let Some(iv) = interval_of[r.0.node][r.0.slot] {
-                            let l = last_use[id][slot].max(pos[id]);
-                            intervals[iv].last = intervals[iv].last.max(l);
-                        }
-                        continue;
-                    }
-                }
-                // a node another node's launch writes (fusion) is live from
-                // that launch on, when it comes first
-                let first = match (&tr.placements[id], tr.fused_into[id]) {
-                    (Placement::Input, _) => 0,
-                    (_, Some(w)) => pos[id].min(pos[w]),
-                    _ => pos[id],
-                };
-                interval_of[id][slot] = Some(intervals.len());
-                unshared += bytes;
-                intervals.push(Interval {
-                    bytes,
-                    first,
-                    last: last_use[id][slot].max(pos[id]),
-                });
-            }
-        }
-        // graph inputs stay put for the whole step (they are copied in first)
-        for &id in &graph.inputs {
-            if let Some(iv) = interval_of[id][0] {
-                intervals[iv].first = 0;
-            }
-        }
-        let (offsets, arena_bytes) = place(&intervals);
-        let arena = DeviceBuffer::alloc(gpu, arena_bytes)?;
-        for &id in &order {
-            for slot in 0..graph.nodes[id].facts.len() {
-                let fact = p.device_fact(&tr.facts[id][slot]);
-                let shape = fact.concrete_shape().unwrap_or_default();
-                let ptr = if let Some(iv) = interval_of[id][slot] {
-                    arena.ptr() + offsets[iv] as u64
-                } else if let Some((r, off)) = root[id][slot] {
-                    let base = match interval_of[r.node][r.slot] {
-                        Some(iv) => arena.ptr() + offsets[iv] as u64,
-                        None => match &dev_values[r.node][r.slot] {
-                            Some(t) => t.ptr,
-                            None => continue,
-                        },
-                    };
-                    base + off as u64
-                } else {
-                    continue;
-                };
-                dev_values[id][slot] = Some(DevTensor {
-                    ptr,
-                    dtype: fact.dtype,
-                    shape,
-                });
-            }
-        }
-
-        // state and scratch
-        let mut state_offsets = vec![0usize; n];
-        let mut state_bytes = 0usize;
-        let mut scratch_bytes = 0usize;
-        for (offset, placement) in state_offsets.iter_mut().zip(&tr.placements) {
-            if let Placement::Gpu(op) = placement {
-                *offset = state_bytes;
-                state_bytes += super::memory::align(op.state_bytes());
-                scratch_bytes = scratch_bytes.max(op.scratch_bytes());
-            }
-        }
-        let state = DeviceBuffer::alloc(gpu, state_bytes)?;
-        let scratch = DeviceBuffer::alloc(gpu, scratch_bytes)?;
-        let params =
-            DeviceBuffer::from_bytes(gpu, &[0u64.to_le_bytes(), (-1i64).to_le_bytes()].concat())?;
-
-        // segments in execution order
-        let mut segments: Vec<Segment> = Vec::new();
-        for &id in &order {
-            match &tr.placements[id] {
-                Placement::Input | Placement::Const => {}
-                Placement::Gpu(_) => match segments.last_mut() {
-                    Some(Segment::Gpu { nodes, .. }) => nodes.push(id),
-                    _ => segments.push(Segment::Gpu {
-                        nodes: vec![id],
-                        advance: false,
-                    }),
-                },
-                Placement::Cpu(_) => match segments.last_mut() {
-                    Some(Segment::Host(nodes)) => nodes.push(id),
-                    _ => segments.push(Segment::Host(vec![id])),
-                },
-            }
-        }
-        match segments.last_mut() {
-            Some(Segment::Gpu { advance, .. }) => *advance = true,
-            _ => segments.push(Segment::Gpu {
-                nodes: Vec::new(),
-                advance: true,
-            }),
-        }
-
-        // host mirrors
-        let mut host_values: Vec<Vec<Tensor>> = graph
-            .nodes
-            .iter()
-            .map(|nd| nd.facts.iter().map(|_| Tensor::empty()).collect())
-            .collect();
-        for (host, node) in host_values.iter_mut().zip(&graph.nodes) {
-            if let Some(c) = node.op.as_any().downcast_ref::<Const>() {
-                host[0] = c.value.clone();
-            }
-        }
-        let cpu_states = (0..n)
-            .map(|id| match tr.placements[id] {
-                Placement::Cpu(_) => graph.nodes[id].op.state(),
-                _ => None,
-            })
-            .collect();
-        // room for the largest value, and for every graph output side by
-        // side (they come back with one wait)
-        let outputs_bytes: usize = graph
-            .outputs
-            .iter()
-            .filter_map(|(_, o)| dev_values[o.node][o.slot].as_ref())
-            .map(|t| super::memory::align(t.bytes()))
-            .sum();
-        let staging_bytes = graph
-            .nodes
-            .iter()
-            .enumerate()
-            .flat_map(|(id, nd)| (0..nd.facts.len()).map(move |s| (id, s)))
-            .filter_map(|(id, s)| dev_values[id][s].as_ref().map(|t| t.bytes()))
-            .max()
-            .unwrap_or(0)
-            .max(outputs_bytes);
-        let staging = PinnedBuffer::alloc(gpu, staging_bytes)?;
-        let advance = dev.lib.function("copy", "advance_step")?;
-        let memory = MemoryReport {
-            arena: arena_bytes,
-            unshared,
-            state: state_bytes,
-            consts: const_bytes,
-            scratch: scratch_bytes,
-        };
-        let graphs = segments.iter().map(|_| None).collect();
-        Ok(GpuRunner {
-            dev,
-            graph,
-            tr,
-            segments,
-            dev_values,
-            host_values,
-            needs_host,
-            needs_device,
-            state_offsets,
-            cpu_states,
-            cpu_scratch: (0..n).map(|_| Scratch::default()).collect(),
-            graphs,
-            advance,
-            launches: opts.launches,
-            capture_failed: false,
-            steps: 0,
-            stream_len: None,
-            staging,
-            _arena: arena,
-            _consts: consts,
-            state,
-            scratch,
-            params,
-            memory,
-        })
-    }
-
     /// The translation (placement of every node).
     pub fn translation(&self) -> &Translation {
         &self.tr
@@ -435,6 +142,16 @@ impl GpuRunner {
     /// Number of CUDA graphs replayed per step (0 before capture or when eager).
     pub fn captured_graphs(&self) -> usize {
         self.graphs.iter().filter(|g| g.is_some()).count()
+    }
+
+    /// Nodes (kernels and copies) of the captured graphs of one step; 0
+    /// before capture or when eager.
+    pub fn graph_nodes(&self) -> Result<usize> {
+        let mut n = 0;
+        for Captured(g) in self.graphs.iter().flatten() {
+            n += super::capture::node_count(g)?;
+        }
+        Ok(n)
     }
 
     /// Whether a capture failed and the runner fell back to eager launches.
@@ -509,27 +226,8 @@ impl GpuRunner {
     /// Captures a segment and launches the graph; on any failure, says so
     /// once, ends the capture and launches the segment eagerly from now on.
     fn capture(&mut self, k: usize, nodes: &[usize], advance: bool) -> Result<()> {
-        let stream = self.dev.ctx.stream().clone();
-        // other threads' allocations would invalidate this capture
-        let guard = super::memory::capture_guard();
-        let begun = stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(|e| GpuError::Driver(format!("begin capture: {e}")));
-        let result = begun.and_then(|_| {
-            set_capturing(true);
-            let r = self.launch_nodes(nodes, advance);
-            set_capturing(false);
-            let g = stream
-                .end_capture(CUgraphInstantiate_flags(0))
-                .map_err(|e| GpuError::Driver(format!("end capture: {e}")));
-            match (r, g) {
-                (Ok(()), Ok(Some(g))) => Ok(g),
-                (Err(e), _) => Err(GpuError::Driver(format!("while capturing: {e}"))),
-                (_, Err(e)) => Err(e),
-                (_, Ok(None)) => Err(GpuError::Driver("capture gave no graph".into())),
-            }
-        });
-        drop(guard);
+        let gpu = &self.dev.ctx;
+        let result = super::capture::capture(gpu, || self.launch_nodes(nodes, advance));
         match result {
             Ok(g) => {
                 g.launch()
