@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::capture::capture;
+use super::capture::{capture, node_count};
 use super::memory::{copy_to_host, DeviceBuffer};
 use super::op::{launch, Arg, Grid, LaunchCx};
 use super::{GpuDevice, GpuError};
@@ -20,6 +20,8 @@ pub struct LaunchFloor {
     pub eager_s: f64,
     /// One replayed graph, then one wait.
     pub graph_s: f64,
+    /// Nodes of the captured graph (one per kernel).
+    pub graph_nodes: usize,
     /// Kernels that ran, eager and replayed, warm-up included, as counted
     /// on the device.
     pub ran: u64,
@@ -59,6 +61,7 @@ pub fn launch_floor(dev: &GpuDevice, kernels: usize, reps: usize) -> Result<Laun
     };
     let eager_s = time(&step)?;
     let graph = capture(gpu, step)?;
+    let graph_nodes = node_count(&graph)?;
     let graph_s = time(&|| {
         graph
             .launch()
@@ -70,6 +73,7 @@ pub fn launch_floor(dev: &GpuDevice, kernels: usize, reps: usize) -> Result<Laun
         kernels,
         eager_s,
         graph_s,
+        graph_nodes,
         ran: u64::from_le_bytes(ran),
     })
 }
