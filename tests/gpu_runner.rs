@@ -685,18 +685,19 @@ fn dependent_launch_changes_no_output() {
 #[ignore]
 fn fused_neighbours_equal_cpu() {
     let Some(d) = dev() else { return };
-    // 8 rows: the skinny Linear (norms fused before it); 64: cuBLAS and its
-    // epilogue kernel (norms run on their own)
-    for rows in [8usize, 64] {
-        fused_neighbours_equal_cpu_at(&d, rows);
+    // 8 rows: the skinny Linear (norms fused before it); 64 and 256: cuBLAS
+    // and its epilogue kernel (norms run on their own), which also sums
+    // the slices of k of `down` (64 rows) and of the GLU's and `down`'s
+    // products (256 rows, as the batched model's)
+    for (rows, c, sliced) in [(8usize, 64usize, 0usize), (64, 64, 1), (256, 256, 2)] {
+        fused_neighbours_equal_cpu_at(&d, rows, c, sliced);
     }
 }
 
-fn fused_neighbours_equal_cpu_at(d: &Arc<GpuDevice>, rows: usize) {
+fn fused_neighbours_equal_cpu_at(d: &Arc<GpuDevice>, rows: usize, c: usize, sliced: usize) {
     use pulsed::graph::GraphBuilder;
     use pulsed::ops::norm::LayerNorm;
     use pulsed::ops::{Dim, TypedFact};
-    let c = 64usize;
     let skinny = rows <= 32;
     let mut b = GraphBuilder::new();
     let x = b
@@ -772,6 +773,12 @@ fn fused_neighbours_equal_cpu_at(d: &Arc<GpuDevice>, rows: usize) {
                 assert_eq!(count("layer_norm"), 3, "{described:#?}");
             }
             assert_eq!(count("fused activation"), 2, "up and n3: {described:#?}");
+            // bf16 products are never sliced (the slices would be rounded)
+            let f32 = described
+                .iter()
+                .any(|d| d.contains("GEMM") && d.contains(" f32"));
+            let want = if f32 { sliced } else { 0 };
+            assert_eq!(count("slices of k"), want, "{described:#?}");
         },
     );
 }

@@ -71,6 +71,61 @@ impl Gemm {
     }
 }
 
+/// Slices of k a product is split into at most ([`k_splits`]).
+pub const MAX_K_SPLITS: usize = 8;
+
+/// How many slices of k an f32 Linear-layout product of `m` x `n` over `k`
+/// should be computed in, as one batched GEMM whose partial products the
+/// epilogue sums. Left to itself, cuBLAS splits a product with few output
+/// tiles and a long k the same way, but sums the slices in a kernel of its
+/// own before the epilogue's (two launches after the GEMM instead of one).
+/// Slices double while the 32x32 output tiles of all slices fill at most two
+/// waves of the H100's 132 SMs and each slice keeps 64 or more of k. Not
+/// for bf16: its partial products would be rounded to bf16.
+pub fn k_splits(dtype: DType, m: usize, n: usize, k: usize) -> usize {
+    const MAX_CTAS: usize = 264;
+    const MIN_SLICE: usize = 64;
+    if dtype != DType::F32 {
+        return 1;
+    }
+    let tiles = m.div_ceil(32) * n.div_ceil(32);
+    let mut s = 1;
+    while s < MAX_K_SPLITS
+        && tiles * s * 2 <= MAX_CTAS
+        && k.is_multiple_of(s * 2)
+        && k / (s * 2) >= MIN_SLICE
+    {
+        s *= 2;
+    }
+    s
+}
+
+impl Gemm {
+    /// This unbatched GEMM as `splits` GEMMs over equal slices of k, run as
+    /// one strided batch: slice s reads A's and B's columns from s·k/splits
+    /// and writes its partial product at C + s·m·n (row-major, contiguous).
+    pub fn split_k(&self, splits: usize) -> Gemm {
+        let slice = self.k / splits;
+        Gemm {
+            k: slice,
+            batch: splits,
+            stride_a: if self.trans_a {
+                slice * self.lda
+            } else {
+                slice
+            },
+            stride_b: if self.trans_b {
+                slice
+            } else {
+                slice * self.ldb
+            },
+            ldc: self.n,
+            stride_c: self.m * self.n,
+            ..*self
+        }
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: dropped once, here, and never used again
@@ -162,5 +217,43 @@ impl Blas {
             )
         }
         .map_err(|e| GpuError::Driver(format!("cuBLAS GEMM: {e:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_fill_two_waves_and_keep_64_of_k() {
+        // the batched model's Linears at 32 streams (256 rows)
+        assert_eq!(k_splits(DType::F32, 256, 256, 256), 4);
+        assert_eq!(k_splits(DType::F32, 256, 256, 1024), 4);
+        assert_eq!(k_splits(DType::F32, 256, 512, 256), 2);
+        assert_eq!(k_splits(DType::F32, 256, 1024, 256), 1);
+        // enough tiles already (128 streams), a short k, bf16
+        assert_eq!(k_splits(DType::F32, 1024, 256, 1024), 1);
+        assert_eq!(k_splits(DType::F32, 64, 64, 100), 1);
+        assert_eq!(k_splits(DType::F32, 64, 32, 4096), MAX_K_SPLITS);
+        assert_eq!(k_splits(DType::BF16, 256, 256, 1024), 1);
+    }
+
+    #[test]
+    fn slices_address_the_columns_of_k() {
+        // A [m, k] · W[n, k]ᵀ: slice s starts s·k/splits into each row
+        let g = Gemm::linear(DType::F32, 6, 5, 12).split_k(3);
+        assert_eq!((g.k, g.batch), (4, 3));
+        assert_eq!((g.stride_a, g.stride_b, g.stride_c), (4, 4, 30));
+        assert_eq!((g.lda, g.ldb, g.ldc), (12, 12, 5));
+        // transposed A ([k, m]) and plain B ([k, n]): slices are row blocks
+        let t = Gemm {
+            trans_a: true,
+            trans_b: false,
+            lda: 6,
+            ldb: 5,
+            ..Gemm::linear(DType::F32, 6, 5, 12)
+        }
+        .split_k(3);
+        assert_eq!((t.stride_a, t.stride_b), (24, 20));
     }
 }

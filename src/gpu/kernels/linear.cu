@@ -193,16 +193,26 @@ SKINNY(16)
 // or with `glu` y [m, n / 2] = a * sigmoid(b) over acc's two column halves
 // (bias added first); the same epilogue as the skinny kernel's. With glu,
 // acc is scratch (y is narrower, so it cannot be written in place).
+// Element i of a product cuBLAS wrote as `splits` partial products over
+// slices of k, `stride` elements apart, summed in slice order.
+template <typename T>
+__device__ __forceinline__ float ld_sum(const T* acc, u64 i, int splits, u64 stride) {
+    float v = ld(acc, i);
+    for (int s = 1; s < splits; ++s) v += ld(acc, i + (u64)s * stride);
+    return v;
+}
+
 template <typename T>
 __device__ void linear_epilogue_impl(const T* acc, const T* bias, T* y, u64 m, u64 n,
                                      int has_bias, int act, float alpha, const T* residual,
-                                     int has_residual, int glu) {
+                                     int has_residual, int glu, int splits, u64 stride) {
     const u64 width = glu ? n / 2 : n;
     GRID_STRIDE(i, m * width) {
         const u64 r = i / width, c = i - r * width;
-        float v = ld(acc, r * n + c) + (has_bias ? ld(bias, c) : 0.0f);
+        float v = ld_sum(acc, r * n + c, splits, stride) + (has_bias ? ld(bias, c) : 0.0f);
         if (glu) {
-            const float b = ld(acc, r * n + c + width) + (has_bias ? ld(bias, c + width) : 0.0f);
+            const float b = ld_sum(acc, r * n + c + width, splits, stride) +
+                            (has_bias ? ld(bias, c + width) : 0.0f);
             v = v * (1.0f / (1.0f + expf(-b)));
         } else {
             if (act >= 0) v = act_op(act, v);
@@ -214,10 +224,10 @@ __device__ void linear_epilogue_impl(const T* acc, const T* bias, T* y, u64 m, u
 
 FLOAT_KERNELS(linear_epilogue,
     (const float* acc, const float* bias, float* y, u64 m, u64 n, int has_bias, int act,
-     float alpha, const float* residual, int has_residual, int glu),
+     float alpha, const float* residual, int has_residual, int glu, int splits, u64 stride),
     (const bf16_t* acc, const bf16_t* bias, bf16_t* y, u64 m, u64 n, int has_bias, int act,
-     float alpha, const bf16_t* residual, int has_residual, int glu),
-    (acc, bias, y, m, n, has_bias, act, alpha, residual, has_residual, glu))
+     float alpha, const bf16_t* residual, int has_residual, int glu, int splits, u64 stride),
+    (acc, bias, y, m, n, has_bias, act, alpha, residual, has_residual, glu, splits, stride))
 
 // The epilogue when a layer norm of the result follows and reads nothing
 // else's (batched streams' cuBLAS Linears: the residual stream, then the
@@ -229,13 +239,13 @@ template <typename T>
 __device__ void linear_epilogue_norm_impl(const T* acc, const T* bias, T* y, int n, int has_bias,
                                           int act, float alpha, const T* residual,
                                           int has_residual, const T* gamma, const T* beta,
-                                          float eps, T* z) {
+                                          float eps, T* z, int splits, u64 stride) {
     __shared__ float red[32];
     const u64 row = (u64)blockIdx.x * n;
     const int c = threadIdx.x;
     float v = 0.0f;
     if (c < n) {
-        v = ld(acc, row + c) + (has_bias ? ld(bias, c) : 0.0f);
+        v = ld_sum(acc, row + c, splits, stride) + (has_bias ? ld(bias, c) : 0.0f);
         if (act >= 0) v = act_op(act, v);
         if (has_residual) v = ld(residual, row + c) + v * alpha;
         st(y, row + c, v);
@@ -252,8 +262,9 @@ __device__ void linear_epilogue_norm_impl(const T* acc, const T* bias, T* y, int
 FLOAT_KERNELS(linear_epilogue_norm,
     (const float* acc, const float* bias, float* y, int n, int has_bias, int act, float alpha,
      const float* residual, int has_residual, const float* gamma, const float* beta, float eps,
-     float* z),
+     float* z, int splits, u64 stride),
     (const bf16_t* acc, const bf16_t* bias, bf16_t* y, int n, int has_bias, int act,
      float alpha, const bf16_t* residual, int has_residual, const bf16_t* gamma,
-     const bf16_t* beta, float eps, bf16_t* z),
-    (acc, bias, y, n, has_bias, act, alpha, residual, has_residual, gamma, beta, eps, z))
+     const bf16_t* beta, float eps, bf16_t* z, int splits, u64 stride),
+    (acc, bias, y, n, has_bias, act, alpha, residual, has_residual, gamma, beta, eps, z, splits,
+     stride))

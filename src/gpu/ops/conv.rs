@@ -214,6 +214,8 @@ impl GpuOp for ConvGpu {
                     Arg::Ptr(y),
                     Arg::I32(0),
                     Arg::I32(0),
+                    Arg::I32(1),
+                    Arg::U64(0),
                 ],
             );
         }

@@ -4,7 +4,7 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::blas::Gemm;
+use crate::gpu::blas::{k_splits, Gemm};
 use crate::gpu::op::{downcast, expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
 use crate::ops::matmul::{Linear, MatMul};
@@ -51,6 +51,9 @@ struct LinearGpu {
     /// Sibling Linears computed in this launch: (how many, index of the
     /// first's weights; then its bias if any, its output, the next's ...).
     siblings: Option<(usize, usize)>,
+    /// Slices of k cuBLAS computes apart (in scratch), summed by the
+    /// epilogue; 1: the product is written whole.
+    splits: usize,
 }
 
 impl LinearGpu {
@@ -60,7 +63,8 @@ impl LinearGpu {
 
     /// Whether the cuBLAS path needs its epilogue kernel.
     fn has_epilogue(&self) -> bool {
-        self.bias
+        self.splits > 1
+            || self.bias
             || self.act >= 0
             || self.residual.is_some()
             || self.glu
@@ -97,6 +101,10 @@ impl GpuOp for LinearGpu {
             g.dtype,
             if self.bias { " + bias" } else { "" }
         ) + [
+            (
+                self.splits > 1,
+                format!(" in {} slices of k", self.splits).as_str(),
+            ),
             (self.norm.is_some(), " + fused layer norm before"),
             (self.act >= 0, " + fused activation"),
             (self.residual.is_some(), " + fused residual"),
@@ -114,9 +122,9 @@ impl GpuOp for LinearGpu {
     }
 
     fn scratch_bytes(&self) -> usize {
-        // cuBLAS's full product, before the GLU halves it
-        if self.glu && self.skinny.is_none() {
-            self.gemm.m * self.gemm.n * self.gemm.dtype.size_of()
+        // cuBLAS's full product (before the GLU halves it) or its slices
+        if self.skinny.is_none() && (self.glu || self.splits > 1) {
+            self.splits * self.gemm.m * self.gemm.n * self.gemm.dtype.size_of()
         } else {
             0
         }
@@ -288,14 +296,24 @@ impl GpuOp for LinearGpu {
                 ],
             );
         }
-        // a GLU's output is narrower than the product: that goes to scratch
-        let acc = if self.glu { io.scratch } else { y };
-        cx.blas
-            .gemm(&self.gemm, io.ins[0].ptr, io.ins[1].ptr, acc)?;
+        // a GLU's output is narrower than the product, and slices are
+        // summed by the epilogue: those go to scratch
+        let acc = if self.glu || self.splits > 1 {
+            io.scratch
+        } else {
+            y
+        };
+        let g = &self.gemm;
+        let gemm = if self.splits > 1 {
+            g.split_k(self.splits)
+        } else {
+            *g
+        };
+        cx.blas.gemm(&gemm, io.ins[0].ptr, io.ins[1].ptr, acc)?;
         if !self.has_epilogue() {
             return Ok(());
         }
-        let g = &self.gemm;
+        let slices = [Arg::I32(self.splits as i32), Arg::U64(gemm.stride_c as u64)];
         if let Some((eps, at)) = self.norm_copy {
             return launch(
                 cx,
@@ -315,6 +333,8 @@ impl GpuOp for LinearGpu {
                     Arg::Ptr(extra(at + 1)?),
                     Arg::F32(eps),
                     Arg::Ptr(extra(at + 2)?),
+                    slices[0],
+                    slices[1],
                 ],
             );
         }
@@ -335,6 +355,8 @@ impl GpuOp for LinearGpu {
                 tail[1],
                 tail[2],
                 tail[3],
+                slices[0],
+                slices[1],
             ],
         )
     }
@@ -402,8 +424,13 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     };
     // long rows get more warps each, short rows share a block
     let warps_per_col = if k >= 512 { 8 } else { 4 };
+    let dtype = cx.inputs[0].dtype;
+    let splits = match skinny {
+        None => k_splits(dtype, m, n, k),
+        Some(_) => 1,
+    };
     Ok(Box::new(LinearGpu {
-        gemm: Gemm::linear(cx.inputs[0].dtype, m, n, k),
+        gemm: Gemm::linear(dtype, m, n, k),
         bias,
         epilogue,
         epilogue_norm,
@@ -415,6 +442,7 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         glu: false,
         norm: None,
         siblings: None,
+        splits,
     }))
 }
 
