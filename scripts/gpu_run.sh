@@ -13,7 +13,7 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 status=0
 for t in ${TESTS:-gpu_nvrtc gpu_kernel_cache gpu_op_attention gpu_op_conv gpu_op_norm gpu_runner}; do
-    if .gpu/bin/$t --include-ignored --test-threads=1 ${FILTER:-} >"$OUT/$t.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+    if .gpu/bin/$t --include-ignored --test-threads=1 --nocapture ${FILTER:-} >"$OUT/$t.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
     echo "$t: $r: $(grep -E '^test result' "$OUT/$t.log" | tail -1)"
 done
 .gpu/bin/pulsed transcribe --device cuda fixtures/asr/hello.wav 2>&1 | tee "$OUT/transcribe.txt" || status=1
