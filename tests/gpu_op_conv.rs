@@ -125,6 +125,8 @@ fn conv1d_subsampling_batched() {
         let (x, w) = (tensor(&[32, 33, 80], 1, 1.0), tensor(&[256, 80, 3], 2, 0.1));
         let d = built(&dev, pulsed::gpu::ops::conv::build, &op, &[&x, &w]);
         assert!(d.contains("im2col"), "{d}");
+        // 512 output rows of 256 over k = 240: two slices of k
+        assert!(d.contains("in 2 slices of k"), "{d}");
     }
     check_conv1d(
         "conv1 80->256 32 x T33",

@@ -12,7 +12,8 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::blas::Gemm;
+use crate::gpu::blas::{k_splits, Gemm};
+use crate::gpu::memory::align;
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::GpuError;
 use crate::ops::conv::{Conv1d, Conv2d, ConvLayout};
@@ -78,7 +79,24 @@ struct ConvGpu {
     norm: Option<(f32, i32, usize)>,
     /// Many frames: `f` is `conv1d_im2col` (into scratch), then this GEMM,
     /// then the Linear's epilogue for bias and activation.
-    gemm: Option<(Gemm, CudaFunction)>,
+    gemm: Option<Im2colGemm>,
+}
+
+/// The GEMM over im2col's columns and the Linear's epilogue after it.
+#[derive(Debug)]
+struct Im2colGemm {
+    gemm: Gemm,
+    /// Slices of k computed apart (after the columns in scratch) and summed
+    /// by the epilogue, as a Linear's ([`k_splits`]).
+    splits: usize,
+    epilogue: CudaFunction,
+}
+
+impl Im2colGemm {
+    /// Scratch bytes of the columns; the slices, if any, come after them.
+    fn columns_bytes(&self) -> usize {
+        align(self.gemm.m * self.gemm.k * self.gemm.dtype.size_of())
+    }
 }
 
 /// A depthwise convolution's input window ([n, t_in, c] when time-major),
@@ -141,10 +159,15 @@ impl GpuOp for ConvGpu {
     }
 
     fn scratch_bytes(&self) -> usize {
-        // the columns
-        self.gemm
-            .as_ref()
-            .map_or(0, |(g, _)| g.m * g.k * g.dtype.size_of())
+        self.gemm.as_ref().map_or(0, |ig| {
+            let g = &ig.gemm;
+            let slices = if ig.splits > 1 {
+                ig.splits * g.m * g.n
+            } else {
+                0
+            };
+            ig.columns_bytes() + slices * g.dtype.size_of()
+        })
     }
 
     fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
@@ -182,8 +205,8 @@ impl GpuOp for ConvGpu {
             Some((ring, i)) => (extra(i)?, ring),
             None => (io.ins[0].ptr, 0),
         };
-        if let Some((g, epilogue)) = &self.gemm {
-            let y = io.outs[0].ptr;
+        if let Some(ig) = &self.gemm {
+            let (g, y) = (&ig.gemm, io.outs[0].ptr);
             let mut args = [Arg::U64(0); 10];
             args[0] = Arg::Ptr(x);
             args[1] = Arg::Ptr(io.scratch);
@@ -193,17 +216,21 @@ impl GpuOp for ConvGpu {
             }
             args[2..n].copy_from_slice(&self.scalars);
             launch(cx, &self.f, self.grid, &args[..n])?;
-            cx.blas.gemm(g, io.scratch, io.ins[1].ptr, y)?;
+            let (gemm, acc) = match ig.splits {
+                1 => (*g, y),
+                s => (g.split_k(s), io.scratch + ig.columns_bytes() as u64),
+            };
+            cx.blas.gemm(&gemm, io.scratch, io.ins[1].ptr, acc)?;
             let act = self.act.unwrap_or(-1);
-            if !self.has_bias && act < 0 {
+            if !self.has_bias && act < 0 && ig.splits == 1 {
                 return Ok(());
             }
             return launch(
                 cx,
-                epilogue,
+                &ig.epilogue,
                 Grid::linear(g.m * g.n),
                 &[
-                    Arg::Ptr(y),
+                    Arg::Ptr(acc),
                     Arg::Ptr(bias),
                     Arg::Ptr(y),
                     Arg::U64(g.m as u64),
@@ -214,8 +241,8 @@ impl GpuOp for ConvGpu {
                     Arg::Ptr(y),
                     Arg::I32(0),
                     Arg::I32(0),
-                    Arg::I32(1),
-                    Arg::U64(0),
+                    Arg::I32(ig.splits as i32),
+                    Arg::U64(gemm.stride_c as u64),
                 ],
             );
         }
@@ -434,9 +461,14 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     if last && op.groups == 1 && (DENSE_GEMM_ROWS..=DENSE_GEMM_MAX_ROWS).contains(&rows) {
         let ck = c * k;
         let dtype = cx.inputs[0].dtype;
+        let splits = k_splits(dtype, rows, o, ck);
+        let sliced = match splits {
+            1 => String::new(),
+            s => format!(" in {s} slices of k"),
+        };
         return Ok(ConvGpu {
             what: format!(
-                "conv1d dense {layout} {c}->{o} k{k} s{} as im2col + cuBLAS GEMM {rows}x{o}x{ck}",
+                "conv1d dense {layout} {c}->{o} k{k} s{} as im2col + cuBLAS GEMM {rows}x{o}x{ck}{sliced}",
                 op.stride
             ),
             f: cx
@@ -450,11 +482,13 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
             window: None,
             norm_f: None,
             norm: None,
-            gemm: Some((
-                Gemm::linear(dtype, rows, o, ck),
-                cx.lib
+            gemm: Some(Im2colGemm {
+                gemm: Gemm::linear(dtype, rows, o, ck),
+                splits,
+                epilogue: cx
+                    .lib
                     .function("linear", &format!("linear_epilogue_{suffix}"))?,
-            )),
+            }),
         });
     }
     let taps = cg * k;
