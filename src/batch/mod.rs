@@ -23,5 +23,6 @@ mod resume;
 pub use inputs::{expand_inputs, read_manifest, InputError};
 pub use pool::{
     default_jobs, default_streams, run, BatchOptions, Control, FileResult, Outcome, Summary,
+    OPEN_FILES,
 };
 pub use resume::{open_for_resume, read_done, Done};

@@ -8,7 +8,7 @@
 //! Allocating or freeing synchronises implicitly with every stream, so one
 //! thread's allocation would invalidate another thread's capture (seen with
 //! 32 lanes). A process-wide lock keeps them apart: memory changes hold it
-//! exclusively ([`memory_change`]), captures hold it shared ([`capture_guard`]).
+//! exclusively (`memory_change`), captures hold it shared (`capture_guard`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
