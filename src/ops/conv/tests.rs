@@ -1,7 +1,8 @@
+use super::depthwise::{depthwise_last_rows, dw_stride, Unfused};
 use super::*;
 use crate::ops::checks::facts_of;
-use crate::ops::eval_op;
 use crate::ops::matmul::test_util::{assert_close, tensor};
+use crate::ops::{eval_op, Op, TypedFact};
 use proptest::prelude::*;
 
 type Reference = (Vec<usize>, Vec<f64>, Vec<f64>);
