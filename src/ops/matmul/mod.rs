@@ -5,14 +5,21 @@
 //! cores): an AVX2 + FMA kernel that packs into `Scratch` and allocates
 //! nothing, or the `gemm` crate on CPUs without those. f16 and bf16 are
 //! widened into `Scratch` too.
+//!
+//! The AVX2 kernel is in `avx2`, `Linear`'s op in `linear`; `MatMul` and
+//! the product and conversion helpers the other ops share are here.
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use super::broadcast::{broadcast_dims, broadcast_shapes, broadcast_strides, MAX_RANK};
-use super::checks::{float, input_count, input_count_range, rank, rank_at_least, same_dtype};
+use super::checks::{float, input_count, rank_at_least, same_dtype};
 use super::{contig, outputs_len, DType, Dim, Op, OpError, OpResult, Scratch, Tensor, TypedFact};
 use crate::op_common;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod linear;
 
 /// `a · b` over the last two axes, leading (batch) axes broadcast numpy-style.
 ///
@@ -181,151 +188,6 @@ pub(crate) fn gemm_f32(
         );
     }
     Ok(())
-}
-
-/// The AVX2 + FMA product: `a` packed in blocks of 16 rows, `b` read in
-/// place through broadcasts (weights are never copied), `dst` column-major.
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{KC, MC, MR, NR};
-    use std::arch::x86_64::*;
-
-    /// # Safety
-    /// AVX2 and FMA available; `dst` (row stride 1, column stride `ldd`),
-    /// `a` and `b` valid over `m×n`, `m×k`, `k×n` with their strides;
-    /// `pack` valid for `pack_len(m, k)` writes and aliasing none of them.
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn gemm(
-        m: usize,
-        n: usize,
-        k: usize,
-        dst: *mut f32,
-        ldd: usize,
-        a: *const f32,
-        (ars, acs): (usize, usize),
-        b: *const f32,
-        (brs, bcs): (usize, usize),
-        accumulate: bool,
-        pack: *mut f32,
-    ) {
-        for m0 in (0..m).step_by(MC) {
-            let mc = MC.min(m - m0);
-            let blocks = mc.div_ceil(MR);
-            for k0 in (0..k).step_by(KC) {
-                let kc = KC.min(k - k0);
-                pack_a(a.add(m0 * ars + k0 * acs), (ars, acs), mc, kc, pack);
-                // later depth chunks add to what the first one stored
-                let load = accumulate || k0 > 0;
-                for n0 in (0..n).step_by(NR) {
-                    let bp = b.add(k0 * brs + n0 * bcs);
-                    for blk in 0..blocks {
-                        let ap = pack.add(blk * MR * kc);
-                        let d = dst.add(n0 * ldd + m0 + blk * MR);
-                        let rows = MR.min(mc - blk * MR);
-                        let t = Tile {
-                            kc,
-                            ap,
-                            bp,
-                            brs,
-                            bcs,
-                            d,
-                            ldd,
-                            rows,
-                            load,
-                        };
-                        match NR.min(n - n0) {
-                            6 => t.run::<6>(),
-                            5 => t.run::<5>(),
-                            4 => t.run::<4>(),
-                            3 => t.run::<3>(),
-                            2 => t.run::<2>(),
-                            _ => t.run::<1>(),
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Copies an `mc×kc` block of `a` as `[block][k][16 rows]`, zero rows
-    /// past `mc`.
-    #[inline(always)]
-    unsafe fn pack_a(
-        a: *const f32,
-        (ars, acs): (usize, usize),
-        mc: usize,
-        kc: usize,
-        pack: *mut f32,
-    ) {
-        for blk in 0..mc.div_ceil(MR) {
-            let p = pack.add(blk * MR * kc);
-            let rows = MR.min(mc - blk * MR);
-            for r in 0..MR {
-                if r >= rows {
-                    for kk in 0..kc {
-                        *p.add(kk * MR + r) = 0.0;
-                    }
-                    continue;
-                }
-                let src = a.add((blk * MR + r) * ars);
-                for kk in 0..kc {
-                    *p.add(kk * MR + r) = *src.add(kk * acs);
-                }
-            }
-        }
-    }
-
-    /// One 16 x `N` tile of `dst` over a depth chunk.
-    struct Tile {
-        kc: usize,
-        ap: *const f32,
-        bp: *const f32,
-        brs: usize,
-        bcs: usize,
-        d: *mut f32,
-        ldd: usize,
-        rows: usize,
-        load: bool,
-    }
-
-    impl Tile {
-        #[inline(always)]
-        unsafe fn run<const N: usize>(&self) {
-            let mut acc = [[_mm256_setzero_ps(); 2]; N];
-            let (mut ap, mut bp) = (self.ap, self.bp);
-            for _ in 0..self.kc {
-                let (a0, a1) = (_mm256_loadu_ps(ap), _mm256_loadu_ps(ap.add(8)));
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    let bj = _mm256_broadcast_ss(&*bp.add(j * self.bcs));
-                    acc[0] = _mm256_fmadd_ps(a0, bj, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(a1, bj, acc[1]);
-                }
-                ap = ap.add(MR);
-                bp = bp.add(self.brs);
-            }
-            for (j, acc) in acc.iter().enumerate() {
-                let col = self.d.add(j * self.ldd);
-                if self.rows == MR {
-                    let (mut c0, mut c1) = (acc[0], acc[1]);
-                    if self.load {
-                        c0 = _mm256_add_ps(_mm256_loadu_ps(col), c0);
-                        c1 = _mm256_add_ps(_mm256_loadu_ps(col.add(8)), c1);
-                    }
-                    _mm256_storeu_ps(col, c0);
-                    _mm256_storeu_ps(col.add(8), c1);
-                } else {
-                    let mut t = [0f32; MR];
-                    _mm256_storeu_ps(t.as_mut_ptr(), acc[0]);
-                    _mm256_storeu_ps(t.as_mut_ptr().add(8), acc[1]);
-                    for (r, &v) in t.iter().enumerate().take(self.rows) {
-                        let o = col.add(r);
-                        *o = if self.load { *o + v } else { v };
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// `out = a · b`, plus `bias[j]` on every column `j` when given, into a
@@ -654,140 +516,6 @@ impl Op for MatMul {
             "transpose_a {} transpose_b {}",
             self.transpose_a, self.transpose_b
         )
-    }
-}
-
-/// Rows, fan-in and fan-out of a Linear on concrete tensors, checked.
-fn linear_dims(inputs: &[&Tensor]) -> OpResult<(usize, usize, usize)> {
-    let (x, w) = (inputs[0], inputs[1]);
-    if x.rank() < 1 || x.rank() > MAX_RANK {
-        return Err(OpError::Rank {
-            input: 0,
-            expected: format!("1..={MAX_RANK}"),
-            got: x.rank(),
-        });
-    }
-    if w.rank() != 2 {
-        return Err(OpError::Rank {
-            input: 1,
-            expected: "2".into(),
-            got: w.rank(),
-        });
-    }
-    let fan_in = x.shape()[x.rank() - 1];
-    let (fan_out, w_in) = (w.shape()[0], w.shape()[1]);
-    if w_in != fan_in {
-        return Err(OpError::Shape(format!(
-            "weight {:?} ([out, in]) does not take {fan_in} input features of x {:?}",
-            w.shape(),
-            x.shape()
-        )));
-    }
-    super::checks::bias_tensor(inputs, fan_out)?;
-    Ok((x.shape()[..x.rank() - 1].iter().product(), fan_in, fan_out))
-}
-
-/// `out[r, :] = bias + x[r, :] · wᵀ` on row-major f32 slices.
-fn linear_f32(
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-    (rows, k, n): (usize, usize, usize),
-    tmp: &mut [f32],
-) -> OpResult<()> {
-    // wᵀ as a k×n matrix: element (i, o) sits at w[o*k + i]
-    gemm_rows((rows, n, k), out, n, x, (k, 1), w, (1, k), bias, tmp)
-}
-
-impl Op for Linear {
-    op_common!("Linear");
-
-    fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
-        input_count_range(inputs, 2, 3)?;
-        let dt = common_float_fact_dtype(inputs)?;
-        let (x, w) = (inputs[0], inputs[1]);
-        if x.rank() < 1 || x.rank() > MAX_RANK {
-            return Err(OpError::Rank {
-                input: 0,
-                expected: format!("1..={MAX_RANK}"),
-                got: x.rank(),
-            });
-        }
-        rank(w, 1, 2)?;
-        let fan_in = x.shape[x.rank() - 1];
-        if w.shape[1] != fan_in {
-            return Err(OpError::Shape(format!(
-                "weight {w} ([out, in]) does not take the features of x {x}"
-            )));
-        }
-        if let Some(b) = inputs.get(2) {
-            rank(b, 2, 1)?;
-            if b.shape[0] != w.shape[0] {
-                return Err(OpError::Shape(format!(
-                    "bias {b} does not match weight {w}"
-                )));
-            }
-        }
-        let mut shape = x.shape.clone();
-        shape[x.rank() - 1] = w.shape[0];
-        Ok(vec![TypedFact::dt_shape(dt, &shape)])
-    }
-
-    fn eval(
-        &self,
-        inputs: &[&Tensor],
-        outputs: &mut Vec<Tensor>,
-        scratch: &mut Scratch,
-    ) -> OpResult<()> {
-        input_count_range(inputs, 2, 3)?;
-        let dt = common_float_dtype(inputs)?;
-        let (rows, k, n) = linear_dims(inputs)?;
-        let x = inputs[0];
-        let mut shape = [0usize; MAX_RANK];
-        shape[..x.rank()].copy_from_slice(x.shape());
-        shape[x.rank() - 1] = n;
-        outputs_len(outputs, 1);
-        outputs[0].ensure(dt, &shape[..x.rank()]);
-        if outputs[0].is_empty() {
-            return Ok(());
-        }
-        if dt == DType::F32 {
-            let (x, w) = (contig(x), contig(inputs[1]));
-            let b = inputs.get(2).map(|b| contig(b));
-            let b = match &b {
-                Some(b) => Some(f32s(b)?),
-                None => None,
-            };
-            let out = outputs[0].as_slice_mut::<f32>()?;
-            let tmp = scratch.one(rows_work_len(rows, n, k));
-            return linear_f32(f32s(&x)?, f32s(&w)?, b, out, (rows, k, n), tmp);
-        }
-        let (w_len, b_len) = (inputs[1].len(), if inputs.len() == 3 { n } else { 0 });
-        let work = rows_work_len(rows, n, k);
-        let (xb, wb, ob, tmp) = scratch.four(x.len(), w_len + b_len, rows * n, work);
-        load_f32(x, xb, 0)?;
-        let (wb, bb) = wb.split_at_mut(w_len);
-        load_f32(inputs[1], wb, 1)?;
-        let bias = match inputs.get(2) {
-            Some(b) => {
-                load_f32(b, bb, 2)?;
-                Some(&*bb)
-            }
-            None => None,
-        };
-        linear_f32(xb, wb, bias, ob, (rows, k, n), tmp)?;
-        store_f32(ob, &mut outputs[0])
-    }
-
-    fn frame_local_axis(&self, inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
-        let x = inputs.first()?;
-        match axes {
-            [Some(a), rest @ ..] if rest.iter().all(Option::is_none) && a + 1 < x.rank() => {
-                Some(*a)
-            }
-            _ => None,
-        }
     }
 }
 
