@@ -1,6 +1,6 @@
 use super::testutil::*;
 use super::*;
-use crate::ops::eval_op;
+use crate::ops::{eval_op, Op};
 use proptest::prelude::*;
 
 fn shape_strategy(max_rank: usize, max_dim: usize) -> impl Strategy<Value = Vec<usize>> {
