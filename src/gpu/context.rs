@@ -88,6 +88,33 @@ pub struct GpuContext {
 /// Environment variable: `0` turns programmatic dependent launch off.
 pub const PDL_ENV: &str = "PULSED_PDL";
 
+/// Environment variable: how a thread waits for the GPU (`spin`, `yield`
+/// or `block`); unset, the driver decides (it spins while the process has
+/// no more contexts than cores).
+pub const WAIT_ENV: &str = "PULSED_GPU_WAIT";
+
+/// Sets the primary context's wait policy from [`WAIT_ENV`] before the
+/// context is first made (the driver takes it then, for the process).
+fn set_wait_policy(ordinal: usize) -> Result<(), GpuError> {
+    use cudarc::driver::sys::CUctx_flags as F;
+    let flags = match std::env::var(WAIT_ENV).as_deref() {
+        Ok("spin") => F::CU_CTX_SCHED_SPIN,
+        Ok("yield") => F::CU_CTX_SCHED_YIELD,
+        Ok("block") => F::CU_CTX_SCHED_BLOCKING_SYNC,
+        Ok(other) => {
+            return Err(GpuError::Driver(format!(
+                "{WAIT_ENV}={other}: expected spin, yield or block"
+            )))
+        }
+        Err(_) => return Ok(()),
+    };
+    cudarc::driver::result::init()?;
+    let dev = cudarc::driver::result::device::get(ordinal as i32)?;
+    // SAFETY: a valid device handle; flags are a CUctx_flags value
+    unsafe { cudarc::driver::sys::cuDevicePrimaryCtxSetFlags_v2(dev, flags as u32) }.result()?;
+    Ok(())
+}
+
 impl GpuContext {
     /// Opens device `ordinal`, or says why not; never panics.
     pub fn new(ordinal: usize) -> Result<GpuContext, GpuError> {
@@ -101,6 +128,7 @@ impl GpuContext {
             )));
         }
         no_panic(|| {
+            set_wait_policy(ordinal)?;
             let ctx = CudaContext::new(ordinal)?;
             // cudarc's automatic cross-stream events are not capture-safe
             unsafe { ctx.disable_event_tracking() };
