@@ -605,3 +605,16 @@ fn a_lying_header_gets_a_truncation_error_from_bounded_reads() {
     assert_one_line(&e, "liar.wav");
     assert!(s.raw_capacity() <= (1 << 20) + 4 * channels as usize);
 }
+
+#[test]
+fn every_16_bit_mono_value_reads_exactly() {
+    // the vectorised 16-bit mono path against the general formula
+    let xs: Vec<f64> = (i16::MIN..=i16::MAX).map(|v| v as f64 / 32768.0).collect();
+    let t = write_wav(Fmt::I16, 16_000, 1, &mono(&xs));
+    let a = load_wav(t.path(), 16_000).unwrap();
+    assert_eq!(a.samples.len(), xs.len());
+    for (&got, v) in a.samples.iter().zip(i16::MIN..=i16::MAX) {
+        let want = ((v as f64 / 32768.0) as f32).min(1.0 - f32::EPSILON / 2.0);
+        assert_eq!(got, want, "sample {v}");
+    }
+}
