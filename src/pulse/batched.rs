@@ -192,11 +192,14 @@ impl BatchedSession {
             return Err(BatchError::Ended { stream }.into());
         }
         let take = room.min(values.len());
-        if let Some((index, &value)) = values[..take]
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !v.is_finite())
-        {
+        // the whole-slice test vectorises; the position only when it fails
+        let values = &values[..take];
+        // the whole-slice test vectorises; the search only when it fails
+        let all_finite = values.iter().fold(true, |ok, v| ok & v.is_finite());
+        let bad = (!all_finite)
+            .then(|| values.iter().enumerate().find(|(_, v)| !v.is_finite()))
+            .flatten();
+        if let Some((index, &value)) = bad {
             return Err(BatchError::NotFinite {
                 stream,
                 index,
@@ -207,7 +210,7 @@ impl BatchedSession {
         let p = self.input.pulse;
         let slot = &mut self.slots[stream];
         let row = &mut self.pulse_in.as_slice_mut::<f32>()?[stream * p..(stream + 1) * p];
-        row[slot.filled..slot.filled + take].copy_from_slice(&values[..take]);
+        row[slot.filled..slot.filled + take].copy_from_slice(values);
         slot.filled += take;
         slot.pushed += take as u64;
         Ok(take)

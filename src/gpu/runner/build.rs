@@ -314,6 +314,18 @@ impl GpuRunner {
             consts: const_bytes,
             scratch: scratch_bytes,
         };
+        let host_inputs = graph
+            .inputs
+            .iter()
+            .map(|&id| {
+                dev_values[id][0].is_none()
+                    || graph.outputs.iter().any(|(_, o)| o.node == id)
+                    || graph.nodes.iter().enumerate().any(|(n, node)| {
+                        matches!(tr.placements[n], Placement::Cpu(_))
+                            && node.inputs.iter().any(|o| o.node == id)
+                    })
+            })
+            .collect();
         let segments = segments(&order, &tr);
         let graphs = segments.iter().map(|_| None).collect();
         Ok(GpuRunner {
@@ -325,6 +337,7 @@ impl GpuRunner {
             host_values,
             needs_host: uses.needs_host,
             needs_device: uses.needs_device,
+            host_inputs,
             state_offsets,
             cpu_states,
             cpu_scratch: (0..n).map(|_| Scratch::default()).collect(),

@@ -81,6 +81,9 @@ pub struct GpuRunner {
     needs_host: Vec<Vec<bool>>,
     /// Which outlets produced on the host a GPU node reads.
     needs_device: Vec<Vec<bool>>,
+    /// Which graph inputs the host reads (a CPU node, an output, or an
+    /// input with no device copy); the others are not kept on the host.
+    host_inputs: Vec<bool>,
     state_offsets: Vec<usize>,
     cpu_states: Vec<Option<Box<dyn OpState>>>,
     cpu_scratch: Vec<Scratch>,
@@ -356,11 +359,13 @@ impl GpuRunner {
             .ctx()
             .bind_to_thread()
             .map_err(GpuError::from)?;
-        for (&id, t) in graph.inputs.iter().zip(inputs) {
+        for (k, (&id, t)) in graph.inputs.iter().zip(inputs).enumerate() {
             let node = &graph.nodes[id];
             let mut s = None;
             check_input(&node.name, &self.tr.facts[id][0], t, &mut s)?;
-            self.host_values[id][0].copy_from(t);
+            if self.host_inputs[k] {
+                self.host_values[id][0].copy_from(t);
+            }
             if let Some(d) = self.dev_values[id][0].clone() {
                 let buf = &mut self.staging.as_bytes_mut()[..d.bytes()];
                 to_storage(t, d.dtype, buf)?;
