@@ -1266,3 +1266,53 @@ fn captures_survive_other_threads_allocating() {
         "captures invalidated by other threads' allocations"
     );
 }
+
+/// TF32 only when asked for: a long-k cuBLAS Linear in f32 is within f32
+/// rounding of the CPU by default, and with TF32 on (a device of its own)
+/// within TF32's error but visibly not f32's.
+#[test]
+#[ignore]
+fn tf32_only_when_asked_for() {
+    use pulsed::graph::GraphBuilder;
+    use pulsed::ops::{Dim, TypedFact};
+    let Some(shared) = dev() else { return };
+    let (rows, k, n) = (256usize, 1024usize, 256usize);
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input(
+            "x",
+            TypedFact::new(DType::F32, [Dim::n(rows as i64), Dim::n(k as i64)]),
+        )
+        .unwrap();
+    let w = b.constant("w", random(&[n, k], 61, 0.1)).unwrap();
+    let y = b.op("y", Linear, &[x, w]).unwrap();
+    b.output("y", y);
+    let g = Arc::new(b.build().unwrap());
+    let input = random(&[rows, k], 62, 1.0);
+    let want = pulsed::graph::Runner::new(g.clone())
+        .unwrap()
+        .run(std::slice::from_ref(&input))
+        .unwrap()
+        .remove(0);
+    let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
+    let mut tf32 = GpuDevice::open(0).unwrap();
+    assert!(!tf32.blas.tf32, "TF32 on without being asked for");
+    tf32.blas.tf32 = true;
+    let tf32 = Arc::new(tf32);
+    let lane = tf32.lane().unwrap();
+    assert!(lane.blas.tf32, "a lane did not keep TF32");
+    let mut errs = Vec::new();
+    for d in [&shared, &tf32] {
+        let o = GpuRunnerOptions::new(Precision::F32);
+        let mut r = GpuRunner::new(d.clone(), g.clone(), None, &o).unwrap();
+        r.step(&[&input]).unwrap();
+        errs.push(r.output(0).max_abs_diff(&want).unwrap() / scale);
+    }
+    eprintln!("f32 {:e}, tf32 {:e} of scale {scale}", errs[0], errs[1]);
+    assert!(errs[0] <= 1e-5, "f32: {}", errs[0]);
+    assert!(errs[1] <= 1e-2, "tf32: {}", errs[1]);
+    assert!(
+        errs[1] > 10.0 * errs[0].max(1e-7),
+        "TF32 was not used: {errs:?}"
+    );
+}

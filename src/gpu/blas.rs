@@ -11,6 +11,10 @@ use super::memory::DeviceBuffer;
 use super::{GpuContext, GpuError};
 use crate::ops::DType;
 
+/// Environment variable: `1` lets f32 GEMMs use TF32 tensor cores (a
+/// product's error grows from f32's to about 1e-3 relative; off unless asked).
+pub const TF32_ENV: &str = "PULSED_TF32";
+
 /// Workspace size recommended for Hopper.
 const WORKSPACE_BYTES: usize = 32 << 20;
 
@@ -20,7 +24,8 @@ pub struct Blas {
     /// Dropped under [`super::memory::memory_change`] (cublasDestroy frees).
     blas: std::mem::ManuallyDrop<CudaBlas>,
     _workspace: DeviceBuffer,
-    /// Whether f32 GEMMs may use TF32 tensor cores (off unless asked for).
+    /// Whether f32 GEMMs may use TF32 tensor cores: off unless asked for
+    /// ([`TF32_ENV`], or set here before the device is shared).
     pub tf32: bool,
 }
 
@@ -153,7 +158,7 @@ impl Blas {
             Ok(Blas {
                 blas: std::mem::ManuallyDrop::new(blas),
                 _workspace: workspace,
-                tf32: false,
+                tf32: std::env::var(TF32_ENV).is_ok_and(|v| v == "1"),
             })
         })
     }

@@ -47,7 +47,8 @@ impl GpuDevice {
     /// one file each; runners on one lane must stay on one thread.
     pub fn lane(&self) -> Result<Arc<GpuDevice>, GpuError> {
         let ctx = self.ctx.with_new_stream()?;
-        let blas = Blas::new(&ctx)?;
+        let mut blas = Blas::new(&ctx)?;
+        blas.tf32 = self.blas.tf32;
         Ok(Arc::new(GpuDevice {
             ctx,
             lib: self.lib.clone(),
