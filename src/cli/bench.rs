@@ -279,9 +279,9 @@ fn launch_floor(
     let options = GpuRunnerOptions::new(Precision::F32);
     let mut r = GpuRunner::new(device.clone(), pm.graph.clone(), None, &options)
         .map_err(|e| e.to_string())?;
+    // an eager warm-up step, then the one that captures
     for _ in 0..2 {
         pulsed::graph::StepRunner::step(&mut r, &[x]).map_err(|e| e.to_string())?;
-        // warm-up, capture
     }
     let n = r.graph_nodes().map_err(|e| e.to_string())?;
     if n == 0 {

@@ -109,6 +109,7 @@ impl Gemm {
     /// This unbatched GEMM as `splits` GEMMs over equal slices of k, run as
     /// one strided batch: slice s reads A's and B's columns from s·k/splits
     /// and writes its partial product at C + s·m·n (row-major, contiguous).
+    /// `split_k(1)` is the GEMM itself, into a contiguous C.
     pub fn split_k(&self, splits: usize) -> Gemm {
         let slice = self.k / splits;
         Gemm {
@@ -260,5 +261,8 @@ mod tests {
         }
         .split_k(3);
         assert_eq!((t.stride_a, t.stride_b), (24, 20));
+        // one slice: the same single product
+        let one = Gemm::linear(DType::F32, 6, 5, 12).split_k(1);
+        assert_eq!((one.k, one.batch, one.ldc), (12, 1, 5));
     }
 }

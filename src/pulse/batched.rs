@@ -195,17 +195,15 @@ impl BatchedSession {
         // the whole-slice test vectorises; the position only when it fails
         let values = &values[..take];
         // the whole-slice test vectorises; the search only when it fails
-        let all_finite = values.iter().fold(true, |ok, v| ok & v.is_finite());
-        let bad = (!all_finite)
-            .then(|| values.iter().enumerate().find(|(_, v)| !v.is_finite()))
-            .flatten();
-        if let Some((index, &value)) = bad {
-            return Err(BatchError::NotFinite {
-                stream,
-                index,
-                value,
+        if !values.iter().fold(true, |ok, v| ok & v.is_finite()) {
+            if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+                return Err(BatchError::NotFinite {
+                    stream,
+                    index,
+                    value,
+                }
+                .into());
             }
-            .into());
         }
         let p = self.input.pulse;
         let slot = &mut self.slots[stream];

@@ -216,9 +216,10 @@ impl GpuOp for ConvGpu {
             }
             args[2..n].copy_from_slice(&self.scalars);
             launch(cx, &self.f, self.grid, &args[..n])?;
-            let (gemm, acc) = match ig.splits {
-                1 => (*g, y),
-                s => (g.split_k(s), io.scratch + ig.columns_bytes() as u64),
+            let gemm = g.split_k(ig.splits);
+            let acc = match ig.splits {
+                1 => y,
+                _ => io.scratch + ig.columns_bytes() as u64,
             };
             cx.blas.gemm(&gemm, io.scratch, io.ins[1].ptr, acc)?;
             let act = self.act.unwrap_or(-1);

@@ -304,11 +304,7 @@ impl GpuOp for LinearGpu {
             y
         };
         let g = &self.gemm;
-        let gemm = if self.splits > 1 {
-            g.split_k(self.splits)
-        } else {
-            *g
-        };
+        let gemm = g.split_k(self.splits);
         cx.blas.gemm(&gemm, io.ins[0].ptr, io.ins[1].ptr, acc)?;
         if !self.has_epilogue() {
             return Ok(());

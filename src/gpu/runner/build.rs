@@ -34,6 +34,8 @@ struct Uses {
     needs_host: PerOutlet<bool>,
     /// Read by a GPU node but made on the host.
     needs_device: PerOutlet<bool>,
+    /// Read on the host, wherever made (a CPU node or a graph output).
+    host_reads: PerOutlet<bool>,
     /// Position of the last reader (`usize::MAX`: read after the step).
     last_use: PerOutlet<usize>,
 }
@@ -42,6 +44,7 @@ fn uses(graph: &Graph, order: &[usize], tr: &Translation, keep_values: bool) -> 
     let on_gpu = |id: usize| tr.placements[id].is_gpu();
     let mut needs_host = per_outlet(graph, false);
     let mut needs_device = needs_host.clone();
+    let mut host_reads = needs_host.clone();
     let mut last_use = per_outlet(graph, 0usize);
     let mut pos = vec![0; graph.nodes.len()];
     for (t, &id) in order.iter().enumerate() {
@@ -54,17 +57,17 @@ fn uses(graph: &Graph, order: &[usize], tr: &Translation, keep_values: bool) -> 
                 if !on_gpu(o.node) {
                     needs_device[o.node][o.slot] = true;
                 }
-            } else if on_gpu(o.node) {
-                needs_host[o.node][o.slot] = true;
+            } else {
+                host_reads[o.node][o.slot] = true;
+                needs_host[o.node][o.slot] |= on_gpu(o.node);
             }
             let l = &mut last_use[o.node][o.slot];
             *l = (*l).max(pos[id]);
         }
     }
     for (_, o) in &graph.outputs {
-        if on_gpu(o.node) {
-            needs_host[o.node][o.slot] = true;
-        }
+        host_reads[o.node][o.slot] = true;
+        needs_host[o.node][o.slot] |= on_gpu(o.node);
         last_use[o.node][o.slot] = usize::MAX;
     }
     if keep_values {
@@ -74,6 +77,7 @@ fn uses(graph: &Graph, order: &[usize], tr: &Translation, keep_values: bool) -> 
         pos,
         needs_host,
         needs_device,
+        host_reads,
         last_use,
     }
 }
@@ -317,14 +321,7 @@ impl GpuRunner {
         let host_inputs = graph
             .inputs
             .iter()
-            .map(|&id| {
-                dev_values[id][0].is_none()
-                    || graph.outputs.iter().any(|(_, o)| o.node == id)
-                    || graph.nodes.iter().enumerate().any(|(n, node)| {
-                        matches!(tr.placements[n], Placement::Cpu(_))
-                            && node.inputs.iter().any(|o| o.node == id)
-                    })
-            })
+            .map(|&id| dev_values[id][0].is_none() || uses.host_reads[id][0])
             .collect();
         let segments = segments(&order, &tr);
         let graphs = segments.iter().map(|_| None).collect();
