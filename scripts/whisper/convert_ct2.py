@@ -512,7 +512,7 @@ def convert(out_dir, ct2_dir, wheels):
 
 def main(argv):
     if len(argv) < 3:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: " + next(l.strip() for l in __doc__.splitlines() if l.strip().startswith("convert_ct2.py OUT")), file=sys.stderr)
         return 2
     try:
         convert(argv[0], argv[1], argv[2:])

@@ -243,7 +243,8 @@ def golden(name):
     hf_dir = os.path.join(CACHE, name)
     for d in (ct2_dir, hf_dir):
         if not os.path.isdir(d):
-            sys.exit(f"golden.py: {d} missing: run scripts/fetch_whisper.sh {name}")
+            sys.exit(f"golden.py: {d} missing: run scripts/fetch_whisper.sh {name} "
+                     f"(after deleting {hf_dir} if only the CTranslate2 folder is missing)")
     audio = read_wav(CLIP)
     via_av = decode_audio(CLIP)
     assert np.array_equal(audio, via_av), "wave and faster_whisper.decode_audio disagree"
@@ -378,7 +379,7 @@ def golden(name):
 
 def main(names):
     if not names:
-        sys.exit(__doc__.strip().splitlines()[3].strip())
+        sys.exit("usage: " + next(l.strip() for l in __doc__.splitlines() if "python3 scripts/whisper/golden.py" in l))
     os.makedirs(FIXTURES, exist_ok=True)
     if not os.path.exists(CLIP):
         shutil.copyfile(SOURCE_CLIP, CLIP)

@@ -131,14 +131,15 @@ def report(name, mode, compute, items, hyps):
 
 def main(argv):
     if not argv or argv[0].startswith("-"):
-        sys.exit(__doc__.strip().splitlines()[4].strip())
+        sys.exit("usage: " + next(l.strip() for l in __doc__.splitlines() if "python3 scripts/whisper/reference_realdev.py" in l))
     name = argv[0]
     computes = ["float32"] + ([] if "--no-int8" in argv else ["int8"])
     from faster_whisper import WhisperModel
 
     ct2_dir = os.path.join(ROOT, "third_party", "whisper", name, "ct2")
     if not os.path.isdir(ct2_dir):
-        sys.exit(f"reference_realdev.py: {ct2_dir} missing: run scripts/fetch_whisper.sh {name}")
+        sys.exit(f"reference_realdev.py: {ct2_dir} missing: delete "
+                 f"$XDG_CACHE_HOME/pulsed/models/{name} and run scripts/fetch_whisper.sh {name}")
     items = []
     with open(os.path.join(REALDEV, "manifest.jsonl")) as f:
         for line in f:
