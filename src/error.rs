@@ -46,6 +46,10 @@ pub enum Error {
     Decode(#[from] crate::decode::DecodeError),
     #[error(transparent)]
     Audio(#[from] crate::audio::AudioError),
+    #[error(transparent)]
+    Whisper(#[from] crate::whisper::WhisperError),
+    #[error(transparent)]
+    WhisperLoad(#[from] crate::whisper::LoadError),
     #[cfg(feature = "cuda")]
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),

@@ -16,6 +16,7 @@ mod dtype;
 mod error;
 mod fact;
 pub mod gather;
+pub mod kv_cache;
 pub mod limited_attention;
 pub mod lstm;
 pub mod matmul;

@@ -226,6 +226,19 @@ impl Op for Attention {
         let q = q.as_slice()?;
         let k = k.as_ref().map_or(Ok(&[][..]), |t| t.as_slice())?;
         let v = v.as_ref().map_or(Ok(&[][..]), |t| t.as_slice())?;
+        if geo.blocked() {
+            let bufs = geo.block_buffers(scratch);
+            return match dt {
+                DType::F32 => geo.run_blocked::<f32>(q, k, v, mask, out, bufs),
+                DType::F16 => geo.run_blocked::<f16>(q, k, v, mask, out, bufs),
+                DType::BF16 => geo.run_blocked::<bf16>(q, k, v, mask, out, bufs),
+                dt => Err(OpError::DType {
+                    input: 0,
+                    expected: "a float type".into(),
+                    got: dt,
+                }),
+            };
+        }
         let (scores, acc) = scratch.two(tk, dv);
         match dt {
             DType::F32 => geo.run::<f32>(q, k, v, mask, out, scores, acc),
@@ -256,7 +269,7 @@ fn f32_of(t: &Tensor) -> Cow<'_, Tensor> {
 }
 
 #[derive(Clone, Copy)]
-enum Mask<'a> {
+pub(super) enum Mask<'a> {
     None,
     Bool(&'a [bool]),
     Float(&'a [f32]),
@@ -264,7 +277,7 @@ enum Mask<'a> {
 
 /// Sizes and broadcast strides: `sq`, `sk`, `sv` count whole matrices per
 /// batch axis, `sm` counts mask elements over `[batch.., Tq, Tk]`.
-struct Geometry<'a> {
+pub(super) struct Geometry<'a> {
     batch: &'a [usize],
     sq: [usize; 8],
     sk: [usize; 8],
@@ -291,22 +304,14 @@ impl Geometry<'_> {
     ) -> OpResult<()> {
         let (tq, tk, d, dv, nb) = (self.tq, self.tk, self.d, self.dv, self.batch.len());
         let o = out.as_slice_mut::<T>()?;
-        let n_batch: usize = self.batch.iter().product();
-        let mut idx = [0usize; MAX_RANK];
-        let (mut bq, mut bk, mut bv, mut bm) = (0usize, 0usize, 0usize, 0usize);
-        for b in 0..n_batch {
+        for (b, (bq, bk, bv, bm)) in self.offsets().enumerate() {
             for i in 0..tq {
                 let qi = &q[(bq * tq + i) * d..(bq * tq + i + 1) * d];
                 let mrow = bm + i * self.sm[nb];
                 let mut max = f32::NEG_INFINITY;
                 for (j, s) in scores.iter_mut().enumerate() {
                     let m = mrow + j * self.sm[nb + 1];
-                    let add = match mask {
-                        Mask::None => 0.0,
-                        Mask::Bool(mv) if mv[m] => 0.0,
-                        Mask::Bool(_) => f32::NEG_INFINITY,
-                        Mask::Float(mv) => mv[m],
-                    };
+                    let add = blocked::mask_add(mask, m);
                     *s = if add == f32::NEG_INFINITY {
                         add
                     } else {
@@ -337,26 +342,12 @@ impl Geometry<'_> {
                     *r = T::from_f32(a);
                 }
             }
-            // next batch index, moving every operand's offset along
-            for ax in (0..nb).rev() {
-                idx[ax] += 1;
-                bq += self.sq[ax];
-                bk += self.sk[ax];
-                bv += self.sv[ax];
-                bm += self.sm[ax];
-                if idx[ax] < self.batch[ax] {
-                    break;
-                }
-                bq -= self.sq[ax] * self.batch[ax];
-                bk -= self.sk[ax] * self.batch[ax];
-                bv -= self.sv[ax] * self.batch[ax];
-                bm -= self.sm[ax] * self.batch[ax];
-                idx[ax] = 0;
-            }
         }
         Ok(())
     }
 }
+
+mod blocked;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,663 @@
+//! A text decoder's key/value cache and the two attentions that read it.
+//!
+//! A Whisper-style decoder is stepped a few tokens at a time: its
+//! self-attention keys and values grow by one row per token, and its
+//! cross-attention keys and values are computed once per encoder window.
+//! Both live in one [`KvCache`] that the decoder's step graphs share: the
+//! prompt is fed through a graph over `[1, S]` tokens and the following
+//! tokens through one over `[S, 1]` (facts have one symbol, so batch and
+//! length cannot both be free in one graph), and beam search reorders the
+//! sequences between steps. The cache is therefore a handle the ops hold,
+//! not per-runner op state.
+//!
+//! Layouts are row-major `[rows, heads * head_dim]` per sequence, as the
+//! projecting Linears write them; a head is a column block read through
+//! strides, so nothing is transposed.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::checks::{float, input_count, rank};
+use super::{contig, outputs_len, DType, Op, OpError, OpResult, Scratch, Tensor, TypedFact};
+use crate::op_common;
+
+/// The shared cache of one decoder (all layers).
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    inner: Arc<Mutex<CacheState>>,
+}
+
+#[derive(Debug)]
+struct CacheState {
+    layers: usize,
+    width: usize,
+    capacity: usize,
+    /// Sequences being decoded.
+    batch: usize,
+    /// Per layer: `[batch, capacity, width]` keys and values, and how many
+    /// rows are filled.
+    self_k: Vec<Vec<f32>>,
+    self_v: Vec<Vec<f32>>,
+    filled: Vec<usize>,
+    /// Per layer: `[windows, frames, width]` cross-attention keys and values.
+    cross_k: Vec<Vec<f32>>,
+    cross_v: Vec<Vec<f32>>,
+    windows: usize,
+    frames: usize,
+    /// The encoder window each sequence reads.
+    seq_window: Vec<usize>,
+    /// Spare buffer for reordering.
+    spare: Vec<f32>,
+    /// When set, cross-attention weights of these `(layer, head)` pairs are
+    /// kept, in order, as `[rows, frames]` each.
+    record: Option<Vec<(usize, usize)>>,
+    recorded: Vec<Vec<f32>>,
+}
+
+/// What can go wrong when driving the cache from outside the graph.
+fn param(msg: String) -> OpError {
+    OpError::Param(msg)
+}
+
+impl KvCache {
+    /// An empty cache for `layers` layers of `width` (= heads x head_dim)
+    /// features and at most `capacity` text positions.
+    pub fn new(layers: usize, width: usize, capacity: usize) -> KvCache {
+        KvCache {
+            inner: Arc::new(Mutex::new(CacheState {
+                layers,
+                width,
+                capacity,
+                batch: 0,
+                self_k: vec![Vec::new(); layers],
+                self_v: vec![Vec::new(); layers],
+                filled: vec![0; layers],
+                cross_k: vec![Vec::new(); layers],
+                cross_v: vec![Vec::new(); layers],
+                windows: 0,
+                frames: 0,
+                seq_window: Vec::new(),
+                spare: Vec::new(),
+                record: None,
+                recorded: Vec::new(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CacheState> {
+        // a panic while holding the lock leaves plain buffers behind, which
+        // `start` resets anyway
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Most text positions.
+    pub fn capacity(&self) -> usize {
+        self.lock().capacity
+    }
+
+    /// Text positions filled so far (those of layer 0).
+    pub fn len(&self) -> usize {
+        self.lock().filled.first().copied().unwrap_or(0)
+    }
+
+    /// Whether no position is filled.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sequences being decoded.
+    pub fn batch(&self) -> usize {
+        self.lock().batch
+    }
+
+    /// Sets layer `layer`'s cross-attention keys and values, `[windows,
+    /// frames, width]` each (f32, any layout).
+    pub fn set_cross(&self, layer: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
+        let mut st = self.lock();
+        if layer >= st.layers {
+            return Err(param(format!("layer {layer} of {}", st.layers)));
+        }
+        let (k, v) = (contig(k), contig(v));
+        for (name, t) in [("keys", &k), ("values", &v)] {
+            if t.rank() != 3 || t.shape()[2] != st.width || t.dtype() != DType::F32 {
+                return Err(OpError::Shape(format!(
+                    "cross {name} {:?} {} are not f32 [windows, frames, {}]",
+                    t.shape(),
+                    t.dtype(),
+                    st.width
+                )));
+            }
+        }
+        if k.shape() != v.shape() {
+            return Err(OpError::Shape(format!(
+                "cross keys {:?} and values {:?} differ",
+                k.shape(),
+                v.shape()
+            )));
+        }
+        let (w, f) = (k.shape()[0], k.shape()[1]);
+        if layer > 0 && (w, f) != (st.windows, st.frames) {
+            return Err(OpError::Shape(format!(
+                "layer {layer}: {w} windows of {f} frames, layer 0 has {} of {}",
+                st.windows, st.frames
+            )));
+        }
+        (st.windows, st.frames) = (w, f);
+        st.cross_k[layer].clear();
+        st.cross_k[layer].extend_from_slice(k.as_slice::<f32>()?);
+        st.cross_v[layer].clear();
+        st.cross_v[layer].extend_from_slice(v.as_slice::<f32>()?);
+        Ok(())
+    }
+
+    /// Starts one sequence per entry of `windows` (the encoder window each
+    /// reads), with no text position filled.
+    pub fn start(&self, windows: &[usize]) -> OpResult<()> {
+        let mut st = self.lock();
+        if let Some(&w) = windows.iter().find(|&&w| w >= st.windows) {
+            return Err(param(format!(
+                "window {w} was not encoded ({} windows)",
+                st.windows
+            )));
+        }
+        let n = windows.len() * st.capacity * st.width;
+        let st = &mut *st;
+        for buf in st.self_k.iter_mut().chain(st.self_v.iter_mut()) {
+            buf.resize(n, 0.0);
+        }
+        st.filled.fill(0);
+        st.batch = windows.len();
+        st.seq_window.clear();
+        st.seq_window.extend_from_slice(windows);
+        Ok(())
+    }
+
+    /// New sequence `b` continues old sequence `src[b]`.
+    pub fn reorder(&self, src: &[usize]) -> OpResult<()> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        if let Some(&s) = src.iter().find(|&&s| s >= st.batch) {
+            return Err(param(format!("sequence {s} of {}", st.batch)));
+        }
+        let row = st.capacity * st.width;
+        for l in 0..st.layers {
+            let used = st.filled[l] * st.width;
+            for buf in [&mut st.self_k[l], &mut st.self_v[l]] {
+                st.spare.resize(src.len() * row, 0.0);
+                for (b, &s) in src.iter().enumerate() {
+                    st.spare[b * row..b * row + used].copy_from_slice(&buf[s * row..s * row + used]);
+                }
+                std::mem::swap(buf, &mut st.spare);
+            }
+        }
+        st.seq_window = src.iter().map(|&s| st.seq_window[s]).collect();
+        st.batch = src.len();
+        Ok(())
+    }
+
+    /// Keeps the cross-attention weights of `heads` (`(layer, head)`) from
+    /// now on (`None`: stop keeping them).
+    pub fn record(&self, heads: Option<Vec<(usize, usize)>>) {
+        let mut st = self.lock();
+        st.recorded = vec![Vec::new(); heads.as_ref().map_or(0, |h| h.len())];
+        st.record = heads;
+    }
+
+    /// The weights kept since [`KvCache::record`]: per head, `[rows,
+    /// frames]` for every query row fed (batch 1).
+    pub fn recorded(&self) -> Vec<Vec<f32>> {
+        self.lock().recorded.clone()
+    }
+
+    /// Encoder frames per window.
+    pub fn frames(&self) -> usize {
+        self.lock().frames
+    }
+}
+
+/// `[B, n, width]` f32 facts shared by both attentions.
+fn attention_facts(inputs: &[&TypedFact], count: usize) -> OpResult<Vec<TypedFact>> {
+    input_count(inputs, count)?;
+    for (i, f) in inputs.iter().enumerate() {
+        rank(f, i, 3)?;
+        float(f, i)?;
+        if f.dtype != DType::F32 {
+            return Err(OpError::DType {
+                input: i,
+                expected: "f32".into(),
+                got: f.dtype,
+            });
+        }
+        if f.shape != inputs[0].shape {
+            return Err(OpError::Shape(format!(
+                "input {i} {f} is not shaped as q {}",
+                inputs[0]
+            )));
+        }
+    }
+    Ok(vec![inputs[0].clone()])
+}
+
+/// `(batch, rows, width)` of a concrete `[B, n, width]` f32 input.
+fn dims3(t: &Tensor, input: usize, width: usize) -> OpResult<(usize, usize)> {
+    if t.rank() != 3 {
+        return Err(OpError::Rank {
+            input,
+            expected: "3".into(),
+            got: t.rank(),
+        });
+    }
+    if t.dtype() != DType::F32 {
+        return Err(OpError::DType {
+            input,
+            expected: "f32".into(),
+            got: t.dtype(),
+        });
+    }
+    if t.shape()[2] != width {
+        return Err(OpError::Shape(format!(
+            "input {input} {:?} is not {width} wide",
+            t.shape()
+        )));
+    }
+    Ok((t.shape()[0], t.shape()[1]))
+}
+
+/// Masked-free dot product written so that it vectorises.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = acc.iter().sum::<f32>();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// One head of one query row: `softmax(q · k_j * scale)` over `keys` rows
+/// of `k` (row stride `ld`), weights left in `w`, result into `out`.
+#[allow(clippy::too_many_arguments)]
+fn attend_row(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    ld: usize,
+    keys: usize,
+    scale: f32,
+    w: &mut [f32],
+    out: &mut [f32],
+) {
+    let dh = q.len();
+    let mut max = f32::NEG_INFINITY;
+    for (j, s) in w[..keys].iter_mut().enumerate() {
+        *s = dot(q, &k[j * ld..j * ld + dh]) * scale;
+        max = max.max(*s);
+    }
+    let mut sum = 0.0;
+    for s in w[..keys].iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    out.fill(0.0);
+    for (j, s) in w[..keys].iter_mut().enumerate() {
+        *s *= inv;
+        let vj = &v[j * ld..j * ld + dh];
+        for (o, x) in out.iter_mut().zip(vj) {
+            *o += *s * x;
+        }
+    }
+}
+
+/// Causal self-attention whose keys and values accumulate in the cache.
+///
+/// Inputs `q`, `k`, `v` `[B, n, heads * head_dim]` f32 for `n` new tokens
+/// of the cache's `B` sequences; their keys and values are appended to
+/// layer `layer`'s cache, and new token `i` attends to every cached
+/// position up to and including its own. Output `[B, n, width]`.
+#[derive(Debug, Clone)]
+pub struct CachedSelfAttention {
+    pub layer: usize,
+    pub heads: usize,
+    pub cache: KvCache,
+}
+
+impl Op for CachedSelfAttention {
+    op_common!("CachedSelfAttention");
+
+    fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
+        attention_facts(inputs, 3)
+    }
+
+    fn eval(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()> {
+        input_count(inputs, 3)?;
+        let mut st = self.cache.lock();
+        let (width, cap, layer) = (st.width, st.capacity, self.layer);
+        if layer >= st.layers || self.heads == 0 || width % self.heads != 0 {
+            return Err(param(format!(
+                "layer {layer} of {}, {} heads over {width} features",
+                st.layers, self.heads
+            )));
+        }
+        let (b, n) = dims3(inputs[0], 0, width)?;
+        for i in 1..3 {
+            if dims3(inputs[i], i, width)? != (b, n) {
+                return Err(OpError::Shape(format!(
+                    "input {i} {:?} is not shaped as q {:?}",
+                    inputs[i].shape(),
+                    inputs[0].shape()
+                )));
+            }
+        }
+        if b != st.batch {
+            return Err(OpError::Shape(format!(
+                "{b} sequences fed, the cache holds {}",
+                st.batch
+            )));
+        }
+        let past = st.filled[layer];
+        if past + n > cap {
+            return Err(OpError::Shape(format!(
+                "{past} + {n} text positions exceed the decoder's {cap}"
+            )));
+        }
+        let (q, k, v) = (contig(inputs[0]), contig(inputs[1]), contig(inputs[2]));
+        let (q, k, v) = (q.as_slice::<f32>()?, k.as_slice::<f32>()?, v.as_slice::<f32>()?);
+        let row = cap * width;
+        let st = &mut *st;
+        for s in 0..b {
+            let dst = s * row + past * width;
+            let src = s * n * width..(s + 1) * n * width;
+            st.self_k[layer][dst..dst + n * width].copy_from_slice(&k[src.clone()]);
+            st.self_v[layer][dst..dst + n * width].copy_from_slice(&v[src]);
+        }
+        st.filled[layer] = past + n;
+        outputs_len(outputs, 1);
+        outputs[0].ensure(DType::F32, &[b, n, width]);
+        let out = outputs[0].as_slice_mut::<f32>()?;
+        let dh = width / self.heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let w = scratch.one(past + n);
+        let (kc, vc) = (&st.self_k[layer], &st.self_v[layer]);
+        for s in 0..b {
+            for i in 0..n {
+                let r = (s * n + i) * width;
+                for h in 0..self.heads {
+                    let o = h * dh;
+                    let base = s * row + o;
+                    attend_row(
+                        &q[r + o..r + o + dh],
+                        &kc[base..],
+                        &vc[base..],
+                        width,
+                        past + i + 1,
+                        scale,
+                        w,
+                        &mut out[r + o..r + o + dh],
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn info(&self) -> String {
+        format!("layer {} heads {}", self.layer, self.heads)
+    }
+}
+
+/// Attention of the new tokens over their encoder window's cached keys and
+/// values (set with [`KvCache::set_cross`]).
+///
+/// Input `q [B, n, heads * head_dim]` f32; output `[B, n, width]`.
+#[derive(Debug, Clone)]
+pub struct CrossAttention {
+    pub layer: usize,
+    pub heads: usize,
+    pub cache: KvCache,
+}
+
+impl Op for CrossAttention {
+    op_common!("CrossAttention");
+
+    fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
+        attention_facts(inputs, 1)
+    }
+
+    fn eval(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        scratch: &mut Scratch,
+    ) -> OpResult<()> {
+        input_count(inputs, 1)?;
+        let mut st = self.cache.lock();
+        let (width, layer, frames) = (st.width, self.layer, st.frames);
+        if layer >= st.layers || self.heads == 0 || width % self.heads != 0 {
+            return Err(param(format!(
+                "layer {layer} of {}, {} heads over {width} features",
+                st.layers, self.heads
+            )));
+        }
+        let (b, n) = dims3(inputs[0], 0, width)?;
+        if b != st.batch {
+            return Err(OpError::Shape(format!(
+                "{b} sequences fed, the cache holds {}",
+                st.batch
+            )));
+        }
+        if st.cross_k[layer].len() != st.windows * frames * width || frames == 0 {
+            return Err(param(format!("layer {layer} has no encoder output")));
+        }
+        let q = contig(inputs[0]);
+        let q = q.as_slice::<f32>()?;
+        outputs_len(outputs, 1);
+        outputs[0].ensure(DType::F32, &[b, n, width]);
+        let out = outputs[0].as_slice_mut::<f32>()?;
+        let dh = width / self.heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let w = scratch.one(frames);
+        let st = &mut *st;
+        let keep: Vec<(usize, usize)> = st
+            .record
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, (l, _))| *l == layer)
+            .map(|(slot, &(_, h))| (slot, h))
+            .collect();
+        for s in 0..b {
+            let win = st.seq_window[s] * frames * width;
+            for i in 0..n {
+                let r = (s * n + i) * width;
+                for h in 0..self.heads {
+                    let o = h * dh;
+                    attend_row(
+                        &q[r + o..r + o + dh],
+                        &st.cross_k[layer][win + o..],
+                        &st.cross_v[layer][win + o..],
+                        width,
+                        frames,
+                        scale,
+                        w,
+                        &mut out[r + o..r + o + dh],
+                    );
+                    for &(slot, _) in keep.iter().filter(|(_, kh)| *kh == h) {
+                        st.recorded[slot].extend_from_slice(&w[..frames]);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn info(&self) -> String {
+        format!("layer {} heads {}", self.layer, self.heads)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::attention::Attention;
+    use crate::ops::eval_op;
+
+    fn rand(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2654435761).max(1);
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x as f32 / u32::MAX as f32) - 0.5
+            })
+            .collect()
+    }
+
+    fn t(shape: &[usize], seed: u32) -> Tensor {
+        Tensor::from_vec(shape.to_vec(), rand(shape.iter().product(), seed)).unwrap()
+    }
+
+    /// `[B, n, H*dh]` to `[B, H, n, dh]` for the reference attention.
+    fn heads(x: &Tensor, h: usize) -> Tensor {
+        let s = x.shape();
+        x.reshape(&[s[0], s[1], h, s[2] / h])
+            .unwrap()
+            .permute(&[0, 2, 1, 3])
+            .unwrap()
+            .contiguous()
+    }
+
+    #[test]
+    fn self_attention_fed_in_pieces_equals_causal_attention() {
+        let (b, n, h, width) = (2, 7, 3, 12);
+        let (q, k, v) = (t(&[b, n, width], 1), t(&[b, n, width], 2), t(&[b, n, width], 3));
+        // reference: causal attention over all n at once
+        let mask: Vec<bool> = (0..n * n).map(|x| x % n <= x / n).collect();
+        let mask = Tensor::from_vec(vec![n, n], mask).unwrap();
+        let reference = eval_op(
+            &Attention { scale: None },
+            &[&heads(&q, h), &heads(&k, h), &heads(&v, h), &mask],
+        )
+        .unwrap()
+        .remove(0)
+        .permute(&[0, 2, 1, 3])
+        .unwrap()
+        .contiguous()
+        .reshape(&[b, n, width])
+        .unwrap();
+        let cache = KvCache::new(1, width, 16);
+        cache.set_cross(0, &t(&[1, 4, width], 9), &t(&[1, 4, width], 10)).unwrap();
+        cache.start(&[0, 0]).unwrap();
+        let op = CachedSelfAttention {
+            layer: 0,
+            heads: h,
+            cache: cache.clone(),
+        };
+        // the first 3 tokens at once, then one by one
+        let mut got = Vec::new();
+        for (lo, hi) in [(0, 3), (3, 4), (4, 5), (5, 6), (6, 7)] {
+            let part = |x: &Tensor| x.narrow(1, lo, hi - lo).unwrap().contiguous();
+            let y = eval_op(&op, &[&part(&q), &part(&k), &part(&v)]).unwrap().remove(0);
+            got.push(y);
+        }
+        assert_eq!(cache.len(), n);
+        for s in 0..b {
+            let mut row = 0;
+            for y in &got {
+                for i in 0..y.shape()[1] {
+                    let g = y.narrow(0, s, 1).unwrap().narrow(1, i, 1).unwrap().to_f32_vec();
+                    let r = reference
+                        .narrow(0, s, 1)
+                        .unwrap()
+                        .narrow(1, row, 1)
+                        .unwrap()
+                        .to_f32_vec();
+                    for (a, c) in g.iter().zip(&r) {
+                        assert!((a - c).abs() < 1e-5, "seq {s} row {row}: {a} vs {c}");
+                    }
+                    row += 1;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reorder_moves_sequences_and_windows() {
+        let width = 4;
+        let cache = KvCache::new(1, width, 8);
+        let ck = Tensor::from_vec(vec![2, 1, width], vec![1f32; 8]).unwrap();
+        // window 1's values are 2, window 0's are 1
+        let cv =
+            Tensor::from_vec(vec![2, 1, width], [[1f32; 4], [2f32; 4]].concat()).unwrap();
+        cache.set_cross(0, &ck, &cv).unwrap();
+        cache.start(&[0, 1]).unwrap();
+        let cross = CrossAttention {
+            layer: 0,
+            heads: 2,
+            cache: cache.clone(),
+        };
+        let q = t(&[2, 1, width], 5);
+        let y = eval_op(&cross, &[&q]).unwrap().remove(0).to_f32_vec();
+        assert_eq!(y, [[1f32; 4], [2f32; 4]].concat());
+        cache.reorder(&[1, 1, 0]).unwrap();
+        assert_eq!(cache.batch(), 3);
+        let q = t(&[3, 1, width], 6);
+        let y = eval_op(&cross, &[&q]).unwrap().remove(0).to_f32_vec();
+        assert_eq!(y, [[2f32; 4], [2f32; 4], [1f32; 4]].concat());
+        assert!(cache.reorder(&[3]).is_err());
+        // a batch that does not match the cache is an error, not a wild read
+        assert!(eval_op(&cross, &[&t(&[1, 1, width], 7)]).is_err());
+    }
+
+    #[test]
+    fn capacity_is_enforced() {
+        let width = 4;
+        let cache = KvCache::new(1, width, 2);
+        cache.set_cross(0, &t(&[1, 3, width], 1), &t(&[1, 3, width], 2)).unwrap();
+        cache.start(&[0]).unwrap();
+        let op = CachedSelfAttention {
+            layer: 0,
+            heads: 1,
+            cache,
+        };
+        let x = t(&[1, 3, width], 3);
+        assert!(eval_op(&op, &[&x, &x, &x]).is_err());
+        let x = t(&[1, 2, width], 3);
+        assert!(eval_op(&op, &[&x, &x, &x]).is_ok());
+    }
+
+    #[test]
+    fn records_alignment_heads() {
+        let width = 4;
+        let cache = KvCache::new(2, width, 4);
+        for l in 0..2 {
+            cache.set_cross(l, &t(&[1, 5, width], 1), &t(&[1, 5, width], 2)).unwrap();
+        }
+        cache.start(&[0]).unwrap();
+        cache.record(Some(vec![(1, 0)]));
+        let op = CrossAttention {
+            layer: 1,
+            heads: 2,
+            cache: cache.clone(),
+        };
+        eval_op(&op, &[&t(&[1, 3, width], 4)]).unwrap();
+        let rec = cache.recorded();
+        assert_eq!(rec.len(), 1);
+        assert_eq!(rec[0].len(), 3 * 5);
+        for row in rec[0].chunks(5) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+    }
+}

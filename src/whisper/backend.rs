@@ -1,0 +1,74 @@
+//! What Whisper decoding needs from whatever runs the network: log-mel
+//! features, the encoder over 30 s windows, and a text decoder fed token by
+//! token whose self-attention cache lives in the engine.
+//!
+//! Decoding (prompts, logit rules, greedy and beam search, fallback, long
+//! audio) is written against this trait only, so it runs the same over the
+//! CPU graphs, the GPU graphs and a test double.
+
+use crate::Result;
+
+/// A Whisper network, ready to encode windows and decode text over them.
+pub trait WhisperBackend {
+    /// Mel bins of the features (80, or 128 for large-v3).
+    fn n_mels(&self) -> usize;
+
+    /// Feature frames in one encoder window (3000: 30 s at 10 ms).
+    fn window_frames(&self) -> usize;
+
+    /// Logits per position (the vocabulary size).
+    fn vocab_size(&self) -> usize;
+
+    /// Most text positions the decoder has (448): prompt plus output.
+    fn max_text_positions(&self) -> usize;
+
+    /// Log-mel features of a whole recording as the reference computes them
+    /// (160 zero samples appended, log10 clamped to the maximum minus 8 over
+    /// the whole recording, then `(x + 4) / 4`): `[n_mels, frames]`
+    /// row-major, with `frames = samples / 160 + 1`.
+    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>>;
+
+    /// Runs the encoder over `windows` (each `[n_mels, window_frames]`
+    /// row-major, already padded with zeros or trimmed) and computes every
+    /// decoder layer's cross-attention keys and values for them. Replaces
+    /// the windows of any earlier call.
+    fn encode(&mut self, windows: &[&[f32]]) -> Result<()>;
+
+    /// Starts decoding one sequence per entry of `windows`, sequence `b`
+    /// reading encoded window `windows[b]`, with empty self-attention
+    /// caches.
+    fn start(&mut self, windows: &[usize]) -> Result<()>;
+
+    /// Feeds `n` new tokens to every sequence (`tokens` is `[batch, n]`
+    /// row-major) and writes into `logits` (resized to `[batch,
+    /// positions.len(), vocab]`) the logits after each listed position among
+    /// the `n` new tokens (`n - 1` for the next token; the start-of-transcript
+    /// position for the no-speech probability).
+    fn feed(
+        &mut self,
+        tokens: &[u32],
+        n: usize,
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<()>;
+
+    /// Keeps the sequences `src` in that order: new sequence `b` continues
+    /// old sequence `src[b]` (its cache and its window). The batch may grow
+    /// or shrink (beam search forks and drops sequences).
+    fn reorder(&mut self, src: &[usize]) -> Result<()>;
+}
+
+/// Cross-attention weights for word timestamps.
+pub trait AlignmentSource {
+    /// Runs `tokens` (a whole prompt plus text sequence) through the decoder
+    /// over encoded window `window` and returns the cross-attention weights
+    /// of each `(layer, head)` in `heads`: `[heads.len(), tokens.len(),
+    /// encoder_frames]` row-major, each row a softmax over the window's
+    /// encoder frames (1500 for a full window).
+    fn cross_attention(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<f32>>;
+}

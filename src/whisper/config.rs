@@ -1,0 +1,127 @@
+//! The network's sizes from a Hugging Face `config.json` (`WhisperConfig`).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::LoadError;
+
+/// What the graphs need to know of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct WhisperConfig {
+    pub d_model: usize,
+    pub encoder_layers: usize,
+    pub encoder_attention_heads: usize,
+    pub decoder_layers: usize,
+    pub decoder_attention_heads: usize,
+    pub encoder_ffn_dim: usize,
+    pub decoder_ffn_dim: usize,
+    pub num_mel_bins: usize,
+    pub vocab_size: usize,
+    /// Encoder frames per window after the stride-2 convolution (1500).
+    pub max_source_positions: usize,
+    /// Text positions of the decoder (448).
+    pub max_target_positions: usize,
+    #[serde(default = "gelu")]
+    pub activation_function: String,
+    #[serde(default)]
+    pub scale_embedding: bool,
+}
+
+fn gelu() -> String {
+    "gelu".into()
+}
+
+impl WhisperConfig {
+    /// Reads and checks `config.json`.
+    pub fn load(path: &Path) -> Result<WhisperConfig, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        WhisperConfig::parse(&text).map_err(|reason| LoadError::Config {
+            path: path.to_path_buf(),
+            reason,
+        })
+    }
+
+    /// Parses and checks the text of a `config.json`.
+    pub fn parse(text: &str) -> Result<WhisperConfig, String> {
+        let cfg: WhisperConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let sizes = [
+            ("d_model", self.d_model),
+            ("encoder_layers", self.encoder_layers),
+            ("encoder_attention_heads", self.encoder_attention_heads),
+            ("decoder_layers", self.decoder_layers),
+            ("decoder_attention_heads", self.decoder_attention_heads),
+            ("encoder_ffn_dim", self.encoder_ffn_dim),
+            ("decoder_ffn_dim", self.decoder_ffn_dim),
+            ("num_mel_bins", self.num_mel_bins),
+            ("vocab_size", self.vocab_size),
+            ("max_source_positions", self.max_source_positions),
+            ("max_target_positions", self.max_target_positions),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0 || *v > 1 << 20) {
+            return Err(format!("`{name}` must be between 1 and 2^20"));
+        }
+        for (name, heads) in [
+            ("encoder_attention_heads", self.encoder_attention_heads),
+            ("decoder_attention_heads", self.decoder_attention_heads),
+        ] {
+            if self.d_model % heads != 0 {
+                return Err(format!(
+                    "`d_model` {} is not a multiple of `{name}` {heads}",
+                    self.d_model
+                ));
+            }
+        }
+        if self.activation_function != "gelu" {
+            return Err(format!(
+                "activation `{}` is not supported (only `gelu`)",
+                self.activation_function
+            ));
+        }
+        if self.scale_embedding {
+            return Err("`scale_embedding: true` is not supported".into());
+        }
+        Ok(())
+    }
+
+    /// Feature frames per encoder window (twice the encoder's frames).
+    pub fn window_frames(&self) -> usize {
+        2 * self.max_source_positions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TINY: &str = r#"{"d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6,
+        "decoder_layers": 4, "decoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+        "decoder_ffn_dim": 1536, "num_mel_bins": 80, "vocab_size": 51864,
+        "max_source_positions": 1500, "max_target_positions": 448, "model_type": "whisper"}"#;
+
+    #[test]
+    fn reads_tiny() {
+        let c = WhisperConfig::parse(TINY).unwrap();
+        assert_eq!((c.d_model, c.window_frames()), (384, 3000));
+    }
+
+    #[test]
+    fn bad_configs_say_why() {
+        let five = TINY.replace("\"encoder_attention_heads\": 6", "\"encoder_attention_heads\": 5");
+        let e = WhisperConfig::parse(&five).unwrap_err();
+        assert!(e.contains("encoder_attention_heads"), "{e}");
+        let e = WhisperConfig::parse(&TINY.replace("\"d_model\": 384,", "")).unwrap_err();
+        assert!(e.contains("d_model"), "{e}");
+        assert!(WhisperConfig::parse("{not json").is_err());
+        let e = WhisperConfig::load(Path::new("/nonexistent/config.json")).unwrap_err();
+        assert!(matches!(e, LoadError::Read { .. }), "{e}");
+    }
+}

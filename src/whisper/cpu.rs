@@ -1,0 +1,258 @@
+//! [`WhisperBackend`] on the CPU: the engine graphs run by the CPU runner,
+//! the decoder's cache shared by its prompt and step graphs, and logits
+//! computed only at the positions decoding asks for.
+
+use std::path::{Path, PathBuf};
+
+use super::backend::{AlignmentSource, WhisperBackend};
+use super::graphs::{self, DecoderShape};
+use super::{folder, WhisperConfig};
+use crate::graph::Runner;
+use crate::ops::kv_cache::KvCache;
+use crate::ops::matmul::{gemm_rows, rows_work_len};
+use crate::ops::{OpError, Tensor};
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// A checkpoint folder, loaded: its sizes and weights.
+#[derive(Debug, Clone)]
+pub struct WhisperModel {
+    pub dir: PathBuf,
+    pub config: WhisperConfig,
+    pub weights: Weights,
+}
+
+impl WhisperModel {
+    /// Loads the folder `spec` names (a path, or a short name in the model
+    /// cache; see [`folder::resolve`]).
+    pub fn open(spec: &str) -> Result<WhisperModel> {
+        let dir = folder::resolve(spec)?;
+        WhisperModel::open_dir(&dir)
+    }
+
+    /// Loads a folder (which must hold [`folder::REQUIRED`]).
+    pub fn open_dir(dir: &Path) -> Result<WhisperModel> {
+        folder::check_files(dir)?;
+        let config = WhisperConfig::load(&dir.join("config.json"))?;
+        let weights = Weights::load(dir.join("model.safetensors"))?;
+        Ok(WhisperModel {
+            dir: dir.to_path_buf(),
+            config,
+            weights,
+        })
+    }
+}
+
+/// The CPU backend of one model; one per thread of work (it holds the
+/// decoder's cache).
+pub struct CpuWhisper {
+    cfg: WhisperConfig,
+    frontend: Runner,
+    encoder: Runner,
+    prompt: Runner,
+    step: Runner,
+    cache: KvCache,
+    /// The token embedding `[vocab, d]`, f32: the output projection.
+    embed: Vec<f32>,
+    /// Encoded windows.
+    windows: usize,
+    rows: Vec<f32>,
+    work: Vec<f32>,
+}
+
+fn internal(what: String) -> Error {
+    Error::Op(OpError::Other(what))
+}
+
+impl CpuWhisper {
+    /// Builds the graphs of `model`.
+    pub fn new(model: &WhisperModel) -> Result<CpuWhisper> {
+        let (cfg, w) = (&model.config, &model.weights);
+        let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+        let embed = w
+            .f32("model.decoder.embed_tokens.weight", &[cfg.vocab_size, cfg.d_model])?
+            .to_vec::<f32>()?;
+        Ok(CpuWhisper {
+            cfg: cfg.clone(),
+            frontend: Runner::new(graphs::frontend(cfg.num_mel_bins)?)?,
+            encoder: Runner::new(graphs::encoder(cfg, w)?)?,
+            prompt: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
+            step: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
+            cache,
+            embed,
+            windows: 0,
+            rows: Vec::new(),
+            work: Vec::new(),
+        })
+    }
+
+    /// The encoder output of the last [`WhisperBackend::encode`] call,
+    /// `[windows, 1500, d]` (for comparisons with the reference).
+    pub fn encoder_output(&self) -> &Tensor {
+        self.encoder.output(0)
+    }
+
+    /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
+    fn run_decoder(&mut self, tokens: &[u32], batch: usize, n: usize) -> Result<()> {
+        let past = self.cache.len() as i64;
+        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        let (runner, shape) = if n == 1 {
+            (&mut self.step, vec![batch, 1])
+        } else {
+            (&mut self.prompt, vec![1, n])
+        };
+        let tokens = Tensor::from_vec(shape, ids)?;
+        let positions = Tensor::from_vec(vec![n], (past..past + n as i64).collect::<Vec<_>>())?;
+        runner.step(&[&tokens, &positions])
+    }
+
+    /// The decoder's last output, `[batch, n, d]`.
+    fn hidden(&self, n: usize) -> &Tensor {
+        if n == 1 {
+            self.step.output(0)
+        } else {
+            self.prompt.output(0)
+        }
+    }
+}
+
+impl WhisperBackend for CpuWhisper {
+    fn n_mels(&self) -> usize {
+        self.cfg.num_mel_bins
+    }
+
+    fn window_frames(&self) -> usize {
+        self.cfg.window_frames()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn max_text_positions(&self) -> usize {
+        self.cfg.max_target_positions
+    }
+
+    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
+        let x = Tensor::from_slice(audio);
+        self.frontend.step(&[&x])?;
+        Ok(self.frontend.output(0).to_f32_vec())
+    }
+
+    fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
+        let (m, f) = (self.cfg.num_mel_bins, self.cfg.window_frames());
+        if windows.is_empty() {
+            return Err(internal("no window to encode".into()));
+        }
+        if let Some(w) = windows.iter().find(|w| w.len() != m * f) {
+            return Err(Error::Input {
+                name: "mel".into(),
+                reason: format!("a window has {} values, not {m} x {f}", w.len()),
+            });
+        }
+        let mel = Tensor::from_vec(vec![windows.len(), m, f], windows.concat())?;
+        self.encoder.step(&[&mel])?;
+        for l in 0..self.cfg.decoder_layers {
+            let (k, v) = (self.encoder.output(1 + 2 * l), self.encoder.output(2 + 2 * l));
+            self.cache.set_cross(l, k, v)?;
+        }
+        self.windows = windows.len();
+        Ok(())
+    }
+
+    fn start(&mut self, windows: &[usize]) -> Result<()> {
+        Ok(self.cache.start(windows)?)
+    }
+
+    fn feed(
+        &mut self,
+        tokens: &[u32],
+        n: usize,
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let batch = self.cache.batch();
+        if n == 0 || tokens.len() != batch * n {
+            return Err(Error::Input {
+                name: "tokens".into(),
+                reason: format!("{} tokens for {batch} sequences of {n}", tokens.len()),
+            });
+        }
+        if let Some(p) = positions.iter().find(|&&p| p >= n) {
+            return Err(internal(format!("position {p} of {n} new tokens")));
+        }
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::Input {
+                name: "tokens".into(),
+                reason: format!("token id {t} is outside the vocabulary ({})", self.cfg.vocab_size),
+            });
+        }
+        let d = self.cfg.d_model;
+        if n > 1 && batch > 1 {
+            // the prompt graph takes one sequence: feed the others' tokens
+            // one position at a time (same numbers, slower); only the rows
+            // asked for are kept
+            let mut kept = vec![0f32; batch * positions.len() * d];
+            for i in 0..n {
+                let col: Vec<u32> = (0..batch).map(|b| tokens[b * n + i]).collect();
+                self.run_decoder(&col, batch, 1)?;
+                let h = self.hidden(1).to_f32_vec();
+                for (pi, _) in positions.iter().enumerate().filter(|(_, &p)| p == i) {
+                    for b in 0..batch {
+                        let dst = (b * positions.len() + pi) * d;
+                        kept[dst..dst + d].copy_from_slice(&h[b * d..(b + 1) * d]);
+                    }
+                }
+            }
+            self.rows = kept;
+        } else {
+            self.run_decoder(tokens, batch, n)?;
+            let h = if n == 1 { self.step.output(0) } else { self.prompt.output(0) };
+            let h = h.as_slice::<f32>()?;
+            self.rows.clear();
+            for b in 0..batch {
+                for &p in positions {
+                    let r = (b * n + p) * d;
+                    self.rows.extend_from_slice(&h[r..r + d]);
+                }
+            }
+        }
+        let (m, v) = (batch * positions.len(), self.cfg.vocab_size);
+        logits.resize(m * v, 0.0);
+        self.work.resize(rows_work_len(m, v, d), 0.0);
+        // Eᵀ as a d x vocab matrix: element (i, t) sits at embed[t * d + i]
+        gemm_rows((m, v, d), logits, v, &self.rows, (d, 1), &self.embed, (1, d), None, &mut self.work)?;
+        Ok(())
+    }
+
+    fn reorder(&mut self, src: &[usize]) -> Result<()> {
+        Ok(self.cache.reorder(src)?)
+    }
+}
+
+impl AlignmentSource for CpuWhisper {
+    fn cross_attention(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
+        if let Some(&(l, h)) = heads
+            .iter()
+            .find(|(l, h)| *l >= self.cfg.decoder_layers || *h >= self.cfg.decoder_attention_heads)
+        {
+            return Err(internal(format!("alignment head ({l}, {h}) is not in the decoder")));
+        }
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.cache.start(&[window])?;
+        self.cache.record(Some(heads.to_vec()));
+        let mut logits = Vec::new();
+        let r = self.feed(tokens, tokens.len(), &[tokens.len() - 1], &mut logits);
+        let rec = self.cache.recorded();
+        self.cache.record(None);
+        r?;
+        Ok(rec.concat())
+    }
+}

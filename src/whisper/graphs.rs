@@ -1,0 +1,185 @@
+//! Whisper as engine graphs: the log-mel front end, the encoder over
+//! 30 s windows (with every decoder layer's cross-attention keys and
+//! values), and the decoder over new tokens with its key/value cache.
+
+use std::f64::consts::PI;
+
+use super::layers::{Net, SelfAttention};
+use super::WhisperConfig;
+use crate::graph::{Graph, GraphBuilder};
+use crate::ops::conv::{Conv1d, ConvLayout};
+use crate::ops::gather::Gather;
+use crate::ops::kv_cache::KvCache;
+use crate::ops::mel::{mel_filterbank, LogMel, MelScale};
+use crate::ops::pad::{Pad, PadMode};
+use crate::ops::reduce::{Reduce, ReduceOp};
+use crate::ops::shape::{Permute, Slice};
+use crate::ops::stft::{Stft, StftOutput};
+use crate::ops::{Binary, DType, Dim, Tensor, TypedFact, Unary};
+use crate::weights::Weights;
+use crate::Result;
+
+/// Sample rate the checkpoints were trained at.
+pub const SAMPLE_RATE: u32 = 16_000;
+/// STFT size and hop of the reference front end (25 ms, 10 ms).
+pub const N_FFT: usize = 400;
+pub const HOP: usize = 160;
+
+/// The reference's log-mel features of a whole recording: input `audio`
+/// `[S]` f32 at 16 kHz, output `features` `[n_mels, S / 160 + 1]`.
+///
+/// As faster-whisper computes them: 160 zeros appended, a centred
+/// (reflect-padded) STFT with a periodic Hann window, the last frame
+/// dropped, power through Slaney mel filters, `log10` of at least 1e-10,
+/// clamped to 8 below the recording's maximum, then `(x + 4) / 4`.
+pub fn frontend(n_mels: usize) -> Result<Graph> {
+    let mut b = GraphBuilder::new();
+    let audio = b.input("audio", TypedFact::new(DType::F32, [Dim::s()]))?;
+    let pad = Pad {
+        pads: vec![(0, HOP)],
+        mode: PadMode::Constant(0.0),
+    };
+    let padded = b.op("pad", pad, &[audio])?;
+    let window: Vec<f32> = (0..N_FFT)
+        .map(|n| (0.5 - 0.5 * (2.0 * PI * n as f64 / N_FFT as f64).cos()) as f32)
+        .collect();
+    let window = b.constant("window", Tensor::from_slice(&window))?;
+    let stft = Stft::new(N_FFT, HOP, true, StftOutput::Power)?;
+    let power = b.op("stft", stft, &[padded, window])?;
+    let power = b.op(
+        "drop_last",
+        Slice {
+            axis: 0,
+            start: 0,
+            end: Some(-1),
+        },
+        &[power],
+    )?;
+    let nyquist = (SAMPLE_RATE / 2) as f32;
+    let fb = mel_filterbank(N_FFT / 2 + 1, 0.0, nyquist, n_mels, SAMPLE_RATE, MelScale::Slaney, true)?;
+    let fb = b.constant("mel_filters", fb)?;
+    // ln then a clamp equals ln of the clamped power: ln is monotonic
+    let ln = b.op("ln_mel", LogMel { eps: 0.0 }, &[power, fb])?;
+    let floor = b.constant("ln_floor_value", Tensor::scalar(1e-10f32.ln()))?;
+    let ln = b.op("ln_floor", Binary::Max, &[ln, floor])?;
+    let inv_ln10 = b.constant("inv_ln10", Tensor::scalar(std::f32::consts::LOG10_E))?;
+    let log10 = b.op("log10", Binary::Mul, &[ln, inv_ln10])?;
+    let max = Reduce {
+        op: ReduceOp::Max,
+        axes: vec![0, 1],
+        keep_dims: false,
+    };
+    let top = b.op("max", max, &[log10])?;
+    let eight = b.constant("eight", Tensor::scalar(8f32))?;
+    let low = b.op("max_minus_8", Binary::Sub, &[top, eight])?;
+    let x = b.op("clamp", Binary::Max, &[log10, low])?;
+    let four = b.constant("four", Tensor::scalar(4f32))?;
+    let x = b.op("plus_4", Binary::Add, &[x, four])?;
+    let quarter = b.constant("quarter", Tensor::scalar(0.25f32))?;
+    let x = b.op("div_4", Binary::Mul, &[x, quarter])?;
+    let x = b.op("features", Permute { axes: vec![1, 0] }, &[x])?;
+    b.output("features", x);
+    b.build()
+}
+
+/// The encoder over `B` windows: input `mel` `[B, n_mels, 3000]` (`B` the
+/// stream symbol); outputs `encoder` `[B, 1500, d]`, then each decoder
+/// layer's cross-attention keys and values (`cross_k.L`, `cross_v.L`,
+/// `[B, 1500, d]`).
+pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
+    let (d, m) = (cfg.d_model, cfg.num_mel_bins);
+    let mut b = GraphBuilder::new();
+    let mel = b.input(
+        "mel",
+        TypedFact::new(DType::F32, [Dim::s(), Dim::n(m as i64), Dim::n(cfg.window_frames() as i64)]),
+    )?;
+    let mut n = Net { b: &mut b, w, d };
+    let x = n.b.op("time_major", Permute { axes: vec![0, 2, 1] }, &[mel])?;
+    let mut x = x;
+    for (i, (stride, fan_in)) in [(1, m), (2, d)].into_iter().enumerate() {
+        let name = format!("model.encoder.conv{}", i + 1);
+        let wt = n.weight(&format!("{name}.weight"), &[d, fan_in, 3])?;
+        let bias = n.weight(&format!("{name}.bias"), &[d])?;
+        let conv = Conv1d {
+            stride,
+            dilation: 1,
+            pad: (1, 1),
+            groups: 1,
+            layout: ConvLayout::ChannelsLast,
+        };
+        let y = n.b.op(&name, conv, &[x, wt, bias])?;
+        x = n.b.op(&format!("{name}.gelu"), Unary::Gelu, &[y])?;
+    }
+    let pos = n.weight("model.encoder.embed_positions.weight", &[cfg.max_source_positions, d])?;
+    x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
+    for l in 0..cfg.encoder_layers {
+        let p = format!("model.encoder.layers.{l}");
+        let heads = cfg.encoder_attention_heads;
+        x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
+            n.self_attention(&format!("{p}.self_attn"), h, heads, SelfAttention::Whole)
+        })?;
+        x = n.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
+            n.mlp(&p, h, cfg.encoder_ffn_dim)
+        })?;
+    }
+    let enc = n.layer_norm("model.encoder.layer_norm", x)?;
+    let mut outputs = vec![("encoder".to_string(), enc)];
+    for l in 0..cfg.decoder_layers {
+        let p = format!("model.decoder.layers.{l}.encoder_attn");
+        let k = n.linear(&format!("{p}.k_proj"), enc, (d, d), false)?;
+        let v = n.linear(&format!("{p}.v_proj"), enc, (d, d), true)?;
+        outputs.push((format!("cross_k.{l}"), k));
+        outputs.push((format!("cross_v.{l}"), v));
+    }
+    for (name, o) in outputs {
+        b.output(&name, o);
+    }
+    b.build()
+}
+
+/// How many sequences and tokens a decoder graph takes per run: facts
+/// have one symbol, so one of the two is fixed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderShape {
+    /// One sequence, `S` tokens (a prompt).
+    Prompt,
+    /// `S` sequences, one token each (a decoding step).
+    Step,
+}
+
+/// The decoder over new tokens: inputs `tokens` (i64, `[1, S]` or `[S, 1]`)
+/// and their text `positions` (i64, `[S]` or `[1]`); output `hidden`
+/// `[B, n, d]` after the final layer norm (logits are `hidden · Eᵀ`, taken
+/// only where decoding needs them). Keys and values go to `cache`.
+pub fn decoder(cfg: &WhisperConfig, w: &Weights, cache: &KvCache, shape: DecoderShape) -> Result<Graph> {
+    let d = cfg.d_model;
+    let mut b = GraphBuilder::new();
+    let (tok, pos) = match shape {
+        DecoderShape::Prompt => ([Dim::n(1), Dim::s()], Dim::s()),
+        DecoderShape::Step => ([Dim::s(), Dim::n(1)], Dim::n(1)),
+    };
+    let tokens = b.input("tokens", TypedFact::new(DType::I64, tok))?;
+    let positions = b.input("positions", TypedFact::new(DType::I64, [pos]))?;
+    let mut n = Net { b: &mut b, w, d };
+    let emb = n.weight("model.decoder.embed_tokens.weight", &[cfg.vocab_size, d])?;
+    let pemb = n.weight("model.decoder.embed_positions.weight", &[cfg.max_target_positions, d])?;
+    let te = n.b.op("model.decoder.tokens", Gather { axis: 0 }, &[emb, tokens])?;
+    let pe = n.b.op("model.decoder.positions", Gather { axis: 0 }, &[pemb, positions])?;
+    let mut x = n.b.op("model.decoder.embedded", Binary::Add, &[te, pe])?;
+    let heads = cfg.decoder_attention_heads;
+    for l in 0..cfg.decoder_layers {
+        let p = format!("model.decoder.layers.{l}");
+        x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
+            n.self_attention(&format!("{p}.self_attn"), h, heads, SelfAttention::Cached(cache, l))
+        })?;
+        x = n.residual(&format!("{p}.encoder_attn_layer_norm"), x, |n, h| {
+            n.cross_attention(&format!("{p}.encoder_attn"), h, heads, cache, l)
+        })?;
+        x = n.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
+            n.mlp(&p, h, cfg.decoder_ffn_dim)
+        })?;
+    }
+    let hidden = n.layer_norm("model.decoder.layer_norm", x)?;
+    b.output("hidden", hidden);
+    b.build()
+}

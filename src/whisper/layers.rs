@@ -1,0 +1,152 @@
+//! The layers Whisper's encoder and decoder are made of, written with the
+//! graph builder over weights named as `transformers` names them.
+
+use crate::graph::{GraphBuilder, OutletId};
+use crate::ops::attention::Attention;
+use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
+use crate::ops::matmul::Linear;
+use crate::ops::norm::LayerNorm;
+use crate::ops::shape::{Permute, Reshape};
+use crate::ops::{Binary, Unary};
+use crate::weights::Weights;
+use crate::Result;
+
+/// `transformers`' LayerNorm epsilon for Whisper.
+const LN_EPS: f32 = 1e-5;
+
+/// A graph builder plus the checkpoint's weights (converted to f32). Node
+/// names are the weights' own (`model.encoder.layers.0.fc1`), so a node
+/// says where its parameters come from.
+pub struct Net<'a> {
+    pub b: &'a mut GraphBuilder,
+    pub w: &'a Weights,
+    pub d: usize,
+}
+
+/// Where a self-attention's keys and values come from.
+pub enum SelfAttention<'c> {
+    /// All frames at once (the encoder).
+    Whole,
+    /// Appended to a decoder cache, causal.
+    Cached(&'c KvCache, usize),
+}
+
+impl Net<'_> {
+    /// The weight `name` as an f32 constant, checked against `shape`.
+    pub fn weight(&mut self, name: &str, shape: &[usize]) -> Result<OutletId> {
+        let t = self.w.f32(name, shape)?;
+        self.b.constant(name, t)
+    }
+
+    /// `x · Wᵀ + b` from `{name}.weight` `[out, in]` and `{name}.bias`.
+    pub fn linear(
+        &mut self,
+        name: &str,
+        x: OutletId,
+        (fan_in, fan_out): (usize, usize),
+        bias: bool,
+    ) -> Result<OutletId> {
+        let w = self.weight(&format!("{name}.weight"), &[fan_out, fan_in])?;
+        let mut ins = vec![x, w];
+        if bias {
+            ins.push(self.weight(&format!("{name}.bias"), &[fan_out])?);
+        }
+        self.b.op(name, Linear, &ins)
+    }
+
+    pub fn layer_norm(&mut self, name: &str, x: OutletId) -> Result<OutletId> {
+        let g = self.weight(&format!("{name}.weight"), &[self.d])?;
+        let b = self.weight(&format!("{name}.bias"), &[self.d])?;
+        self.b.op(name, LayerNorm { eps: LN_EPS, axis: -1 }, &[x, g, b])
+    }
+
+    /// `fc2(gelu(fc1(x)))` of layer `layer` (a weight prefix).
+    pub fn mlp(&mut self, layer: &str, x: OutletId, ffn: usize) -> Result<OutletId> {
+        let d = self.d;
+        let h = self.linear(&format!("{layer}.fc1"), x, (d, ffn), true)?;
+        let h = self.b.op(&format!("{layer}.gelu"), Unary::Gelu, &[h])?;
+        self.linear(&format!("{layer}.fc2"), h, (ffn, d), true)
+    }
+
+    /// `x + f(layer_norm(x))`, the norm's weights under `norm`.
+    pub fn residual(
+        &mut self,
+        norm: &str,
+        x: OutletId,
+        f: impl FnOnce(&mut Self, OutletId) -> Result<OutletId>,
+    ) -> Result<OutletId> {
+        let h = self.layer_norm(norm, x)?;
+        let y = f(self, h)?;
+        self.b.op(&format!("{norm}.residual"), Binary::Add, &[x, y])
+    }
+
+    /// Multi-head self-attention `attn` (`q_proj`, `k_proj` without bias,
+    /// `v_proj`, `out_proj`) over `x [B, T, d]`.
+    pub fn self_attention(
+        &mut self,
+        attn: &str,
+        x: OutletId,
+        heads: usize,
+        kind: SelfAttention<'_>,
+    ) -> Result<OutletId> {
+        let d = self.d;
+        let q = self.linear(&format!("{attn}.q_proj"), x, (d, d), true)?;
+        let k = self.linear(&format!("{attn}.k_proj"), x, (d, d), false)?;
+        let v = self.linear(&format!("{attn}.v_proj"), x, (d, d), true)?;
+        let a = match kind {
+            SelfAttention::Whole => {
+                let q = self.split(&format!("{attn}.q"), q, heads)?;
+                let k = self.split(&format!("{attn}.k"), k, heads)?;
+                let v = self.split(&format!("{attn}.v"), v, heads)?;
+                let name = format!("{attn}.attention");
+                let a = self.b.op(&name, Attention { scale: None }, &[q, k, v])?;
+                self.merge(&name, a)?
+            }
+            SelfAttention::Cached(cache, layer) => {
+                let op = CachedSelfAttention {
+                    layer,
+                    heads,
+                    cache: cache.clone(),
+                };
+                self.b.op(&format!("{attn}.attention"), op, &[q, k, v])?
+            }
+        };
+        self.linear(&format!("{attn}.out_proj"), a, (d, d), true)
+    }
+
+    /// The decoder's attention over its window (`encoder_attn`): only the
+    /// query and output projections run per token; the window's keys and
+    /// values are in `cache`.
+    pub fn cross_attention(
+        &mut self,
+        attn: &str,
+        x: OutletId,
+        heads: usize,
+        cache: &KvCache,
+        layer: usize,
+    ) -> Result<OutletId> {
+        let d = self.d;
+        let q = self.linear(&format!("{attn}.q_proj"), x, (d, d), true)?;
+        let op = CrossAttention {
+            layer,
+            heads,
+            cache: cache.clone(),
+        };
+        let a = self.b.op(&format!("{attn}.attention"), op, &[q])?;
+        self.linear(&format!("{attn}.out_proj"), a, (d, d), true)
+    }
+
+    /// `[B, T, d]` to `[B, heads, T, d / heads]`.
+    fn split(&mut self, name: &str, x: OutletId, heads: usize) -> Result<OutletId> {
+        let dh = (self.d / heads) as i64;
+        let r = self.b.op(name, Reshape { shape: vec![0, 0, heads as i64, dh] }, &[x])?;
+        self.b.op(&format!("{name}.heads"), Permute { axes: vec![0, 2, 1, 3] }, &[r])
+    }
+
+    /// `[B, heads, T, dh]` back to `[B, T, d]`.
+    fn merge(&mut self, name: &str, x: OutletId) -> Result<OutletId> {
+        let t = self.b.op(&format!("{name}.t"), Permute { axes: vec![0, 2, 1, 3] }, &[x])?;
+        let shape = vec![0, 0, self.d as i64];
+        self.b.op(&format!("{name}.merge"), Reshape { shape }, &[t])
+    }
+}
