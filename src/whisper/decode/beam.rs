@@ -1,0 +1,236 @@
+//! Beam search as CTranslate2's `BeamSearch` runs it for one input.
+//!
+//! Each step keeps `2 * beam` candidates over all beams' cumulative
+//! log-probabilities. A candidate among the first `beam` that ends the
+//! text (or any on the last step) is registered as a hypothesis with its
+//! cumulative score, the end of text's log-probability included, and its
+//! beam is taken over by the next candidate that does not end. The search
+//! stops once `round(beam * patience)` hypotheses are registered (or, with
+//! no length penalty, once the best beam ended); the hypotheses are then
+//! ranked by score over `length ^ length_penalty`.
+
+use super::logits::log_softmax;
+use super::logits::softmax_at;
+use super::search::{finalize, Hypothesis, SearchSpec};
+use crate::whisper::WhisperBackend;
+use crate::Result;
+
+/// The score CTranslate2 gives forced prefix candidates other than the first.
+const PREFIX_PENALTY: f32 = -1e10;
+
+/// Runs beam search of width `beam` from the backend's single started
+/// sequence, whose prompt is already fed.
+pub(crate) fn beam_search(
+    backend: &mut dyn WhisperBackend,
+    spec: &SearchSpec,
+    beam: usize,
+    patience: f32,
+) -> Result<(Hypothesis, Option<f32>)> {
+    let beam = beam.max(1);
+    let vocab = backend.vocab_size();
+    let num_candidates = 2 * beam;
+    let max_candidates = (beam as f32 * patience).round() as usize;
+    let early_exit = spec.length_penalty == 0.0;
+    let prefix_len = spec.prefix.len();
+
+    // The first step runs on the single prompt sequence; the beams fork
+    // from it (the reference does the same on the CPU).
+    let mut inputs = vec![spec.start];
+    let mut cum: Option<Vec<f32>> = None;
+    let mut sequences: Vec<Vec<u32>> = vec![Vec::new()];
+    let mut hyps: Vec<Hypothesis> = Vec::new();
+    let mut top_beam_finished = false;
+    let mut no_speech = None;
+    let mut logits = Vec::new();
+
+    for step in 0..spec.max_length {
+        let rows = inputs.len();
+        backend.feed(&inputs, 1, &[0], &mut logits)?;
+        spec.check_logits(logits.len(), rows, vocab)?;
+        for (row, l) in logits.chunks_exact_mut(vocab).enumerate() {
+            if step == 0 && row == 0 {
+                if let Some(id) = spec.no_speech {
+                    no_speech = Some(softmax_at(l, id));
+                }
+            }
+            spec.rules.apply(step, l, &sequences[row], prefix_len);
+            log_softmax(l);
+            if let Some(c) = &cum {
+                l.iter_mut().for_each(|v| *v += c[row]);
+            }
+        }
+        let top = top_k(&logits, num_candidates);
+        let mut words: Vec<u32> = top.iter().map(|&(i, _)| (i % vocab) as u32).collect();
+        let mut scores: Vec<f32> = top.iter().map(|&(_, s)| s).collect();
+        let mut origins: Vec<usize> = top.iter().map(|&(i, _)| i / vocab).collect();
+        if prefix_len > 0 && step <= prefix_len {
+            force_prefix(spec, step, &mut words, &mut scores, &mut origins);
+        }
+
+        let candidate = |k: usize| -> Vec<u32> {
+            let mut s = sequences[origins[k]].clone();
+            s.push(words[k]);
+            s
+        };
+        let is_last = step + 1 == spec.max_length;
+        let mut secondary = beam;
+        let mut active = Vec::with_capacity(beam);
+        for k in 0..beam.min(words.len()) {
+            let mut next = k;
+            let is_eot = words[k] == spec.eot;
+            if (is_eot && step >= prefix_len) || is_last {
+                if k == 0 {
+                    top_beam_finished = true;
+                }
+                let end = if is_eot { step } else { step + 1 };
+                hyps.push(Hypothesis {
+                    tokens: candidate(k)[..end].to_vec(),
+                    score: scores[k],
+                });
+                if let Some(j) = (secondary..words.len()).find(|&j| words[j] != spec.eot) {
+                    next = j;
+                    secondary = j + 1;
+                }
+            }
+            active.push(next);
+        }
+        let done = is_last
+            || if early_exit {
+                top_beam_finished && !hyps.is_empty()
+            } else {
+                hyps.len() >= max_candidates
+            };
+        if done {
+            break;
+        }
+        let new_sequences: Vec<Vec<u32>> = active.iter().map(|&k| candidate(k)).collect();
+        let src: Vec<usize> = active.iter().map(|&k| origins[k]).collect();
+        backend.reorder(&src)?;
+        inputs = active.iter().map(|&k| words[k]).collect();
+        cum = Some(active.iter().map(|&k| scores[k]).collect());
+        sequences = new_sequences;
+    }
+    Ok((finalize(hyps, spec.length_penalty), no_speech))
+}
+
+/// CTranslate2's `update_sample_with_prefix`: while in the prefix every
+/// candidate is the prefix token from the first beam (only the first
+/// scored 0); at the first free step, secondary candidates that end the
+/// text become token 0 with a prohibitive score.
+fn force_prefix(
+    spec: &SearchSpec,
+    step: usize,
+    words: &mut [u32],
+    scores: &mut [f32],
+    origins: &mut [usize],
+) {
+    for k in 0..words.len() {
+        if step < spec.prefix.len() {
+            words[k] = spec.prefix[step];
+            scores[k] = if k == 0 { 0.0 } else { PREFIX_PENALTY };
+            origins[k] = 0;
+        } else if k > 0 && words[k] == spec.eot {
+            words[k] = 0;
+            scores[k] = PREFIX_PENALTY;
+            origins[k] = 0;
+        }
+    }
+}
+
+/// The `k` largest entries of `x` as `(index, value)`, best first (the
+/// lower index first on ties).
+pub(crate) fn top_k(x: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut top: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
+    for (i, &v) in x.iter().enumerate() {
+        if top.len() == k && top.last().is_some_and(|&(_, w)| v <= w) {
+            continue;
+        }
+        let pos = top.partition_point(|&(_, w)| w >= v);
+        top.insert(pos, (i, v));
+        top.truncate(k);
+    }
+    top
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::whisper::decode::logits::LogitRules;
+    use crate::whisper::decode::testing::Scripted;
+
+    const V: usize = 8;
+    const EOT: u32 = 5;
+
+    fn spec(rules: &LogitRules, length_penalty: f32, prefix: Vec<u32>) -> SearchSpec<'_> {
+        SearchSpec {
+            start: 7,
+            prefix,
+            max_length: 6,
+            eot: EOT,
+            rules,
+            no_speech: None,
+            length_penalty,
+        }
+    }
+
+    /// Log-probabilities given as probabilities (what is left spread over
+    /// the other tokens).
+    fn probs(p: &[(u32, f32)]) -> Vec<f32> {
+        let left = 1.0 - p.iter().map(|&(_, q)| q).sum::<f32>();
+        let mut l = vec![(left.max(1e-6) / (V - p.len()) as f32).ln(); V];
+        for &(i, q) in p {
+            l[i as usize] = q.ln();
+        }
+        l
+    }
+
+    /// After the start: 1 (0.6) or 2 (0.4). After 1: end (0.55) or 3
+    /// (0.45). After 2: 4 (0.9). Then: end (0.9).
+    fn backend() -> Scripted {
+        Scripted::new(V, |_w, seq: &[u32]| match seq {
+            [.., 7] => probs(&[(1, 0.6), (2, 0.4)]),
+            [.., 7, 1] => probs(&[(EOT, 0.55), (3, 0.45)]),
+            [.., 7, 2] => probs(&[(4, 0.9)]),
+            _ => probs(&[(EOT, 0.9)]),
+        })
+    }
+
+    fn run(length_penalty: f32, beam: usize, prefix: Vec<u32>) -> Hypothesis {
+        let mut b = backend();
+        b.start(&[0]).unwrap();
+        let rules = LogitRules::default();
+        beam_search(&mut b, &spec(&rules, length_penalty, prefix), beam, 1.0).unwrap().0
+    }
+
+    #[test]
+    fn without_length_penalty_the_likeliest_sequence_wins() {
+        // "1" ends at step 1 (0.6 * 0.55 = 0.33, end included) while the
+        // best beam goes on; "2 4" ends at step 2 (0.4 * 0.9 * 0.9 = 0.324).
+        let h = run(0.0, 2, vec![]);
+        assert_eq!(h.tokens, vec![1]);
+        assert!((h.score - 0.33f32.ln()).abs() < 1e-3, "{}", h.score);
+    }
+
+    #[test]
+    fn length_penalty_divides_by_length() {
+        // ln(0.33) / 1 = -1.11 against ln(0.324) / 2 = -0.56.
+        let h = run(1.0, 2, vec![]);
+        assert_eq!(h.tokens, vec![2, 4]);
+        assert!((h.score - (0.4f32 * 0.9 * 0.9).ln() / 2.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn forced_prefix_is_kept_and_scores_zero() {
+        let h = run(1.0, 2, vec![2]);
+        assert_eq!(h.tokens, vec![2, 4]);
+        assert!((h.score - (0.9f32 * 0.9).ln() / 2.0).abs() < 1e-3, "{}", h.score);
+    }
+
+    #[test]
+    fn top_k_orders_best_first_lower_index_on_ties() {
+        assert_eq!(
+            top_k(&[0.1, 0.5, 0.5, -1.0, 0.7], 3),
+            vec![(4, 0.7), (1, 0.5), (2, 0.5)]
+        );
+    }
+}

@@ -1,0 +1,218 @@
+//! One window's decoding from a prompt, as CTranslate2's
+//! `WhisperReplica::generate` does it: the prompt up to its last task token
+//! is fed at once (and the no-speech probability read at
+//! `<|startoftranscript|>`), the rest becomes the start token and a forced
+//! prefix, and the search runs under the logit rules.
+
+use rand::rngs::StdRng;
+
+use super::beam::beam_search;
+use super::greedy::{greedy_search, Sampling};
+use super::logits::{softmax_at, LogitRules, TimestampRules};
+use super::search::SearchSpec;
+use crate::whisper::{SpecialTokens, WhisperBackend, WhisperError};
+use crate::Result;
+
+/// How one generation searches.
+pub(crate) enum Strategy<'r> {
+    /// Beam search at temperature 0 (width 1: greedy).
+    Beam { size: usize, patience: f32 },
+    /// `best_of` samples at `temperature`.
+    Sample {
+        temperature: f32,
+        best_of: usize,
+        rng: &'r mut StdRng,
+    },
+}
+
+/// What one generation needs besides the prompt.
+pub(crate) struct GenerateParams<'a> {
+    pub special: &'a SpecialTokens,
+    /// Prompt plus output positions at most (448, or the prompt plus
+    /// `max_new_tokens`).
+    pub max_length: usize,
+    pub length_penalty: f32,
+    /// Suppressed at every step.
+    pub suppress: &'a [u32],
+    /// Suppressed at the first free step (empty without `suppress_blank`).
+    pub suppress_begin: &'a [u32],
+    /// In 20 ms steps.
+    pub max_initial_timestamp_index: usize,
+}
+
+/// A window's result.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Generation {
+    /// The output (a forced prefix included, end of text not).
+    pub tokens: Vec<u32>,
+    /// Summed log-probability over `length ^ length_penalty`.
+    pub score: f32,
+    /// Probability of the no-speech token at `<|startoftranscript|>`.
+    pub no_speech_prob: f32,
+}
+
+/// Decodes encoded window 0 from `prompt`.
+pub(crate) fn generate(
+    backend: &mut dyn WhisperBackend,
+    prompt: &[u32],
+    params: &GenerateParams,
+    strategy: Strategy<'_>,
+) -> Result<Generation> {
+    let sp = params.special;
+    let sot_index = prompt.iter().position(|&t| t == sp.sot).ok_or_else(|| WhisperError::Option {
+        option: "prompt",
+        reason: "no <|startoftranscript|> in the prompt".to_string(),
+    })?;
+    // The prompt proper ends after the task tokens that follow sot.
+    let mut prompt_length = sot_index;
+    while prompt_length < prompt.len() && (sp.sot..=sp.no_timestamps).contains(&prompt[prompt_length]) {
+        prompt_length += 1;
+    }
+    let sot_is_start = sot_index == prompt_length - 1;
+
+    backend.start(&[0])?;
+    let mut no_speech_prob = None;
+    let (start_tokens, start_step) = if prompt_length == 1 {
+        (prompt, 0)
+    } else {
+        let fed = &prompt[..prompt_length - 1];
+        let positions: &[usize] = if sot_is_start { &[] } else { &[sot_index] };
+        let mut logits = Vec::new();
+        backend.feed(fed, fed.len(), positions, &mut logits)?;
+        if !sot_is_start {
+            no_speech_prob = Some(softmax_at(&logits, sp.no_speech));
+        }
+        (&prompt[prompt_length - 1..], fed.len())
+    };
+
+    let vocab = backend.vocab_size();
+    let timestamps = (prompt[prompt_length - 1] != sp.no_timestamps).then(|| {
+        let begin = sp.no_timestamps + 1;
+        TimestampRules {
+            eot: sp.eot,
+            no_timestamps: sp.no_timestamps,
+            begin,
+            end: vocab as u32 - 1,
+            max_initial: begin + params.max_initial_timestamp_index as u32,
+        }
+    });
+    let rules = LogitRules {
+        suppress: params.suppress.to_vec(),
+        suppress_begin: params.suppress_begin.to_vec(),
+        timestamps,
+    };
+    let spec = SearchSpec {
+        start: start_tokens[0],
+        prefix: start_tokens[1..].to_vec(),
+        max_length: (params.max_length / 2).min(params.max_length.saturating_sub(start_step)),
+        eot: sp.eot,
+        rules: &rules,
+        no_speech: sot_is_start.then_some(sp.no_speech),
+        length_penalty: params.length_penalty,
+    };
+    let (hyp, step0_no_speech) = match strategy {
+        Strategy::Beam { size: 1, .. } => greedy_search::<StdRng>(backend, &spec, None)?,
+        Strategy::Beam { size, patience } => beam_search(backend, &spec, size, patience)?,
+        Strategy::Sample {
+            temperature,
+            best_of,
+            rng,
+        } => {
+            let sampling = Sampling {
+                temperature,
+                samples: best_of,
+                rng,
+            };
+            greedy_search(backend, &spec, Some(sampling))?
+        }
+    };
+    Ok(Generation {
+        tokens: hyp.tokens,
+        score: hyp.score,
+        no_speech_prob: no_speech_prob.or(step0_no_speech).unwrap_or(0.0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::whisper::decode::testing::Scripted;
+
+    /// A toy vocabulary of 20: text 0..10, eot 10, sot 11, en 12,
+    /// translate 13, transcribe 14, sot_lm 15, sot_prev 16, no_speech 17,
+    /// no_timestamps 18, timestamps 19.. (only <|0.00|> here).
+    pub(crate) const SP: SpecialTokens = SpecialTokens {
+        sot: 11,
+        eot: 10,
+        sot_prev: 16,
+        sot_lm: 15,
+        no_timestamps: 18,
+        timestamp_begin: 19,
+        transcribe: 14,
+        translate: 13,
+        no_speech: 17,
+    };
+
+    fn params() -> GenerateParams<'static> {
+        GenerateParams {
+            special: &SP,
+            max_length: 448,
+            length_penalty: 1.0,
+            suppress: &[],
+            suppress_begin: &[],
+            max_initial_timestamp_index: 50,
+        }
+    }
+
+    fn backend() -> Scripted {
+        Scripted::new(20, |_w, seq: &[u32]| {
+            let mut l = vec![0.0; 20];
+            match seq.last() {
+                Some(11) => l[17] = 2.0, // no_speech likely after sot
+                Some(3) => l[10] = 5.0,
+                _ => l[3] = 5.0,
+            }
+            l
+        })
+    }
+
+    #[test]
+    fn prompt_is_split_after_the_task_tokens() {
+        let mut b = backend();
+        let prompt = [16, 1, 2, 11, 12, 14, 18];
+        let g = generate(&mut b, &prompt, &params(), Strategy::Beam { size: 1, patience: 1.0 }).unwrap();
+        assert_eq!(g.tokens, vec![3]);
+        // The prompt less its last task token went in one feed, then one token a step.
+        assert_eq!(b.fed_log[0], vec![16, 1, 2, 11, 12, 14]);
+        assert_eq!(b.fed_log[1], vec![16, 1, 2, 11, 12, 14, 18]);
+        // no_speech read at sot: softmax of [0 x19, 2 at 17].
+        let p = 2f32.exp() / (2f32.exp() + 19.0);
+        assert!((g.no_speech_prob - p).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_bare_sot_prompt_reads_no_speech_at_step_zero() {
+        let mut b = backend();
+        let g = generate(&mut b, &[11, 18], &params(), Strategy::Beam { size: 1, patience: 1.0 }).unwrap();
+        assert_eq!(b.fed_log[0], vec![11]);
+        let p = 2f32.exp() / (2f32.exp() + 19.0);
+        assert!((g.no_speech_prob - p).abs() < 1e-6);
+        // English-only with timestamps: [sot] alone is the start token.
+        let mut b = backend();
+        let g = generate(&mut b, &[11], &params(), Strategy::Beam { size: 5, patience: 1.0 }).unwrap();
+        assert!((g.no_speech_prob - p).abs() < 1e-6);
+        // The first token must be a timestamp: only <|0.00|> exists here.
+        assert_eq!(g.tokens[0], 19);
+    }
+
+    #[test]
+    fn max_length_is_half_the_positions_or_what_is_left() {
+        let mut b = Scripted::new(20, |_w, _s: &[u32]| Scripted::peaked(20, 3, 5.0));
+        let mut p = params();
+        p.max_length = 20;
+        let prompt = [16, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 11, 18];
+        // 14 tokens fed before the start token: min(20 / 2, 20 - 14) = 6 steps.
+        let g = generate(&mut b, &prompt, &p, Strategy::Beam { size: 1, patience: 1.0 }).unwrap();
+        assert_eq!(g.tokens.len(), 6);
+    }
+}

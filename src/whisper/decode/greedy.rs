@@ -1,0 +1,194 @@
+//! Greedy search and sampling (CTranslate2's `GreedySearch`): one token per
+//! step, the best one at temperature 0, else drawn from the softmax of the
+//! log-probabilities over the temperature; several samples run as a batch
+//! and the best-scoring one is kept.
+
+use rand::Rng;
+
+use super::logits::{log_softmax, softmax_at};
+use super::search::{finalize, Hypothesis, SearchSpec};
+use crate::whisper::WhisperBackend;
+use crate::Result;
+
+/// Draws at `temperature` for `samples` sequences (`None`: greedy, one).
+pub(crate) struct Sampling<'r, R: Rng> {
+    pub temperature: f32,
+    pub samples: usize,
+    pub rng: &'r mut R,
+}
+
+/// Runs greedy search (or sampling) from the backend's single started
+/// sequence, whose prompt is already fed; returns the best hypothesis and
+/// the no-speech probability when `spec.no_speech` asked for it.
+pub(crate) fn greedy_search<R: Rng>(
+    backend: &mut dyn WhisperBackend,
+    spec: &SearchSpec,
+    mut sampling: Option<Sampling<'_, R>>,
+) -> Result<(Hypothesis, Option<f32>)> {
+    let n = sampling.as_ref().map_or(1, |s| s.samples.max(1));
+    if n > 1 {
+        backend.reorder(&vec![0; n])?;
+    }
+    let prefix_len = spec.prefix.len();
+    let mut inputs = vec![spec.start; n];
+    // Per sample: every chosen token (the rules read them), the hypothesis
+    // (the same, less the end of text) and its summed log-probability.
+    let mut sequences: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut scores = vec![0f32; n];
+    let mut finished: Vec<Option<Hypothesis>> = vec![None; n];
+    let mut alive: Vec<usize> = (0..n).collect();
+    let mut no_speech = None;
+    let mut logits = Vec::new();
+    let vocab = backend.vocab_size();
+
+    for step in 0..spec.max_length {
+        backend.feed(&inputs, 1, &[0], &mut logits)?;
+        spec.check_logits(logits.len(), alive.len(), vocab)?;
+        let mut keep = Vec::with_capacity(alive.len());
+        for (row, &s) in alive.iter().enumerate() {
+            let l = &mut logits[row * vocab..(row + 1) * vocab];
+            if step == 0 && row == 0 {
+                if let Some(id) = spec.no_speech {
+                    no_speech = Some(softmax_at(l, id));
+                }
+            }
+            spec.rules.apply(step, l, &sequences[s], prefix_len);
+            log_softmax(l);
+            let (mut id, mut score) = match sampling.as_mut() {
+                Some(smp) => sample(l, smp.temperature, smp.rng),
+                None => argmax(l),
+            };
+            if step < prefix_len {
+                id = spec.prefix[step];
+                score = 0.0;
+            }
+            sequences[s].push(id);
+            scores[s] += score;
+            let is_eot = id == spec.eot;
+            if (is_eot && step >= prefix_len) || step + 1 == spec.max_length {
+                let end = if is_eot { step } else { step + 1 };
+                finished[s] = Some(Hypothesis {
+                    tokens: sequences[s][..end].to_vec(),
+                    score: scores[s],
+                });
+            } else {
+                keep.push(row);
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() != alive.len() {
+            backend.reorder(&keep)?;
+            alive = keep.iter().map(|&r| alive[r]).collect();
+        }
+        inputs = alive.iter().map(|&s| *sequences[s].last().unwrap_or(&spec.start)).collect();
+    }
+    let hyps: Vec<Hypothesis> = finished.into_iter().flatten().collect();
+    Ok((finalize(hyps, spec.length_penalty), no_speech))
+}
+
+/// The likeliest token and its log-probability (the lowest id on ties).
+fn argmax(log_probs: &[f32]) -> (u32, f32) {
+    let mut best = (0u32, f32::NEG_INFINITY);
+    for (i, &v) in log_probs.iter().enumerate() {
+        if v > best.1 {
+            best = (i as u32, v);
+        }
+    }
+    best
+}
+
+/// A token drawn from `softmax(log_probs / temperature)`, with its
+/// (unscaled) log-probability.
+fn sample<R: Rng>(log_probs: &[f32], temperature: f32, rng: &mut R) -> (u32, f32) {
+    let max = log_probs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let weights: Vec<f64> = log_probs
+        .iter()
+        .map(|&v| (((v - max) / temperature) as f64).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut u = rng.random::<f64>() * total;
+    for (i, &w) in weights.iter().enumerate() {
+        if u < w && w > 0.0 {
+            return (i as u32, log_probs[i]);
+        }
+        u -= w;
+    }
+    argmax(log_probs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::whisper::decode::logits::LogitRules;
+    use crate::whisper::decode::testing::Scripted;
+    use rand::SeedableRng;
+
+    fn spec<'a>(rules: &'a LogitRules, prefix: &[u32]) -> SearchSpec<'a> {
+        SearchSpec {
+            start: 9,
+            prefix: prefix.to_vec(),
+            max_length: 10,
+            eot: 5,
+            rules,
+            no_speech: None,
+            length_penalty: 1.0,
+        }
+    }
+
+    #[test]
+    fn greedy_follows_the_best_token_and_sums_its_log_probs() {
+        // Vocabulary 10: after the start token, 2 then 3 then end of text.
+        let mut b = Scripted::new(10, |_w, seq: &[u32]| match seq.last() {
+            Some(9) => Scripted::peaked(10, 2, 3.0),
+            Some(2) => Scripted::peaked(10, 3, 2.0),
+            _ => Scripted::peaked(10, 5, 4.0),
+        });
+        b.start(&[0]).unwrap();
+        b.feed(&[9], 1, &[], &mut Vec::new()).unwrap();
+        let rules = LogitRules::default();
+        let (h, _) = greedy_search::<rand::rngs::StdRng>(&mut b, &spec(&rules, &[]), None).unwrap();
+        assert_eq!(h.tokens, vec![2, 3]);
+        let lp = |k: f32| k - (k.exp() + 9.0).ln();
+        // The end of text's log-probability counts; the length does not.
+        let expected = (lp(3.0) + lp(2.0) + lp(4.0)) / 2.0;
+        assert!((h.score - expected).abs() < 1e-5, "{} vs {expected}", h.score);
+    }
+
+    #[test]
+    fn prefix_is_forced_scored_zero_and_kept() {
+        let mut b = Scripted::new(10, |_w, _seq: &[u32]| Scripted::peaked(10, 5, 4.0));
+        b.start(&[0]).unwrap();
+        let rules = LogitRules::default();
+        let (h, _) = greedy_search::<rand::rngs::StdRng>(&mut b, &spec(&rules, &[7, 1]), None).unwrap();
+        assert_eq!(h.tokens, vec![7, 1]);
+        let lp = 4.0 - (4f32.exp() + 9.0).ln();
+        assert!((h.score - lp / 2.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn sampling_keeps_the_best_of_several() {
+        // Flat after the start: samples differ; each then ends.
+        let mut b = Scripted::new(10, |_w, seq: &[u32]| match seq.last() {
+            Some(9) => {
+                let mut l = vec![0.0; 10];
+                l[5] = -50.0;
+                l[1] = 1.0;
+                l
+            }
+            _ => Scripted::peaked(10, 5, 8.0),
+        });
+        b.start(&[0]).unwrap();
+        let rules = LogitRules::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let smp = Sampling {
+            temperature: 1.0,
+            samples: 16,
+            rng: &mut rng,
+        };
+        let (h, _) = greedy_search(&mut b, &spec(&rules, &[]), Some(smp)).unwrap();
+        // With 16 draws the likeliest first token (1) is among them and wins.
+        assert_eq!(h.tokens, vec![1]);
+    }
+}

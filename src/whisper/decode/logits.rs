@@ -1,0 +1,265 @@
+//! The logit rules CTranslate2 applies to Whisper's decoder at each step,
+//! in its order: the always-suppressed tokens, the blank suppressed at the
+//! first sampled step, then the timestamp rules; and the log-softmax after
+//! them.
+//!
+//! A suppressed logit is set to the lowest finite float, as CTranslate2
+//! does (not minus infinity), so sums over suppressed entries stay finite.
+
+/// What a suppressed token's logit becomes.
+pub(crate) const DISABLED: f32 = f32::MIN;
+
+/// Timestamp-token ids for the timestamp rules.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct TimestampRules {
+    /// End of text: every id below it is a text token.
+    pub eot: u32,
+    /// `<|notimestamps|>`, never sampled while timestamps are on.
+    pub no_timestamps: u32,
+    /// The first timestamp token (`<|0.00|>`).
+    pub begin: u32,
+    /// The last timestamp token (the vocabulary's last id).
+    pub end: u32,
+    /// The latest timestamp allowed as the first sampled token.
+    pub max_initial: u32,
+}
+
+/// The rules of one decoding run.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct LogitRules {
+    /// Suppressed at every step.
+    pub suppress: Vec<u32>,
+    /// Suppressed at the first step after the prefix (`suppress_blank`).
+    pub suppress_begin: Vec<u32>,
+    /// Present when the prompt does not end with `<|notimestamps|>`.
+    pub timestamps: Option<TimestampRules>,
+}
+
+impl LogitRules {
+    /// Applies the rules to one sequence's `logits` at decoding `step`
+    /// (0: the token after the prompt's last), `sequence` holding the tokens
+    /// chosen at the earlier steps (prefix included) and `sample_begin`
+    /// the prefix length.
+    pub(crate) fn apply(&self, step: usize, logits: &mut [f32], sequence: &[u32], sample_begin: usize) {
+        let vocab = logits.len();
+        let mut disable = |id: u32| {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l = DISABLED;
+            }
+        };
+        for &id in &self.suppress {
+            disable(id);
+        }
+        if step == sample_begin {
+            for &id in &self.suppress_begin {
+                disable(id);
+            }
+        }
+        if let Some(ts) = &self.timestamps {
+            apply_timestamp_rules(ts, step, logits, sequence, sample_begin, vocab);
+        }
+    }
+}
+
+/// CTranslate2's `ApplyTimestampRules` for one sequence.
+fn apply_timestamp_rules(
+    ts: &TimestampRules,
+    step: usize,
+    logits: &mut [f32],
+    sequence: &[u32],
+    sample_begin: usize,
+    vocab: usize,
+) {
+    let end = (ts.end as usize).min(vocab.saturating_sub(1));
+    let begin = ts.begin as usize;
+    let disable_range = |logits: &mut [f32], from: usize, to_inclusive: usize| {
+        if from < vocab && from <= to_inclusive {
+            logits[from..=to_inclusive.min(vocab - 1)].fill(DISABLED);
+        }
+    };
+    if let Some(l) = logits.get_mut(ts.no_timestamps as usize) {
+        *l = DISABLED;
+    }
+    let mut check_timestamp_prob = false;
+    // With a prefix, the first free step has no timestamp rule at all:
+    // the reference only constrains step 0.
+    if step == sample_begin && step == 0 {
+        // The text starts with a timestamp, no later than max_initial.
+        if begin > 0 {
+            disable_range(logits, 0, begin - 1);
+        }
+        disable_range(logits, ts.max_initial as usize + 1, end);
+    } else if step > sample_begin {
+        let last = sequence[step - 1];
+        if last >= ts.begin {
+            let penultimate = if step - 1 > sample_begin { sequence[step - 2] } else { last };
+            if penultimate >= ts.begin {
+                // Two timestamps in a row: text (or the end) must follow.
+                disable_range(logits, begin, end);
+            } else {
+                // A lone timestamp closes a segment: another timestamp or
+                // the end follows, not text.
+                if ts.eot > 0 {
+                    disable_range(logits, 0, ts.eot as usize - 1);
+                }
+                if (last as usize) > begin {
+                    disable_range(logits, begin, last as usize - 1);
+                }
+                check_timestamp_prob = true;
+            }
+        } else {
+            check_timestamp_prob = true;
+            // Timestamps never decrease.
+            if let Some(&t) = sequence[sample_begin..step].iter().rev().find(|&&t| t >= ts.begin) {
+                disable_range(logits, begin, t as usize);
+            }
+        }
+    }
+    if check_timestamp_prob && begin < vocab {
+        // If the timestamps together are likelier than any single text
+        // token, the next token is a timestamp.
+        let log_probs = log_softmax_copy(logits);
+        let max_text = log_probs[..begin].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let timestamp = logsumexp(&log_probs[begin..=end]);
+        if timestamp > max_text {
+            disable_range(logits, 0, begin - 1);
+        }
+    }
+}
+
+/// In-place log-softmax, as CTranslate2 computes it in f32.
+pub(crate) fn log_softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = x.iter().map(|&v| (v - max).exp()).sum();
+    let shift = max + sum.ln();
+    for v in x.iter_mut() {
+        *v -= shift;
+    }
+}
+
+fn log_softmax_copy(x: &[f32]) -> Vec<f32> {
+    let mut out = x.to_vec();
+    log_softmax(&mut out);
+    out
+}
+
+/// `log(sum(exp(x)))`, stable.
+pub(crate) fn logsumexp(x: &[f32]) -> f32 {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return max;
+    }
+    max + x.iter().map(|&v| (v - max).exp()).sum::<f32>().ln()
+}
+
+/// Softmax probability of entry `id` in `logits` (the no-speech probability).
+pub(crate) fn softmax_at(logits: &[f32], id: u32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&v| (v - max).exp()).sum();
+    logits.get(id as usize).map_or(0.0, |&v| (v - max).exp() / sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A toy vocabulary: text 0..5, eot 5, no_timestamps 6, timestamps 7..=11.
+    const TS: TimestampRules = TimestampRules {
+        eot: 5,
+        no_timestamps: 6,
+        begin: 7,
+        end: 11,
+        max_initial: 8,
+    };
+
+    fn rules() -> LogitRules {
+        LogitRules {
+            suppress: vec![1],
+            suppress_begin: vec![0, 5],
+            timestamps: Some(TS),
+        }
+    }
+
+    fn allowed(logits: &[f32]) -> Vec<usize> {
+        (0..logits.len()).filter(|&i| logits[i] != DISABLED).collect()
+    }
+
+    #[test]
+    fn first_step_is_an_early_timestamp() {
+        let mut l = vec![0.0; 12];
+        rules().apply(0, &mut l, &[], 0);
+        assert_eq!(allowed(&l), vec![7, 8]);
+    }
+
+    #[test]
+    fn suppression_and_blank_at_the_first_free_step_only() {
+        let r = LogitRules {
+            suppress: vec![1],
+            suppress_begin: vec![0, 5],
+            timestamps: None,
+        };
+        let mut l = vec![0.0; 12];
+        r.apply(2, &mut l, &[3, 4], 2);
+        assert_eq!(allowed(&l), vec![2, 3, 4, 6, 7, 8, 9, 10, 11]);
+        let mut l = vec![0.0; 12];
+        r.apply(3, &mut l, &[3, 4, 2], 2);
+        assert_eq!(allowed(&l), vec![0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    }
+
+    #[test]
+    fn pairs_and_monotonic_timestamps() {
+        // After text then a lone timestamp 9: no text, no earlier timestamp.
+        let mut l = vec![0.0; 12];
+        rules().apply(3, &mut l, &[7, 2, 9], 0);
+        // (5 stays allowed by the pair rule; the timestamps' mass then
+        // outweighs it.)
+        assert_eq!(allowed(&l), vec![9, 10, 11]);
+        // After a pair of timestamps: no timestamp.
+        let mut l = vec![0.0; 12];
+        rules().apply(4, &mut l, &[7, 2, 9, 9], 0);
+        assert_eq!(allowed(&l), vec![0, 2, 3, 4, 5]);
+        // After text: timestamps from the last one on (excluded) only.
+        let mut l = vec![0.0; 12];
+        l[3] = 5.0;
+        rules().apply(5, &mut l, &[7, 2, 9, 9, 3], 0);
+        assert_eq!(allowed(&l), vec![0, 2, 3, 4, 5, 10, 11]);
+    }
+
+    #[test]
+    fn timestamp_mass_above_best_text_forces_a_timestamp() {
+        // Text 2 is the single likeliest token, but the timestamps together
+        // outweigh it: only timestamps stay.
+        let mut l = vec![-10.0; 12];
+        l[2] = 1.0;
+        for t in 7..=11 {
+            l[t] = 0.5;
+        }
+        rules().apply(2, &mut l, &[7, 3], 0);
+        assert_eq!(allowed(&l), vec![8, 9, 10, 11]);
+        // With one timestamp as likely, text wins: nothing more is disabled.
+        let mut l = vec![-10.0; 12];
+        l[2] = 1.0;
+        l[9] = 0.5;
+        rules().apply(2, &mut l, &[7, 3], 0);
+        assert_eq!(allowed(&l), vec![0, 2, 3, 4, 5, 8, 9, 10, 11]);
+    }
+
+    #[test]
+    fn a_prefix_lifts_the_initial_rule() {
+        // The first free step after a prefix of 2: only <|notimestamps|>
+        // and the always/begin suppressions apply.
+        let mut l = vec![0.0; 12];
+        rules().apply(2, &mut l, &[7, 3], 2);
+        assert_eq!(allowed(&l), vec![2, 3, 4, 7, 8, 9, 10, 11]);
+    }
+
+    #[test]
+    fn log_softmax_and_no_speech() {
+        let mut x = vec![1.0f32, 2.0, 3.0];
+        log_softmax(&mut x);
+        let total: f32 = x.iter().map(|v| v.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6);
+        assert!((softmax_at(&[1.0, 2.0, 3.0], 2) - x[2].exp()).abs() < 1e-6);
+        assert!((logsumexp(&[0.0, 0.0]) - 2f32.ln()).abs() < 1e-6);
+    }
+}

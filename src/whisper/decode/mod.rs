@@ -1,0 +1,66 @@
+//! Whisper decoding above the network, rule for rule as the reference
+//! (faster-whisper 1.2.1 on CTranslate2) does it, written only against
+//! [`WhisperBackend`] and [`AlignmentSource`].
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `options.rs` | [`DecodeOptions`] with faster-whisper's defaults |
+//! | `logits.rs` | suppression, the timestamp rules, log-softmax |
+//! | `search.rs`, `greedy.rs`, `beam.rs` | greedy search and sampling, beam search, final scores |
+//! | `generate.rs` | one window from a prompt: prompt feed, no-speech probability, search |
+//! | `fallback.rs` | temperature fallback, compression ratio |
+//! | `prompt.rs` | a window's prompt |
+//! | `language.rs` | language detection |
+//! | `window.rs`, `segments.rs` | 30 s windows of the features; segments at timestamps, seeking |
+//! | `align.rs`, `words.rs` | word timestamps: attention, DTW, punctuation |
+//! | `transcribe.rs` | the whole recording: [`transcribe`] |
+
+mod align;
+mod beam;
+mod fallback;
+mod generate;
+mod greedy;
+mod language;
+mod logits;
+mod options;
+mod prompt;
+mod search;
+mod segments;
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
+mod transcribe;
+mod window;
+mod words;
+
+pub use fallback::compression_ratio;
+pub use options::{DecodeOptions, InitialPrompt};
+pub use transcribe::{transcribe, Segment, TranscriptionInfo, SAMPLE_RATE};
+pub use words::Word;
+
+use crate::whisper::{AlignmentSource, WhisperBackend};
+
+/// A backend that also gives cross-attention (for word timestamps).
+pub trait AlignedBackend: WhisperBackend + AlignmentSource {}
+
+impl<T: WhisperBackend + AlignmentSource + ?Sized> AlignedBackend for T {}
+
+/// The network [`transcribe`] runs: any backend, or one with alignment
+/// heads' cross-attention when word timestamps are asked for.
+pub enum Network<'a> {
+    /// Decoding only.
+    Plain(&'a mut dyn WhisperBackend),
+    /// Decoding and word timestamps.
+    Aligned(&'a mut dyn AlignedBackend),
+}
+
+impl Network<'_> {
+    /// The backend, whichever variant holds it.
+    pub fn backend(&mut self) -> &mut dyn WhisperBackend {
+        match self {
+            Network::Plain(b) => &mut **b,
+            Network::Aligned(b) => &mut **b,
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Decoding options, with faster-whisper's `transcribe` defaults.
+
+use crate::whisper::Task;
+
+/// Text to condition the first window on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InitialPrompt {
+    /// Encoded as `" " + text.trim()`.
+    Text(String),
+    /// Taken as they are.
+    Tokens(Vec<u32>),
+}
+
+/// How to decode: search, fallback, thresholds, prompts, timestamps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeOptions {
+    /// Spoken language code (`en`); `None` detects it on the first window
+    /// (multilingual checkpoints; English-only ones are always `en`).
+    pub language: Option<String>,
+    /// Transcribe, or translate into English.
+    pub task: Task,
+    /// Beam width at temperature 0 (1: greedy).
+    pub beam_size: usize,
+    /// Samples drawn at each temperature above 0; the best is kept.
+    pub best_of: usize,
+    /// Beam search ends once `round(beam_size * patience)` hypotheses ended.
+    pub patience: f32,
+    /// Scores are divided by `length ^ length_penalty`.
+    pub length_penalty: f32,
+    /// Temperatures tried in turn while a window's result fails the checks.
+    pub temperatures: Vec<f64>,
+    /// A result whose text compresses better than this (zlib) is too
+    /// repetitive.
+    pub compression_ratio_threshold: Option<f64>,
+    /// A result whose average log probability is below this failed.
+    pub log_prob_threshold: Option<f64>,
+    /// A window whose no-speech probability is above this, with an average
+    /// log probability below `log_prob_threshold`, is silence.
+    pub no_speech_threshold: Option<f64>,
+    /// Each window's prompt holds the text decoded before it.
+    pub condition_on_previous_text: bool,
+    /// The previous text is dropped after a window decoded at a temperature
+    /// above this.
+    pub prompt_reset_on_temperature: f64,
+    /// Previous text for the first window.
+    pub initial_prompt: Option<InitialPrompt>,
+    /// Text the first window's transcript starts with.
+    pub prefix: Option<String>,
+    /// Hint phrases put in the prompt (when there is no prefix).
+    pub hotwords: Option<String>,
+    /// Suppresses a blank (space, end of text) as the first sampled token.
+    pub suppress_blank: bool,
+    /// Token ids never sampled; `-1` stands for the non-speech symbols.
+    /// `None` or empty suppresses nothing, not even special tokens.
+    pub suppress_tokens: Option<Vec<i64>>,
+    /// Text tokens only (no timestamp tokens).
+    pub without_timestamps: bool,
+    /// The first timestamp is at most this many seconds.
+    pub max_initial_timestamp: f64,
+    /// Word start and end times from the cross-attention.
+    pub word_timestamps: bool,
+    /// Punctuation joined to the word after it (word timestamps).
+    pub prepend_punctuations: String,
+    /// Punctuation joined to the word before it (word timestamps).
+    pub append_punctuations: String,
+    /// Detects the language again on every window.
+    pub multilingual: bool,
+    /// Most new tokens per window (else the model's limit).
+    pub max_new_tokens: Option<usize>,
+    /// `start, end, start, end...` seconds to decode; empty: everything.
+    /// An odd count ends at the end of the recording.
+    pub clip_timestamps: Vec<f64>,
+    /// A language is taken once its probability is above this.
+    pub language_detection_threshold: f64,
+    /// Windows tried for language detection.
+    pub language_detection_segments: usize,
+    /// Seed of the sampler used at temperatures above 0.
+    pub seed: u64,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> DecodeOptions {
+        DecodeOptions {
+            language: None,
+            task: Task::Transcribe,
+            beam_size: 5,
+            best_of: 5,
+            patience: 1.0,
+            length_penalty: 1.0,
+            temperatures: vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+            compression_ratio_threshold: Some(2.4),
+            log_prob_threshold: Some(-1.0),
+            no_speech_threshold: Some(0.6),
+            condition_on_previous_text: true,
+            prompt_reset_on_temperature: 0.5,
+            initial_prompt: None,
+            prefix: None,
+            hotwords: None,
+            suppress_blank: true,
+            suppress_tokens: Some(vec![-1]),
+            without_timestamps: false,
+            max_initial_timestamp: 1.0,
+            word_timestamps: false,
+            prepend_punctuations: "\"'“¿([{-".to_string(),
+            append_punctuations: "\"'.。,，!！?？:：”)]}、".to_string(),
+            multilingual: false,
+            max_new_tokens: None,
+            clip_timestamps: Vec::new(),
+            language_detection_threshold: 0.5,
+            language_detection_segments: 1,
+            seed: 0,
+        }
+    }
+}

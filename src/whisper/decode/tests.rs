@@ -1,0 +1,1 @@
+//! Whole-recording tests of the decoding loop over a scripted backend.
