@@ -20,6 +20,8 @@ pub struct Runner {
     scratch: Vec<Scratch>,
     placeholder: Tensor,
     last_s: Option<i64>,
+    /// Per node, the time its evaluations took, when timing is on.
+    times: Option<Vec<std::time::Duration>>,
 }
 
 impl Runner {
@@ -55,6 +57,7 @@ impl Runner {
             scratch,
             placeholder: Tensor::empty(),
             last_s: None,
+            times: None,
         })
     }
 
@@ -74,6 +77,16 @@ impl Runner {
         for st in self.states.iter_mut().flatten() {
             st.set_stream_len(s);
         }
+    }
+
+    /// Starts (or restarts) adding up each node's evaluation time.
+    pub fn time_nodes(&mut self) {
+        self.times = Some(vec![std::time::Duration::ZERO; self.graph.nodes.len()]);
+    }
+
+    /// Each node's evaluation time since [`Runner::time_nodes`], by node id.
+    pub fn node_times(&self) -> Option<&[std::time::Duration]> {
+        self.times.as_deref()
     }
 
     /// The stream length `S` of the last run, when the inputs were symbolic.
@@ -115,6 +128,7 @@ impl Runner {
             states,
             scratch,
             placeholder,
+            times,
             ..
         } = self;
         for &id in order.iter() {
@@ -128,10 +142,14 @@ impl Runner {
                 buf[k] = &values[o.node][o.slot];
             }
             let ins = &buf[..node.inputs.len()];
+            let t0 = times.as_ref().map(|_| std::time::Instant::now());
             let r = match &mut states[id] {
                 Some(st) => st.eval(ins, &mut outs, &mut scratch[id]),
                 None => node.op.eval(ins, &mut outs, &mut scratch[id]),
             };
+            if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
+                t[id] += t0.elapsed();
+            }
             values[id] = outs;
             r.map_err(|e| Error::node(&node.name, node.op.name(), e))?;
         }

@@ -31,6 +31,7 @@ pub mod shape;
 pub mod softmax;
 mod source;
 pub mod stft;
+pub mod vmath;
 mod tensor;
 
 pub use dim::Dim;

@@ -92,6 +92,42 @@ impl CpuWhisper {
         self.encoder.output(0)
     }
 
+    /// Starts timing every node of every graph (see [`CpuWhisper::node_times`]).
+    pub fn time_nodes(&mut self) {
+        for r in self.runners_mut() {
+            r.time_nodes();
+        }
+    }
+
+    /// Time per op kind since [`CpuWhisper::time_nodes`], per graph
+    /// (`frontend`, `encoder`, `prompt`, `step`), largest first.
+    pub fn node_times(&self) -> Vec<(&'static str, &'static str, std::time::Duration)> {
+        let mut out = Vec::new();
+        let graphs = [
+            ("frontend", &self.frontend),
+            ("encoder", &self.encoder),
+            ("prompt", &self.prompt),
+            ("step", &self.step),
+        ];
+        for (g, r) in graphs {
+            let Some(times) = r.node_times() else { continue };
+            let mut by_op: Vec<(&'static str, std::time::Duration)> = Vec::new();
+            for (node, t) in r.graph().nodes.iter().zip(times) {
+                match by_op.iter_mut().find(|(op, _)| *op == node.op.name()) {
+                    Some(e) => e.1 += *t,
+                    None => by_op.push((node.op.name(), *t)),
+                }
+            }
+            out.extend(by_op.into_iter().map(|(op, t)| (g, op, t)));
+        }
+        out.sort_by(|a, b| b.2.cmp(&a.2));
+        out
+    }
+
+    fn runners_mut(&mut self) -> [&mut Runner; 4] {
+        [&mut self.frontend, &mut self.encoder, &mut self.prompt, &mut self.step]
+    }
+
     /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
     fn run_decoder(&mut self, tokens: &[u32], batch: usize, n: usize) -> Result<()> {
         let past = self.cache.len() as i64;

@@ -7,6 +7,7 @@
 use super::{Geometry, Mask};
 use crate::ops::broadcast::MAX_RANK;
 use crate::ops::matmul::{gemm_rows, rows_work_len};
+use crate::ops::vmath::exp_shifted_sum;
 use crate::ops::{OpResult, Scratch, StorageElement, Tensor};
 
 /// Query rows per block: the block's scores stay in L2 for keys up to a
@@ -74,7 +75,16 @@ impl Geometry<'_> {
 
     pub(super) fn block_buffers<'s>(&self, scratch: &'s mut Scratch) -> BlockBuffers<'s> {
         let m = QB.min(self.tq);
-        let work = rows_work_len(m, self.tk, self.d).max(rows_work_len(m, self.dv, self.tk));
+        // the last block may be shorter, and products of fewer rows need more room
+        let last = match self.tq % QB {
+            0 => m,
+            r => r,
+        };
+        let work = [m, last]
+            .iter()
+            .map(|&r| rows_work_len(r, self.tk, self.d).max(rows_work_len(r, self.dv, self.tk)))
+            .max()
+            .unwrap_or(0);
         let (scores, acc, work, inv) = scratch.four(m * self.tk, m * self.dv, work, m);
         BlockBuffers {
             scores,
@@ -113,14 +123,21 @@ impl Geometry<'_> {
                     let row = &mut scores[r * tk..(r + 1) * tk];
                     let mrow = bm + (i0 + r) * self.sm[nb];
                     let mut max = f32::NEG_INFINITY;
-                    for (j, s) in row.iter_mut().enumerate() {
-                        let add = mask_add(mask, mrow + j * self.sm[nb + 1]);
-                        *s = if add == f32::NEG_INFINITY {
-                            add
-                        } else {
-                            *s * self.scale + add
-                        };
-                        max = max.max(*s);
+                    if let Mask::None = mask {
+                        for s in row.iter_mut() {
+                            *s *= self.scale;
+                            max = max.max(*s);
+                        }
+                    } else {
+                        for (j, s) in row.iter_mut().enumerate() {
+                            let add = mask_add(mask, mrow + j * self.sm[nb + 1]);
+                            *s = if add == f32::NEG_INFINITY {
+                                add
+                            } else {
+                                *s * self.scale + add
+                            };
+                            max = max.max(*s);
+                        }
                     }
                     // no key left to attend to: zeros, not 0/0
                     if max == f32::NEG_INFINITY {
@@ -128,12 +145,7 @@ impl Geometry<'_> {
                         inv[r] = 0.0;
                         continue;
                     }
-                    let mut sum = 0.0;
-                    for s in row.iter_mut() {
-                        *s = (*s - max).exp();
-                        sum += *s;
-                    }
-                    inv[r] = 1.0 / sum;
+                    inv[r] = 1.0 / exp_shifted_sum(row, max);
                 }
                 gemm_rows((m, dv, tk), acc, dv, scores, (tk, 1), vb, (dv, 1), None, work)?;
                 for r in 0..m {
