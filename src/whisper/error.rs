@@ -33,7 +33,10 @@ pub enum WhisperError {
     #[error("the tokenizer has no special token `{token}`")]
     MissingToken { token: String },
     #[error("tokenizer: cannot {action}: {reason}")]
-    Codec { action: &'static str, reason: String },
+    Codec {
+        action: &'static str,
+        reason: String,
+    },
     #[error("language `{code}` is not one of the model's languages")]
     UnknownLanguage { code: String },
     #[error("option `{option}`: {reason}")]

@@ -55,7 +55,10 @@ impl GenerationConfig {
             None
         };
         let config = read_json(&config_path)?;
-        GenerationConfig::from_json(gen.as_ref().map(|g| (g, gen_path.as_path())), (&config, &config_path))
+        GenerationConfig::from_json(
+            gen.as_ref().map(|g| (g, gen_path.as_path())),
+            (&config, &config_path),
+        )
     }
 
     /// Builds the settings from parsed files, each with the path its errors
@@ -72,7 +75,12 @@ impl GenerationConfig {
         // Each field: the generation file first, then config.json.
         let field = |name: &'static str| -> Option<(&Value, &Path)> {
             gen.and_then(|(g, p)| g.get(name).filter(|v| !v.is_null()).map(|v| (v, p)))
-                .or_else(|| config.get(name).filter(|v| !v.is_null()).map(|v| (v, config_path)))
+                .or_else(|| {
+                    config
+                        .get(name)
+                        .filter(|v| !v.is_null())
+                        .map(|v| (v, config_path))
+                })
         };
         let missing = |name: &'static str| WhisperError::MissingField {
             file: gen.map_or(config_path, |(_, p)| p).to_path_buf(),
@@ -96,10 +104,13 @@ impl GenerationConfig {
             None => Vec::new(),
         };
         let is_multilingual = match field("is_multilingual") {
-            Some((v, p)) => v.as_bool().ok_or_else(|| bad(p, "is_multilingual", "not a boolean"))?,
+            Some((v, p)) => v
+                .as_bool()
+                .ok_or_else(|| bad(p, "is_multilingual", "not a boolean"))?,
             None => match config.get("vocab_size") {
                 Some(v) => {
-                    v.as_u64().ok_or_else(|| bad(config_path, "vocab_size", "not a count"))?
+                    v.as_u64()
+                        .ok_or_else(|| bad(config_path, "vocab_size", "not a count"))?
                         >= MULTILINGUAL_VOCAB
                 }
                 None => return Err(missing("is_multilingual")),
@@ -178,7 +189,11 @@ fn heads(v: &Value, file: &Path) -> Result<Vec<(usize, usize)>, WhisperError> {
     list.iter()
         .map(|pair| match pair.as_array().map(|p| p.as_slice()) {
             Some([l, h]) => Ok((count(l, file, field)?, count(h, file, field)?)),
-            _ => Err(bad(file, field, "holds something that is not a [layer, head] pair")),
+            _ => Err(bad(
+                file,
+                field,
+                "holds something that is not a [layer, head] pair",
+            )),
         })
         .collect()
 }
@@ -205,7 +220,9 @@ fn default_heads(
 
 fn languages(v: &Value, file: &Path) -> Result<Vec<(String, u32)>, WhisperError> {
     let field = "lang_to_id";
-    let map = v.as_object().ok_or_else(|| bad(file, field, "not an object"))?;
+    let map = v
+        .as_object()
+        .ok_or_else(|| bad(file, field, "not an object"))?;
     let mut out = map
         .iter()
         .map(|(token, id)| {
@@ -250,7 +267,10 @@ mod tests {
         assert_eq!(c.begin_suppress_tokens, vec![220, 50257]);
         assert_eq!(c.suppress_tokens, vec![1, 2]);
         assert_eq!(c.alignment_heads, vec![(1, 0), (2, 5)]);
-        assert_eq!(c.lang_to_id, vec![("en".into(), 50259), ("fr".into(), 50265)]);
+        assert_eq!(
+            c.lang_to_id,
+            vec![("en".into(), 50259), ("fr".into(), 50265)]
+        );
         assert!(c.is_multilingual);
         assert_eq!(c.max_initial_timestamp_index, Some(50));
 
@@ -281,6 +301,15 @@ mod tests {
             json!({"vocab_size": 51864}),
         )
         .unwrap_err();
-        assert!(matches!(err, WhisperError::BadField { field: "alignment_heads", .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                WhisperError::BadField {
+                    field: "alignment_heads",
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

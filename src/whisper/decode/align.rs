@@ -5,6 +5,7 @@
 //! over heads, and a dynamic time warping path through it gives each
 //! token's first frame.
 
+use super::logits::softmax_at;
 use super::AlignedBackend;
 use crate::whisper::{WhisperError, WhisperTokenizer};
 use crate::Result;
@@ -71,7 +72,14 @@ pub(crate) fn find_alignment(
     if frames == 0 {
         return Ok(Vec::new());
     }
-    let weights = alignment_weights(&attn, n_heads, t, enc_frames, frames, spec.median_filter_width);
+    let weights = alignment_weights(
+        &attn,
+        n_heads,
+        t,
+        enc_frames,
+        frames,
+        spec.median_filter_width,
+    );
     let text_len = text_tokens.len();
     let matrix = &weights[sot_len * frames..(sot_len + text_len + 1) * frames];
     let path = negative_dtw(matrix, text_len + 1, frames);
@@ -129,7 +137,7 @@ pub(crate) fn alignment_weights(
         // Softmax over the kept frames of the raw scores is the full
         // softmax renormalised over them.
         let row = &attn[r * enc_frames..r * enc_frames + frames];
-        let sum: f32 = row.iter().sum();
+        let sum = row.iter().map(|&v| v as f64).sum::<f64>() as f32;
         for (o, &v) in w[r * frames..(r + 1) * frames].iter_mut().zip(row) {
             *o = v / sum;
         }
@@ -139,11 +147,18 @@ pub(crate) fn alignment_weights(
     }
     let mut filtered = vec![0f32; w.len()];
     for r in 0..n_heads * t {
-        median_filter(&w[r * frames..(r + 1) * frames], width, &mut filtered[r * frames..(r + 1) * frames]);
+        median_filter(
+            &w[r * frames..(r + 1) * frames],
+            width,
+            &mut filtered[r * frames..(r + 1) * frames],
+        );
     }
     let mut mean = vec![0f32; t * frames];
     for h in 0..n_heads {
-        for (m, &v) in mean.iter_mut().zip(&filtered[h * t * frames..(h + 1) * t * frames]) {
+        for (m, &v) in mean
+            .iter_mut()
+            .zip(&filtered[h * t * frames..(h + 1) * t * frames])
+        {
             *m += v;
         }
     }
@@ -180,7 +195,7 @@ pub(crate) fn median_filter(row: &[f32], width: usize, out: &mut [f32]) {
         return;
     }
     let mut window = vec![0f32; width];
-    for j in 0..n {
+    for (j, o) in out.iter_mut().enumerate() {
         for (slot, k) in window.iter_mut().zip(-(rank as isize)..=rank as isize) {
             let mut read = (j as isize + k).unsigned_abs();
             if read >= n {
@@ -189,7 +204,7 @@ pub(crate) fn median_filter(row: &[f32], width: usize, out: &mut [f32]) {
             *slot = row[read];
         }
         window.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        out[j] = window[rank];
+        *o = window[rank];
     }
 }
 
@@ -268,12 +283,7 @@ fn token_probs(
     Ok(text
         .iter()
         .zip(logits.chunks_exact(vocab))
-        .map(|(&tok, row)| {
-            let row = &row[..eot as usize];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
-            (row[tok as usize] - max).exp() / sum
-        })
+        .map(|(&tok, row)| softmax_at(&row[..eot as usize], tok))
         .collect())
 }
 
@@ -292,10 +302,14 @@ mod tests {
         ];
         let path = negative_dtw(&x, 3, 5);
         // (Diagonal moves are rare: a longer path collects more weight.)
-        assert_eq!(path, vec![(0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (2, 3), (2, 4)]);
+        assert_eq!(
+            path,
+            vec![(0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (2, 3), (2, 4)]
+        );
     }
 
     #[test]
+    #[allow(clippy::excessive_precision)] // numpy's values as printed
     fn dtw_matches_the_reference() {
         // Paths from a line-by-line Python port of CTranslate2's
         // negative_dtw (float32 costs).
@@ -305,18 +319,32 @@ mod tests {
             0.1, 0.1, 0.1,
             0.1, 0.2, 0.9,
         ];
-        assert_eq!(negative_dtw(&x, 3, 3), vec![(0, 0), (1, 0), (2, 0), (2, 1), (2, 2)]);
+        assert_eq!(
+            negative_dtw(&x, 3, 3),
+            vec![(0, 0), (1, 0), (2, 0), (2, 1), (2, 2)]
+        );
         // numpy.random.RandomState(0).rand(4, 7) as float32.
         #[rustfmt::skip]
         let x = [
-            0.54881352, 0.71518934, 0.60276335, 0.54488319, 0.42365479, 0.64589411, 0.43758720,
-            0.89177299, 0.96366274, 0.38344151, 0.79172504, 0.52889490, 0.56804454, 0.92559665,
-            0.07103606, 0.08712930, 0.02021840, 0.83261985, 0.77815676, 0.87001216, 0.97861832,
-            0.79915857, 0.46147937, 0.78052920, 0.11827443, 0.63992101, 0.14335328, 0.94466889,
+            0.5488135, 0.7151893, 0.6027634, 0.5448832, 0.4236548, 0.6458941, 0.4375872,
+            0.8917730, 0.9636627, 0.3834415, 0.7917250, 0.5288949, 0.5680445, 0.9255967,
+            0.0710361, 0.0871293, 0.0202184, 0.8326199, 0.7781568, 0.8700122, 0.9786183,
+            0.7991586, 0.4614794, 0.7805292, 0.1182744, 0.6399210, 0.1433533, 0.9446689,
         ];
         assert_eq!(
             negative_dtw(&x, 4, 7),
-            vec![(0, 0), (1, 0), (1, 1), (1, 2), (1, 3), (2, 3), (2, 4), (2, 5), (2, 6), (3, 6)]
+            vec![
+                (0, 0),
+                (1, 0),
+                (1, 1),
+                (1, 2),
+                (1, 3),
+                (2, 3),
+                (2, 4),
+                (2, 5),
+                (2, 6),
+                (3, 6)
+            ]
         );
         // One row: a walk along it.
         assert_eq!(negative_dtw(&[0.5, 0.2], 1, 2), vec![(0, 0), (0, 1)]);

@@ -199,7 +199,9 @@ mod tests {
         let mut b = backend();
         b.start(&[0]).unwrap();
         let rules = LogitRules::default();
-        beam_search(&mut b, &spec(&rules, length_penalty, prefix), beam, 1.0).unwrap().0
+        beam_search(&mut b, &spec(&rules, length_penalty, prefix), beam, 1.0)
+            .unwrap()
+            .0
     }
 
     #[test]
@@ -223,7 +225,11 @@ mod tests {
     fn forced_prefix_is_kept_and_scores_zero() {
         let h = run(1.0, 2, vec![2]);
         assert_eq!(h.tokens, vec![2, 4]);
-        assert!((h.score - (0.9f32 * 0.9).ln() / 2.0).abs() < 1e-3, "{}", h.score);
+        assert!(
+            (h.score - (0.9f32 * 0.9).ln() / 2.0).abs() < 1e-3,
+            "{}",
+            h.score
+        );
     }
 
     #[test]

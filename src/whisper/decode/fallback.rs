@@ -32,7 +32,11 @@ pub fn compression_ratio(text: &str) -> f64 {
     let bytes = text.as_bytes();
     let mut enc = ZlibEncoder::new(Vec::new(), Compression::new(6));
     // Writing into a Vec cannot fail.
-    let compressed = enc.write_all(bytes).and_then(|_| enc.finish()).map(|v| v.len()).unwrap_or(1);
+    let compressed = enc
+        .write_all(bytes)
+        .and_then(|_| enc.finish())
+        .map(|v| v.len())
+        .unwrap_or(1);
     bytes.len() as f64 / compressed as f64
 }
 
@@ -132,7 +136,10 @@ mod tests {
                 "the cat sat on the mat the cat sat on the mat the cat sat on the mat",
                 68.0 / 30.0,
             ),
-            ("I don't know. I don't know. I don't know. I don't know. ", 56.0 / 25.0),
+            (
+                "I don't know. I don't know. I don't know. I don't know. ",
+                56.0 / 25.0,
+            ),
         ];
         for (text, expected) in cases {
             let r = compression_ratio(text);

@@ -59,13 +59,19 @@ pub(crate) fn generate(
     strategy: Strategy<'_>,
 ) -> Result<Generation> {
     let sp = params.special;
-    let sot_index = prompt.iter().position(|&t| t == sp.sot).ok_or_else(|| WhisperError::Option {
-        option: "prompt",
-        reason: "no <|startoftranscript|> in the prompt".to_string(),
-    })?;
+    let sot_index =
+        prompt
+            .iter()
+            .position(|&t| t == sp.sot)
+            .ok_or_else(|| WhisperError::Option {
+                option: "prompt",
+                reason: "no <|startoftranscript|> in the prompt".to_string(),
+            })?;
     // The prompt proper ends after the task tokens that follow sot.
     let mut prompt_length = sot_index;
-    while prompt_length < prompt.len() && (sp.sot..=sp.no_timestamps).contains(&prompt[prompt_length]) {
+    while prompt_length < prompt.len()
+        && (sp.sot..=sp.no_timestamps).contains(&prompt[prompt_length])
+    {
         prompt_length += 1;
     }
     let sot_is_start = sot_index == prompt_length - 1;
@@ -180,7 +186,16 @@ mod tests {
     fn prompt_is_split_after_the_task_tokens() {
         let mut b = backend();
         let prompt = [16, 1, 2, 11, 12, 14, 18];
-        let g = generate(&mut b, &prompt, &params(), Strategy::Beam { size: 1, patience: 1.0 }).unwrap();
+        let g = generate(
+            &mut b,
+            &prompt,
+            &params(),
+            Strategy::Beam {
+                size: 1,
+                patience: 1.0,
+            },
+        )
+        .unwrap();
         assert_eq!(g.tokens, vec![3]);
         // The prompt less its last task token went in one feed, then one token a step.
         assert_eq!(b.fed_log[0], vec![16, 1, 2, 11, 12, 14]);
@@ -193,13 +208,31 @@ mod tests {
     #[test]
     fn a_bare_sot_prompt_reads_no_speech_at_step_zero() {
         let mut b = backend();
-        let g = generate(&mut b, &[11, 18], &params(), Strategy::Beam { size: 1, patience: 1.0 }).unwrap();
+        let g = generate(
+            &mut b,
+            &[11, 18],
+            &params(),
+            Strategy::Beam {
+                size: 1,
+                patience: 1.0,
+            },
+        )
+        .unwrap();
         assert_eq!(b.fed_log[0], vec![11]);
         let p = 2f32.exp() / (2f32.exp() + 19.0);
         assert!((g.no_speech_prob - p).abs() < 1e-6);
         // English-only with timestamps: [sot] alone is the start token.
         let mut b = backend();
-        let g = generate(&mut b, &[11], &params(), Strategy::Beam { size: 5, patience: 1.0 }).unwrap();
+        let g = generate(
+            &mut b,
+            &[11],
+            &params(),
+            Strategy::Beam {
+                size: 5,
+                patience: 1.0,
+            },
+        )
+        .unwrap();
         assert!((g.no_speech_prob - p).abs() < 1e-6);
         // The first token must be a timestamp: only <|0.00|> exists here.
         assert_eq!(g.tokens[0], 19);
@@ -212,7 +245,16 @@ mod tests {
         p.max_length = 20;
         let prompt = [16, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 11, 18];
         // 14 tokens fed before the start token: min(20 / 2, 20 - 14) = 6 steps.
-        let g = generate(&mut b, &prompt, &p, Strategy::Beam { size: 1, patience: 1.0 }).unwrap();
+        let g = generate(
+            &mut b,
+            &prompt,
+            &p,
+            Strategy::Beam {
+                size: 1,
+                patience: 1.0,
+            },
+        )
+        .unwrap();
         assert_eq!(g.tokens.len(), 6);
     }
 }

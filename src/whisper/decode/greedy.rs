@@ -82,7 +82,10 @@ pub(crate) fn greedy_search<R: Rng>(
             backend.reorder(&keep)?;
             alive = keep.iter().map(|&r| alive[r]).collect();
         }
-        inputs = alive.iter().map(|&s| *sequences[s].last().unwrap_or(&spec.start)).collect();
+        inputs = alive
+            .iter()
+            .map(|&s| *sequences[s].last().unwrap_or(&spec.start))
+            .collect();
     }
     let hyps: Vec<Hypothesis> = finished.into_iter().flatten().collect();
     Ok((finalize(hyps, spec.length_penalty), no_speech))
@@ -153,7 +156,11 @@ mod tests {
         let lp = |k: f32| k - (k.exp() + 9.0).ln();
         // The end of text's log-probability counts; the length does not.
         let expected = (lp(3.0) + lp(2.0) + lp(4.0)) / 2.0;
-        assert!((h.score - expected).abs() < 1e-5, "{} vs {expected}", h.score);
+        assert!(
+            (h.score - expected).abs() < 1e-5,
+            "{} vs {expected}",
+            h.score
+        );
     }
 
     #[test]
@@ -161,7 +168,8 @@ mod tests {
         let mut b = Scripted::new(10, |_w, _seq: &[u32]| Scripted::peaked(10, 5, 4.0));
         b.start(&[0]).unwrap();
         let rules = LogitRules::default();
-        let (h, _) = greedy_search::<rand::rngs::StdRng>(&mut b, &spec(&rules, &[7, 1]), None).unwrap();
+        let (h, _) =
+            greedy_search::<rand::rngs::StdRng>(&mut b, &spec(&rules, &[7, 1]), None).unwrap();
         assert_eq!(h.tokens, vec![7, 1]);
         let lp = 4.0 - (4f32.exp() + 9.0).ln();
         assert!((h.score - lp / 2.0).abs() < 1e-6);

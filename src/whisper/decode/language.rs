@@ -13,7 +13,7 @@ pub(crate) fn language_probs(
     backend: &mut dyn WhisperBackend,
     sot: u32,
     languages: &[(String, u32)],
-) -> Result<Vec<(String, f32)>> {
+) -> Result<LanguageProbs> {
     let vocab = backend.vocab_size();
     backend.start(&[0])?;
     let mut logits = Vec::new();
@@ -41,6 +41,17 @@ pub(crate) fn language_probs(
     Ok(probs)
 }
 
+/// Languages and their probabilities, best first.
+pub(crate) type LanguageProbs = Vec<(String, f32)>;
+
+/// A detected language.
+pub(crate) struct Detected {
+    pub language: String,
+    pub probability: f32,
+    /// Every language's probability in the last window tried.
+    pub all: LanguageProbs,
+}
+
 /// How to detect the language.
 pub(crate) struct Detection<'a> {
     pub sot: u32,
@@ -63,7 +74,7 @@ pub(crate) fn detect_language(
     frames: usize,
     seek: usize,
     d: &Detection,
-) -> Result<(String, f32, Vec<(String, f32)>)> {
+) -> Result<Detected> {
     let (sot, languages, threshold) = (d.sot, d.languages, d.threshold);
     let n_mels = backend.n_mels();
     let size = backend.window_frames();
@@ -77,11 +88,18 @@ pub(crate) fn detect_language(
         let window = window_features(features, n_mels, frames, seek + start, len, size);
         backend.encode(&[&window])?;
         all = language_probs(backend, sot, languages)?;
-        let (code, p) = all.first().cloned().ok_or_else(|| WhisperError::UnknownLanguage {
-            code: "(the model lists no language)".to_string(),
-        })?;
+        let (code, p) = all
+            .first()
+            .cloned()
+            .ok_or_else(|| WhisperError::UnknownLanguage {
+                code: "(the model lists no language)".to_string(),
+            })?;
         if p as f64 > threshold {
-            return Ok((code, p, all));
+            return Ok(Detected {
+                language: code,
+                probability: p,
+                all,
+            });
         }
         match votes.iter_mut().find(|(c, _)| *c == code) {
             Some((_, ps)) => ps.push(p),
@@ -97,8 +115,11 @@ pub(crate) fn detect_language(
         }
     }
     let (code, ps) = best.expect("at least one window");
-    let p = ps.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    Ok((code.clone(), p, all))
+    Ok(Detected {
+        language: code.clone(),
+        probability: ps.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        all,
+    })
 }
 
 #[cfg(test)]
@@ -112,7 +133,9 @@ mod tests {
 
     #[test]
     fn softmax_over_language_tokens_only() {
-        let mut b = Scripted::new(8, |_w, _s: &[u32]| vec![9.0, 9.0, 1.0, 3.0, 2.0, 9.0, 9.0, 9.0]);
+        let mut b = Scripted::new(8, |_w, _s: &[u32]| {
+            vec![9.0, 9.0, 1.0, 3.0, 2.0, 9.0, 9.0, 9.0]
+        });
         b.encode(&[&[]]).unwrap();
         let p = language_probs(&mut b, 1, &langs()).unwrap();
         let z = 1f32.exp() + 3f32.exp() + 2f32.exp();
@@ -143,15 +166,16 @@ mod tests {
             segments,
             threshold: 0.5,
         };
-        let (code, p, _) = detect_language(&mut b, &features, 12, 0, &d(3)).unwrap();
+        let found = detect_language(&mut b, &features, 12, 0, &d(3)).unwrap();
+        let (code, p) = (found.language, found.probability);
         assert_eq!(code, "de");
         let z = 2.0 + 0.4f32.exp();
         assert!((p - 0.4f32.exp() / z).abs() < 1e-6);
         // With one window only, the first decides.
-        let (code, _, all) = detect_language(&mut b, &features, 12, 0, &d(1)).unwrap();
-        assert_eq!((code.as_str(), all.len()), ("de", 3));
+        let found = detect_language(&mut b, &features, 12, 0, &d(1)).unwrap();
+        assert_eq!((found.language.as_str(), found.all.len()), ("de", 3));
         // From frame 4 on, French comes first.
-        let (code, _, _) = detect_language(&mut b, &features, 12, 4, &d(1)).unwrap();
-        assert_eq!(code, "fr");
+        let found = detect_language(&mut b, &features, 12, 4, &d(1)).unwrap();
+        assert_eq!(found.language, "fr");
     }
 }

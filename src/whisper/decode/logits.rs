@@ -40,7 +40,13 @@ impl LogitRules {
     /// (0: the token after the prompt's last), `sequence` holding the tokens
     /// chosen at the earlier steps (prefix included) and `sample_begin`
     /// the prefix length.
-    pub(crate) fn apply(&self, step: usize, logits: &mut [f32], sequence: &[u32], sample_begin: usize) {
+    pub(crate) fn apply(
+        &self,
+        step: usize,
+        logits: &mut [f32],
+        sequence: &[u32],
+        sample_begin: usize,
+    ) {
         let vocab = logits.len();
         let mut disable = |id: u32| {
             if let Some(l) = logits.get_mut(id as usize) {
@@ -92,7 +98,11 @@ fn apply_timestamp_rules(
     } else if step > sample_begin {
         let last = sequence[step - 1];
         if last >= ts.begin {
-            let penultimate = if step - 1 > sample_begin { sequence[step - 2] } else { last };
+            let penultimate = if step - 1 > sample_begin {
+                sequence[step - 2]
+            } else {
+                last
+            };
             if penultimate >= ts.begin {
                 // Two timestamps in a row: text (or the end) must follow.
                 disable_range(logits, begin, end);
@@ -110,7 +120,11 @@ fn apply_timestamp_rules(
         } else {
             check_timestamp_prob = true;
             // Timestamps never decrease.
-            if let Some(&t) = sequence[sample_begin..step].iter().rev().find(|&&t| t >= ts.begin) {
+            if let Some(&t) = sequence[sample_begin..step]
+                .iter()
+                .rev()
+                .find(|&&t| t >= ts.begin)
+            {
                 disable_range(logits, begin, t as usize);
             }
         }
@@ -119,7 +133,10 @@ fn apply_timestamp_rules(
         // If the timestamps together are likelier than any single text
         // token, the next token is a timestamp.
         let log_probs = log_softmax_copy(logits);
-        let max_text = log_probs[..begin].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max_text = log_probs[..begin]
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
         let timestamp = logsumexp(&log_probs[begin..=end]);
         if timestamp > max_text {
             disable_range(logits, 0, begin - 1);
@@ -127,11 +144,17 @@ fn apply_timestamp_rules(
     }
 }
 
-/// In-place log-softmax, as CTranslate2 computes it in f32.
+/// Sum of `exp(v - max)` accumulated in f64: CTranslate2's vectorised f32
+/// reductions are close to exact, a sequential f32 sum over 51865 entries
+/// is not.
+fn sum_exp(x: &[f32], max: f32) -> f32 {
+    x.iter().map(|&v| (v - max).exp() as f64).sum::<f64>() as f32
+}
+
+/// In-place log-softmax in f32 (`x - max - ln(sum(exp(x - max)))`).
 pub(crate) fn log_softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = x.iter().map(|&v| (v - max).exp()).sum();
-    let shift = max + sum.ln();
+    let shift = max + sum_exp(x, max).ln();
     for v in x.iter_mut() {
         *v -= shift;
     }
@@ -149,14 +172,16 @@ pub(crate) fn logsumexp(x: &[f32]) -> f32 {
     if max == f32::NEG_INFINITY {
         return max;
     }
-    max + x.iter().map(|&v| (v - max).exp()).sum::<f32>().ln()
+    max + sum_exp(x, max).ln()
 }
 
 /// Softmax probability of entry `id` in `logits` (the no-speech probability).
 pub(crate) fn softmax_at(logits: &[f32], id: u32) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = logits.iter().map(|&v| (v - max).exp()).sum();
-    logits.get(id as usize).map_or(0.0, |&v| (v - max).exp() / sum)
+    let sum = sum_exp(logits, max);
+    logits
+        .get(id as usize)
+        .map_or(0.0, |&v| (v - max).exp() / sum)
 }
 
 #[cfg(test)]
@@ -181,7 +206,9 @@ mod tests {
     }
 
     fn allowed(logits: &[f32]) -> Vec<usize> {
-        (0..logits.len()).filter(|&i| logits[i] != DISABLED).collect()
+        (0..logits.len())
+            .filter(|&i| logits[i] != DISABLED)
+            .collect()
     }
 
     #[test]
@@ -231,9 +258,7 @@ mod tests {
         // outweigh it: only timestamps stay.
         let mut l = vec![-10.0; 12];
         l[2] = 1.0;
-        for t in 7..=11 {
-            l[t] = 0.5;
-        }
+        l[7..=11].fill(0.5);
         rules().apply(2, &mut l, &[7, 3], 0);
         assert_eq!(allowed(&l), vec![8, 9, 10, 11]);
         // With one timestamp as likely, text wins: nothing more is disabled.

@@ -27,7 +27,12 @@ pub(crate) struct SearchSpec<'a> {
 
 impl SearchSpec<'_> {
     /// Checks the backend gave `rows` rows of `vocab` logits.
-    pub(crate) fn check_logits(&self, got: usize, rows: usize, vocab: usize) -> Result<(), WhisperError> {
+    pub(crate) fn check_logits(
+        &self,
+        got: usize,
+        rows: usize,
+        vocab: usize,
+    ) -> Result<(), WhisperError> {
         if got != rows * vocab {
             return Err(WhisperError::BackendShape {
                 what: "decoder logits",
@@ -54,7 +59,11 @@ pub(crate) fn finalize(mut hyps: Vec<Hypothesis>, length_penalty: f32) -> Hypoth
         h.score /= (h.tokens.len() as f32).powf(length_penalty);
     }
     // Stable: on equal scores the earlier hypothesis wins.
-    hyps.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+    hyps.sort_by(|a, b| {
+        b.score
+            .partial_cmp(&a.score)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
     hyps.into_iter().next().unwrap_or(Hypothesis {
         tokens: Vec::new(),
         score: f32::NEG_INFINITY,

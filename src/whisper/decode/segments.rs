@@ -42,7 +42,9 @@ pub(crate) fn split_segments_by_timestamps(
     let is_ts = |t: u32| t >= timestamp_begin;
     let n = tokens.len();
     let single_timestamp_ending = n >= 2 && !is_ts(tokens[n - 2]) && is_ts(tokens[n - 1]);
-    let consecutive: Vec<usize> = (1..n).filter(|&i| is_ts(tokens[i]) && is_ts(tokens[i - 1])).collect();
+    let consecutive: Vec<usize> = (1..n)
+        .filter(|&i| is_ts(tokens[i]) && is_ts(tokens[i - 1]))
+        .collect();
     let mut segments = Vec::new();
     let mut seek = seek;
     let window_seek = seek;
@@ -136,7 +138,10 @@ mod tests {
         assert_eq!(s.seek, 4000);
         // ...else lasts the window (text only, no timestamps).
         let s = split_segments_by_timestamps(TB, &[1, 2], 10.0, 1234, 12.34, 1000);
-        assert_eq!((s.segments[0].start, s.segments[0].end), (10.0, 10.0 + 12.34));
+        assert_eq!(
+            (s.segments[0].start, s.segments[0].end),
+            (10.0, 10.0 + 12.34)
+        );
         assert_eq!(s.seek, 2234);
     }
 }

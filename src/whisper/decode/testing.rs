@@ -29,7 +29,10 @@ pub(crate) struct Scripted {
 
 impl Scripted {
     /// A backend of `vocab` logits that answers with `script(window, sequence)`.
-    pub(crate) fn new(vocab: usize, script: impl Fn(&[f32], &[u32]) -> Vec<f32> + 'static) -> Scripted {
+    pub(crate) fn new(
+        vocab: usize,
+        script: impl Fn(&[f32], &[u32]) -> Vec<f32> + 'static,
+    ) -> Scripted {
         Scripted {
             vocab,
             n_mels: 2,
@@ -77,7 +80,9 @@ impl WhisperBackend for Scripted {
     /// of a recording whose length is a multiple of 160).
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
         let frames = audio.len() / 160 + 1;
-        let row: Vec<f32> = (0..frames).map(|f| audio.get(f * 160).copied().unwrap_or(0.0)).collect();
+        let row: Vec<f32> = (0..frames)
+            .map(|f| audio.get(f * 160).copied().unwrap_or(0.0))
+            .collect();
         Ok((0..self.n_mels).flat_map(|_| row.iter().copied()).collect())
     }
 
@@ -92,10 +97,18 @@ impl WhisperBackend for Scripted {
         Ok(())
     }
 
-    fn feed(&mut self, tokens: &[u32], n: usize, positions: &[usize], logits: &mut Vec<f32>) -> Result<()> {
+    fn feed(
+        &mut self,
+        tokens: &[u32],
+        n: usize,
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         logits.clear();
         for b in 0..self.seqs.len() {
-            self.seqs[b].1.extend_from_slice(&tokens[b * n..(b + 1) * n]);
+            self.seqs[b]
+                .1
+                .extend_from_slice(&tokens[b * n..(b + 1) * n]);
             let (w, seq) = &self.seqs[b];
             self.fed_log.push(seq.clone());
             for &p in positions {
@@ -115,7 +128,12 @@ impl WhisperBackend for Scripted {
 }
 
 impl AlignmentSource for Scripted {
-    fn cross_attention(&mut self, window: usize, tokens: &[u32], heads: &[(usize, usize)]) -> Result<Vec<f32>> {
+    fn cross_attention(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
         let f = self.attention.as_ref().expect("no attention script");
         Ok(f(self.window(window), tokens, heads))
     }

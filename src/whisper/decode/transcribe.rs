@@ -119,9 +119,9 @@ pub fn transcribe(
                 segments: opts.language_detection_segments,
                 threshold: opts.language_detection_threshold,
             };
-            let (code, p, all) = detect_language(network.backend(), &features, frames, seek, &detection)?;
-            let all = all.into_iter().map(|(c, p)| (c, p as f64)).collect();
-            (code, p as f64, Some(all))
+            let found = detect_language(network.backend(), &features, frames, seek, &detection)?;
+            let all = found.all.into_iter().map(|(c, p)| (c, p as f64)).collect();
+            (found.language, found.probability as f64, Some(all))
         }
     };
 
@@ -195,7 +195,10 @@ fn seek_clips(clip_timestamps: &[f64], content_frames: usize) -> Vec<(usize, usi
 /// faster-whisper's `get_suppressed_tokens`: `-1` becomes the non-speech
 /// symbols; the task, start and no-speech tokens are always added; `None`
 /// or empty suppresses nothing.
-pub(crate) fn suppressed_tokens(tokenizer: &WhisperTokenizer, ids: Option<&[i64]>) -> Result<Vec<u32>> {
+pub(crate) fn suppressed_tokens(
+    tokenizer: &WhisperTokenizer,
+    ids: Option<&[i64]>,
+) -> Result<Vec<u32>> {
     let Some(ids) = ids.filter(|i| !i.is_empty()) else {
         return Ok(Vec::new());
     };
@@ -204,7 +207,14 @@ pub(crate) fn suppressed_tokens(tokenizer: &WhisperTokenizer, ids: Option<&[i64]
         out.extend(tokenizer.non_speech_tokens()?);
     }
     let sp = tokenizer.special();
-    out.extend([sp.transcribe, sp.translate, sp.sot, sp.sot_prev, sp.sot_lm, sp.no_speech]);
+    out.extend([
+        sp.transcribe,
+        sp.translate,
+        sp.sot,
+        sp.sot_prev,
+        sp.sot_lm,
+        sp.no_speech,
+    ]);
     out.sort_unstable();
     out.dedup();
     Ok(out)
@@ -247,7 +257,8 @@ impl Run<'_> {
         let mut clip_idx = 0;
         let mut seek = clips[0].0;
         let mut last_speech_timestamp = 0.0;
-        let max_initial_timestamp_index = (opts.max_initial_timestamp / TIME_PRECISION).round_ties_even() as usize;
+        let max_initial_timestamp_index =
+            (opts.max_initial_timestamp / TIME_PRECISION).round_ties_even() as usize;
 
         while clip_idx < clips.len() {
             let (clip_start, clip_end) = (clips[clip_idx].0, clips[clip_idx].1.min(content_frames));
@@ -260,9 +271,12 @@ impl Run<'_> {
                 continue;
             }
             let time_offset = seek as f64 * TIME_PER_FRAME;
-            let segment_size = window_frames.min(content_frames - seek).min(clip_end - seek);
+            let segment_size = window_frames
+                .min(content_frames - seek)
+                .min(clip_end - seek);
             let segment_duration = segment_size as f64 * TIME_PER_FRAME;
-            let window = window_features(features, n_mels, frames, seek, segment_size, window_frames);
+            let window =
+                window_features(features, n_mels, frames, seek, segment_size, window_frames);
             let previous_tokens = &all_tokens[prompt_reset_since..];
             network.backend().encode(&[&window])?;
 
@@ -272,14 +286,19 @@ impl Run<'_> {
                     self.language = code;
                 }
             }
-            let sot_sequence = tokenizer.sot_sequence(self.multilingual, &self.language, opts.task)?;
+            let sot_sequence =
+                tokenizer.sot_sequence(self.multilingual, &self.language, opts.task)?;
             let prompt = get_prompt(
                 tokenizer,
                 previous_tokens,
                 &PromptSpec {
                     sot_sequence: &sot_sequence,
                     without_timestamps: opts.without_timestamps,
-                    prefix: if seek == 0 { opts.prefix.as_deref() } else { None },
+                    prefix: if seek == 0 {
+                        opts.prefix.as_deref()
+                    } else {
+                        None
+                    },
                     hotwords: opts.hotwords.as_deref(),
                     max_length: self.gen.max_length,
                 },
@@ -304,12 +323,21 @@ impl Run<'_> {
                 suppress_begin: &self.suppress_begin,
                 max_initial_timestamp_index,
             };
-            let decoded =
-                generate_with_fallback(network.backend(), tokenizer, &prompt, &params, opts, &mut self.rng)?;
+            let decoded = generate_with_fallback(
+                network.backend(),
+                tokenizer,
+                &prompt,
+                &params,
+                opts,
+                &mut self.rng,
+            )?;
 
             if let Some(threshold) = opts.no_speech_threshold {
                 let mut skip = decoded.result.no_speech_prob as f64 > threshold;
-                if opts.log_prob_threshold.is_some_and(|t| decoded.avg_logprob > t) {
+                if opts
+                    .log_prob_threshold
+                    .is_some_and(|t| decoded.avg_logprob > t)
+                {
                     skip = false; // likely enough, whatever the no-speech probability
                 }
                 if skip {
@@ -331,7 +359,10 @@ impl Run<'_> {
             let mut current: Vec<WordSegment> = split
                 .segments
                 .into_iter()
-                .map(|raw| WordSegment { raw, words: Vec::new() })
+                .map(|raw| WordSegment {
+                    raw,
+                    words: Vec::new(),
+                })
                 .collect();
 
             if opts.word_timestamps {
@@ -340,13 +371,27 @@ impl Run<'_> {
                 };
                 let spec = AlignSpec {
                     sot_sequence: &sot_sequence,
-                    language: if self.multilingual { &self.language } else { "en" },
+                    language: if self.multilingual {
+                        &self.language
+                    } else {
+                        "en"
+                    },
                     heads: &self.gen.alignment_heads,
                     num_frames: segment_size,
                     median_filter_width: MEDIAN_FILTER_WIDTH,
                 };
-                let punctuation = (opts.prepend_punctuations.as_str(), opts.append_punctuations.as_str());
-                add_word_timestamps(&mut **aligned, tokenizer, &mut current, &spec, punctuation, last_speech_timestamp)?;
+                let punctuation = (
+                    opts.prepend_punctuations.as_str(),
+                    opts.append_punctuations.as_str(),
+                );
+                add_word_timestamps(
+                    &mut **aligned,
+                    tokenizer,
+                    &mut current,
+                    &spec,
+                    punctuation,
+                    last_speech_timestamp,
+                )?;
                 if !split.single_timestamp_ending {
                     if let Some(end) = get_end(&current) {
                         if end > time_offset {
@@ -380,7 +425,9 @@ impl Run<'_> {
                     words: opts.word_timestamps.then_some(seg.words),
                 })?;
             }
-            if !opts.condition_on_previous_text || decoded.temperature > opts.prompt_reset_on_temperature {
+            if !opts.condition_on_previous_text
+                || decoded.temperature > opts.prompt_reset_on_temperature
+            {
                 prompt_reset_since = all_tokens.len();
             }
         }

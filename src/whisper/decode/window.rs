@@ -28,7 +28,13 @@ mod tests {
     fn slices_each_row_and_pads() {
         // 2 mels x 5 frames.
         let f = [0.0, 1.0, 2.0, 3.0, 4.0, 10.0, 11.0, 12.0, 13.0, 14.0];
-        assert_eq!(window_features(&f, 2, 5, 3, 2, 3), vec![3.0, 4.0, 0.0, 13.0, 14.0, 0.0]);
-        assert_eq!(window_features(&f, 2, 5, 1, 9, 2), vec![1.0, 2.0, 11.0, 12.0]);
+        assert_eq!(
+            window_features(&f, 2, 5, 3, 2, 3),
+            vec![3.0, 4.0, 0.0, 13.0, 14.0, 0.0]
+        );
+        assert_eq!(
+            window_features(&f, 2, 5, 1, 9, 2),
+            vec![1.0, 2.0, 11.0, 12.0]
+        );
     }
 }

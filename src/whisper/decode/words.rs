@@ -53,7 +53,11 @@ pub(crate) fn add_word_timestamps(
     let text_tokens = per_segment.concat();
     let mut alignment = find_alignment(backend, tokenizer, &text_tokens, spec)?;
 
-    let mut durations: Vec<f64> = alignment.iter().map(|w| w.end - w.start).filter(|&d| d != 0.0).collect();
+    let mut durations: Vec<f64> = alignment
+        .iter()
+        .map(|w| w.end - w.start)
+        .filter(|&d| d != 0.0)
+        .collect();
     let median = median(&mut durations).unwrap_or(0.0).min(0.7);
     let max_duration = median * 2.0;
     if !durations.is_empty() {
@@ -90,7 +94,13 @@ pub(crate) fn add_word_timestamps(
             word_index += 1;
         }
         if !words.is_empty() {
-            trim_boundary_words(&mut seg.raw, &mut words, last_speech_timestamp, median, max_duration);
+            trim_boundary_words(
+                &mut seg.raw,
+                &mut words,
+                last_speech_timestamp,
+                median,
+                max_duration,
+            );
             last_speech_timestamp = seg.raw.end;
         }
         seg.words = words;
@@ -142,7 +152,10 @@ pub(crate) fn merge_punctuations(alignment: &mut [WordTiming], prepended: &str, 
             let iu = i as usize;
             let previous = &alignment[iu];
             if previous.word.starts_with(' ') && prepended.contains(previous.word.trim()) {
-                let (word, tokens) = (std::mem::take(&mut alignment[iu].word), std::mem::take(&mut alignment[iu].tokens));
+                let (word, tokens) = (
+                    std::mem::take(&mut alignment[iu].word),
+                    std::mem::take(&mut alignment[iu].tokens),
+                );
                 let following = &mut alignment[j];
                 following.word = word + &following.word;
                 following.tokens = [tokens, std::mem::take(&mut following.tokens)].concat();
@@ -155,7 +168,10 @@ pub(crate) fn merge_punctuations(alignment: &mut [WordTiming], prepended: &str, 
     let (mut i, mut j) = (0, 1);
     while j < alignment.len() {
         if !alignment[i].word.ends_with(' ') && appended.contains(alignment[j].word.as_str()) {
-            let (word, tokens) = (std::mem::take(&mut alignment[j].word), std::mem::take(&mut alignment[j].tokens));
+            let (word, tokens) = (
+                std::mem::take(&mut alignment[j].word),
+                std::mem::take(&mut alignment[j].tokens),
+            );
             alignment[i].word.push_str(&word);
             alignment[i].tokens.extend(tokens);
         } else {
@@ -172,7 +188,11 @@ fn median(x: &mut [f64]) -> Option<f64> {
     }
     x.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     let n = x.len();
-    Some(if n % 2 == 1 { x[n / 2] } else { (x[n / 2 - 1] + x[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        x[n / 2]
+    } else {
+        (x[n / 2 - 1] + x[n / 2]) / 2.0
+    })
 }
 
 /// Python's `round(x, 2)`: the closest two-decimal value, ties to even on
