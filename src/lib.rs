@@ -24,5 +24,6 @@ pub mod output;
 pub mod pulse;
 pub mod vad;
 pub mod weights;
+pub mod whisper;
 
 pub use error::{Error, Result};

@@ -12,6 +12,8 @@
 //!   one chunk step, one CUDA graph on a GPU, for the whole cohort.
 //! - [`Control`] stops a run from another thread (Ctrl-C) and exposes
 //!   counters for a progress display.
+//! - [`run_whole`] runs models that take a whole recording (Whisper) on
+//!   workers of their own ([`FileWorker`]), with the same results.
 //! - [`open_for_resume`] reopens a JSON-lines output, dropping a line cut
 //!   short by a killed run, and says which files it already covers.
 
@@ -19,6 +21,7 @@ mod cohort;
 mod inputs;
 mod pool;
 mod resume;
+mod whole;
 
 pub use inputs::{expand_inputs, read_manifest, InputError};
 pub use pool::{
@@ -26,3 +29,4 @@ pub use pool::{
     OPEN_FILES,
 };
 pub use resume::{open_for_resume, read_done, Done};
+pub use whole::{run_whole, FileWorker};

@@ -1,0 +1,23 @@
+//! Pretrained Whisper checkpoints (Hugging Face folders) run by our engine:
+//! the log-mel front end, the encoder over 30 s windows and the text decoder
+//! with its key/value cache are engine graphs; decoding follows the
+//! reference (openai/whisper, faster-whisper) rule for rule.
+
+mod backend;
+mod config;
+mod cpu;
+pub mod decode;
+mod error;
+pub mod folder;
+pub mod generation;
+pub mod graphs;
+mod layers;
+pub mod tokenizer;
+
+pub use backend::{AlignmentSource, WhisperBackend};
+pub use config::WhisperConfig;
+pub use cpu::{CpuWhisper, WhisperModel};
+pub use error::WhisperError;
+pub use generation::GenerationConfig;
+pub use tokenizer::{SpecialTokens, Task, WhisperTokenizer};
+pub use folder::LoadError;
