@@ -317,3 +317,135 @@ fn parity_with_faster_whisper_on_the_librivox_clip() {
         }
     }
 }
+
+/// Runs `opts` over `audio` on the CPU backend (word timestamps through
+/// its cross-attention).
+fn cpu_run(
+    backend: &mut crate::whisper::CpuWhisper,
+    tok: &WhisperTokenizer,
+    gen: &GenerationConfig,
+    audio: &[f32],
+    opts: &DecodeOptions,
+) -> Vec<Segment> {
+    let mut segs = Vec::new();
+    let network = if opts.word_timestamps {
+        Network::Aligned(backend)
+    } else {
+        Network::Plain(backend)
+    };
+    transcribe(network, tok, gen, audio, opts, |s| {
+        segs.push(s);
+        Ok(())
+    })
+    .unwrap();
+    segs
+}
+
+/// 83 s of realdev (dev00..dev10 joined by 0.5 s of silence) against
+/// faster-whisper 1.2.1 (testdata/realdev_long.json, with the script that
+/// made it): every window, seek, segment, token and word the same, in the
+/// default beam search, greedy, greedy without previous text, and with
+/// word timestamps (whose seeking follows the last word).
+#[test]
+fn long_audio_parity_with_faster_whisper() {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let dir = home.join(".cache/pulsed/models/whisper-tiny.en");
+    let realdev = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/realdev/wav");
+    if !dir.join("model.safetensors").exists() || !realdev.exists() {
+        eprintln!("skipped: needs {} and {}", dir.display(), realdev.display());
+        return;
+    }
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("testdata/realdev_long.json")).unwrap();
+    let mut audio = Vec::new();
+    for i in 0..11 {
+        if i > 0 {
+            audio.extend(std::iter::repeat_n(0.0f32, 8000));
+        }
+        let a = crate::audio::load_wav(&realdev.join(format!("dev{i:02}.wav")), 16_000).unwrap();
+        audio.extend(a.samples);
+    }
+    assert_eq!(audio.len() as u64, golden["samples"].as_u64().unwrap());
+
+    let model = crate::whisper::WhisperModel::open_dir(&dir).unwrap();
+    let mut backend = crate::whisper::CpuWhisper::new(&model).unwrap();
+    let tok = WhisperTokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
+    let gen = GenerationConfig::load(&dir).unwrap();
+    for (name, run) in golden["runs"].as_object().unwrap() {
+        let kw = &run["kwargs"];
+        let defaults = DecodeOptions::default();
+        let opts = DecodeOptions {
+            beam_size: kw["beam_size"]
+                .as_u64()
+                .map_or(defaults.beam_size, |b| b as usize),
+            word_timestamps: kw["word_timestamps"].as_bool().unwrap_or(false),
+            condition_on_previous_text: kw["condition_on_previous_text"].as_bool().unwrap_or(true),
+            ..defaults
+        };
+        let started = std::time::Instant::now();
+        let segs = cpu_run(&mut backend, &tok, &gen, &audio, &opts);
+        eprintln!(
+            "{name}: {} segments in {:.1} s",
+            segs.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let want = run["segments"].as_array().unwrap();
+        for (i, (got, want)) in segs.iter().zip(want).enumerate() {
+            let tokens: Vec<u32> = want["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap() as u32)
+                .collect();
+            let at = format!("{name} segment {i} ({:?})", want["text"].as_str().unwrap());
+            assert_eq!(got.tokens, tokens, "{at}");
+            assert_eq!(got.seek as u64, want["seek"].as_u64().unwrap(), "{at}");
+            assert!(
+                (got.start - want["start"].as_f64().unwrap()).abs() < 1e-9,
+                "{at}: start {}",
+                got.start
+            );
+            assert!(
+                (got.end - want["end"].as_f64().unwrap()).abs() < 1e-9,
+                "{at}: end {}",
+                got.end
+            );
+            assert_eq!(
+                got.temperature,
+                want["temperature"].as_f64().unwrap(),
+                "{at}"
+            );
+            let (a, b) = (got.avg_logprob, want["avg_logprob"].as_f64().unwrap());
+            assert!((a - b).abs() < 2e-3, "{at}: avg_logprob {a} vs {b}");
+            let (a, b) = (got.no_speech_prob, want["no_speech_prob"].as_f64().unwrap());
+            assert!((a - b).abs() < 2e-3, "{at}: no_speech_prob {a} vs {b}");
+            let (a, b) = (
+                got.compression_ratio,
+                want["compression_ratio"].as_f64().unwrap(),
+            );
+            assert!((a - b).abs() < 1e-12, "{at}: compression_ratio {a} vs {b}");
+            if let Some(words) = want["words"].as_array() {
+                let got_words = got.words.as_ref().unwrap();
+                assert_eq!(got_words.len(), words.len(), "{at}");
+                for (g, w) in got_words.iter().zip(words) {
+                    assert_eq!(g.word, w["word"].as_str().unwrap(), "{at}");
+                    assert!(
+                        (g.start - w["start"].as_f64().unwrap()).abs() < 1e-9,
+                        "{at}: {g:?} vs {w}"
+                    );
+                    assert!(
+                        (g.end - w["end"].as_f64().unwrap()).abs() < 1e-9,
+                        "{at}: {g:?} vs {w}"
+                    );
+                    assert!(
+                        (g.probability - w["probability"].as_f64().unwrap()).abs() < 2e-3,
+                        "{at}: {g:?} vs {w}"
+                    );
+                }
+            }
+        }
+        assert_eq!(segs.len(), want.len(), "{name}");
+    }
+}
