@@ -175,6 +175,7 @@ fn run_cohort(
                     Ok(transcript) => Outcome::Done {
                         transcript,
                         duration_s: m.wav.source_duration_s(),
+                        extra: Default::default(),
                     },
                     Err(e) => Outcome::Failed(format!("{}: {e}", m.path.display())),
                 },

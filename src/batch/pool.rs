@@ -116,10 +116,13 @@ impl Control {
 /// What became of one file.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    /// Transcribed; `duration_s` is the length of the file's audio.
+    /// Transcribed; `duration_s` is the length of the file's audio;
+    /// `extra` holds what a model gives beyond the transcript (Whisper's
+    /// segments and language), written as JSON-lines fields.
     Done {
         transcript: Transcript,
         duration_s: f64,
+        extra: serde_json::Map<String, serde_json::Value>,
     },
     /// Not transcribed, with a one-line reason that names the file.
     Failed(String),
@@ -342,6 +345,7 @@ fn transcribe_file(
                 Outcome::Done {
                     transcript,
                     duration_s: audio.duration_s,
+                    extra: Default::default(),
                 }
             }
             Err(e) => Outcome::Failed(format!("{name}: {e}")),
@@ -383,6 +387,7 @@ fn transcribe_file(
         Ok(transcript) => Outcome::Done {
             transcript,
             duration_s: wav.source_duration_s(),
+            extra: Default::default(),
         },
         Err(e) => Outcome::Failed(format!("{name}: {e}")),
     }

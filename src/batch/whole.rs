@@ -157,6 +157,7 @@ mod tests {
                         ..Transcript::default()
                     },
                     duration_s: 1.0,
+                    extra: Default::default(),
                 },
             }
         }

@@ -28,6 +28,15 @@ pub struct LmArgs {
 }
 
 impl LmArgs {
+    /// Whether any language-model flag was given.
+    pub fn is_set(&self) -> bool {
+        self.lm.is_some()
+            || self.no_lm
+            || self.lm_weight.is_some()
+            || self.word_bonus.is_some()
+            || self.oov_penalty.is_some()
+    }
+
     /// The recogniser with the language model these flags ask for.
     pub fn apply(&self, rec: Recognizer) -> Result<Recognizer, String> {
         let lm = self.lm(&rec)?;

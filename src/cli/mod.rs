@@ -8,6 +8,7 @@ mod inspect;
 mod lm;
 mod mic;
 mod transcribe;
+mod whisper;
 mod vad;
 
 use std::path::PathBuf;

@@ -32,7 +32,9 @@ pub struct Args {
     /// (relative paths are taken from the manifest's folder). May be repeated.
     #[arg(long)]
     manifest: Vec<PathBuf>,
-    /// Model folder (default: the shipped model).
+    /// Model folder (default: the shipped model), or a Whisper checkpoint: a
+    /// Hugging Face folder, or a short name in the model cache
+    /// (`whisper-tiny.en`, `whisper-base`; `scripts/fetch_whisper.sh NAME`).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Output format: text, jsonl, srt or vtt.
@@ -44,9 +46,12 @@ pub struct Args {
     /// Run the whole utterance at once instead of streaming it in pulses (memory grows with the file).
     #[arg(long)]
     whole: bool,
-    /// CTC prefix beam search of this width (greedy when absent).
+    /// Beam search of this width: CTC prefix beam search for the shipped
+    /// model (greedy when absent); Whisper's beam search (default 5, 1 = greedy).
     #[arg(long)]
     beam: Option<usize>,
+    #[command(flatten)]
+    whisper: super::whisper::WhisperArgs,
     #[command(flatten)]
     lm: super::lm::LmArgs,
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
@@ -131,6 +136,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.streams == Some(0) {
         return Err("--streams must be at least 1".into());
     }
+    if super::whisper::is_whisper(a.model.as_deref()) {
+        return run_whisper(a, files, several);
+    }
     let mode = if a.whole {
         Mode::Whole
     } else {
@@ -157,7 +165,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             .streams
             .unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs)),
     };
-    let mut opts = BatchOptions {
+    let opts = BatchOptions {
         jobs,
         chunk_samples: chunk_samples(mode),
         longest_first: true,
@@ -168,6 +176,24 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         return bench(&rec, &files, opts);
     }
 
+    write_results(&a, files, several, rec.sample_rate(), opts, &streams_for, &|files, opts, control, on| {
+        batch::run(&rec, files, opts, control, on)
+    })
+}
+
+/// Runs the files through `run_files` and writes each result as it comes:
+/// output file or standard output, `--resume`, input or completion order,
+/// Ctrl-C, a progress bar, the summary line and the exit code.
+#[allow(clippy::too_many_arguments)]
+fn write_results(
+    a: &Args,
+    mut files: Vec<PathBuf>,
+    several: bool,
+    rate: u32,
+    mut opts: BatchOptions,
+    streams_for: &dyn Fn(usize) -> usize,
+    run_files: &RunFiles<'_>,
+) -> Result<ExitCode, String> {
     let out: Box<dyn Write> = match &a.output {
         Some(p) if a.resume => {
             let (f, done) =
@@ -218,7 +244,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         });
     }
 
-    let progress = Progress::new(&files, rec.sample_rate());
+    let progress = Progress::new(&files, rate);
     let mut sink = Sink {
         out,
         format: a.format,
@@ -233,7 +259,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let finished = AtomicBool::new(false);
     let result = std::thread::scope(|s| {
         s.spawn(|| progress.tick_until(&finished, &control));
-        let r = batch::run(&rec, &files, opts, &control, |r| {
+        let r = run_files(&files, opts, &control, &mut |r| {
             progress.file_done(&r);
             sink.accept(r)
         })
@@ -278,6 +304,45 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How a batch of files is run: the shipped model's pool or Whisper's.
+type RunFiles<'a> = dyn Fn(
+        &[PathBuf],
+        BatchOptions,
+        &Control,
+        &mut dyn FnMut(FileResult) -> io::Result<()>,
+    ) -> io::Result<batch::Summary>
+    + 'a;
+
+/// `--model whisper-*`: whole recordings on workers with a network each.
+fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, String> {
+    if a.whole || a.streams.is_some() || a.lm.is_set() {
+        return Err("--whole, --streams and the LM options are for the shipped model, not Whisper".into());
+    }
+    if matches!(a.device, Device::Cuda) {
+        return Err("Whisper runs on the CPU for now (--device cpu); its GPU path is not built yet".into());
+    }
+    let job = super::whisper::WhisperJob::open(
+        a.model.as_deref().unwrap_or(Path::new("")),
+        a.beam,
+        a.format,
+        &a.whisper,
+    )?;
+    let opts = BatchOptions {
+        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
+        chunk_samples: 1 << 16,
+        longest_first: true,
+        streams: 1,
+    };
+    if a.bench {
+        return Err("--bench is for the shipped model; time Whisper with `pulsed bench --model`".into());
+    }
+    eprintln!("pulsed: whisper {} on the CPU", job.describe());
+    let make = || job.worker();
+    write_results(&a, files, several, 16_000, opts, &|_| 1, &|files, opts, control, on| {
+        batch::run_whole(files, opts, control, &make, on)
+    })
 }
 
 /// How the workers ran: "16 workers x 32 streams", or with those that fell
@@ -339,8 +404,10 @@ impl Sink {
             Outcome::Done {
                 transcript,
                 duration_s,
+                extra: mut model_extra,
             } => {
                 let mut extra = serde_json::Map::new();
+                extra.append(&mut model_extra);
                 extra.insert(
                     "duration_s".into(),
                     serde_json::json!((duration_s * 1000.0).round() / 1000.0),

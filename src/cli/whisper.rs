@@ -1,0 +1,218 @@
+//! `transcribe --model whisper-*`: a Whisper checkpoint on the batch path.
+//! Each worker builds its own network (graphs and decoder cache) and
+//! transcribes whole recordings with faster-whisper's decoding; the output
+//! goes through the same writers as the shipped model's.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pulsed::batch::{Control, FileWorker, Outcome};
+use pulsed::decode::{Transcript, Word};
+use pulsed::whisper::decode::{transcribe, DecodeOptions, InitialPrompt, Network, Segment};
+use pulsed::whisper::{CpuWhisper, GenerationConfig, Task, WhisperModel, WhisperTokenizer};
+use serde_json::{json, Map, Value};
+
+use pulsed::output::Format;
+
+/// Whisper's own knobs on `transcribe` (ignored by the shipped model).
+#[derive(clap::Args, Debug, Clone)]
+pub struct WhisperArgs {
+    /// Whisper: spoken language code (e.g. `en`, `de`); detected when absent
+    /// (multilingual checkpoints).
+    #[arg(long)]
+    pub language: Option<String>,
+    /// Whisper: transcribe, or translate into English.
+    #[arg(long, value_enum, default_value = "transcribe")]
+    pub task: TaskArg,
+    /// Whisper: text the first window is conditioned on (names, spellings).
+    #[arg(long)]
+    pub initial_prompt: Option<String>,
+    /// Whisper: decode at temperature 0 only (no fallback to sampling when a
+    /// window's text is too repetitive or unlikely).
+    #[arg(long)]
+    pub no_fallback: bool,
+    /// Whisper: do not condition a window on the text before it.
+    #[arg(long)]
+    pub no_condition: bool,
+    /// Whisper: decode without timestamp tokens (segments are whole windows).
+    #[arg(long)]
+    pub without_timestamps: bool,
+    /// Whisper: word times from the alignment heads (on by default for
+    /// jsonl, srt and vtt; `--word-timestamps false` turns them off).
+    #[arg(long)]
+    pub word_timestamps: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TaskArg {
+    Transcribe,
+    Translate,
+}
+
+/// Whether `--model` names a Whisper checkpoint.
+pub fn is_whisper(model: Option<&Path>) -> bool {
+    model
+        .and_then(|m| m.to_str())
+        .is_some_and(pulsed::whisper::folder::is_whisper)
+}
+
+/// Everything the workers share: the loaded checkpoint and how to decode.
+pub struct WhisperJob {
+    model: Arc<WhisperModel>,
+    tokenizer: Arc<WhisperTokenizer>,
+    gen: Arc<GenerationConfig>,
+    opts: DecodeOptions,
+}
+
+impl WhisperJob {
+    /// Loads the checkpoint `--model` names and turns the arguments into
+    /// decoding options (`beam`: `None` is faster-whisper's default of 5).
+    pub fn open(
+        model: &Path,
+        beam: Option<usize>,
+        format: Format,
+        a: &WhisperArgs,
+    ) -> Result<WhisperJob, String> {
+        let spec = model.to_str().ok_or("--model: not a UTF-8 path")?;
+        let model = WhisperModel::open(spec).map_err(|e| e.to_string())?;
+        let tokenizer =
+            WhisperTokenizer::from_file(&model.dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
+        let gen = GenerationConfig::load(&model.dir).map_err(|e| e.to_string())?;
+        let mut opts = DecodeOptions::default();
+        if let Some(b) = beam {
+            if b == 0 {
+                return Err("--beam must be at least 1".into());
+            }
+            opts.beam_size = b;
+        }
+        opts.language = a.language.clone();
+        opts.task = match a.task {
+            TaskArg::Transcribe => Task::Transcribe,
+            TaskArg::Translate => Task::Translate,
+        };
+        opts.initial_prompt = a.initial_prompt.clone().map(InitialPrompt::Text);
+        if a.no_fallback {
+            opts.temperatures = vec![0.0];
+        }
+        opts.condition_on_previous_text = !a.no_condition;
+        opts.without_timestamps = a.without_timestamps;
+        opts.word_timestamps = a.word_timestamps.unwrap_or(format != Format::Text);
+        Ok(WhisperJob {
+            model: Arc::new(model),
+            tokenizer: Arc::new(tokenizer),
+            gen: Arc::new(gen),
+            opts,
+        })
+    }
+
+    /// One worker's network.
+    pub fn worker(&self) -> Result<WhisperWorker, String> {
+        Ok(WhisperWorker {
+            net: CpuWhisper::new(&self.model).map_err(|e| e.to_string())?,
+            tokenizer: self.tokenizer.clone(),
+            gen: self.gen.clone(),
+            opts: self.opts.clone(),
+        })
+    }
+
+    /// What runs, for messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({} layers, d {}), beam {}",
+            self.model.dir.display(),
+            self.model.config.encoder_layers,
+            self.model.config.d_model,
+            self.opts.beam_size
+        )
+    }
+}
+
+/// One worker: its network plus the shared text side.
+pub struct WhisperWorker {
+    net: CpuWhisper,
+    tokenizer: Arc<WhisperTokenizer>,
+    gen: Arc<GenerationConfig>,
+    opts: DecodeOptions,
+}
+
+/// Stops a transcription from inside its segment callback.
+const STOPPED: &str = "stopped";
+
+impl FileWorker for WhisperWorker {
+    fn transcribe(&mut self, path: &Path, control: &Control, progress: &mut dyn FnMut(f64)) -> Outcome {
+        let audio = match pulsed::audio::load_wav(path, 16_000) {
+            Ok(a) => a,
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        let net = if self.opts.word_timestamps {
+            Network::Aligned(&mut self.net)
+        } else {
+            Network::Plain(&mut self.net)
+        };
+        let mut segments = Vec::new();
+        let r = transcribe(net, &self.tokenizer, &self.gen, &audio.samples, &self.opts, |s| {
+            if control.is_stopped() {
+                return Err(pulsed::Error::Other(STOPPED.into()));
+            }
+            progress(s.end);
+            segments.push(s);
+            Ok(())
+        });
+        match r {
+            Ok(info) => {
+                progress(audio.duration_s);
+                let (transcript, extra) = to_transcript(&segments, audio.duration_s, &info.language);
+                Outcome::Done {
+                    transcript,
+                    duration_s: audio.duration_s,
+                    extra,
+                }
+            }
+            Err(_) if control.is_stopped() => Outcome::Cancelled,
+            Err(e) => Outcome::Failed(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+/// The text (segments joined, as faster-whisper's), the words when they
+/// have times, and the segments and language as JSON-lines extras.
+fn to_transcript(segments: &[Segment], duration_s: f64, language: &str) -> (Transcript, Map<String, Value>) {
+    let text: String = segments.iter().map(|s| s.text.as_str()).collect();
+    let words = segments
+        .iter()
+        .flat_map(|s| s.words.iter().flatten())
+        .map(|w| Word {
+            text: w.word.trim().to_string(),
+            start_s: w.start,
+            end_s: w.end,
+            confidence: w.probability as f32,
+        })
+        .collect();
+    let segs: Vec<Value> = segments
+        .iter()
+        .map(|s| {
+            json!({
+                "start": round3(s.start),
+                "end": round3(s.end),
+                "text": s.text.trim(),
+                "avg_logprob": round3(s.avg_logprob),
+                "no_speech_prob": round3(s.no_speech_prob),
+                "compression_ratio": round3(s.compression_ratio),
+                "temperature": s.temperature,
+            })
+        })
+        .collect();
+    let mut extra = Map::new();
+    extra.insert("language".into(), json!(language));
+    extra.insert("segments".into(), Value::Array(segs));
+    let t = Transcript {
+        text: text.trim().to_string(),
+        words,
+        duration_s,
+    };
+    (t, extra)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
