@@ -32,6 +32,10 @@ pub(crate) struct GenerateParams<'a> {
     /// `max_new_tokens`).
     pub max_length: usize,
     pub length_penalty: f32,
+    /// 1: off.
+    pub repetition_penalty: f32,
+    /// 0: off.
+    pub no_repeat_ngram_size: usize,
     /// Suppressed at every step.
     pub suppress: &'a [u32],
     /// Suppressed at the first free step (empty without `suppress_blank`).
@@ -103,6 +107,8 @@ pub(crate) fn generate(
         }
     });
     let rules = LogitRules {
+        repetition_penalty: params.repetition_penalty,
+        no_repeat_ngram_size: params.no_repeat_ngram_size,
         suppress: params.suppress.to_vec(),
         suppress_begin: params.suppress_begin.to_vec(),
         timestamps,
@@ -164,6 +170,8 @@ mod tests {
             special: &SP,
             max_length: 448,
             length_penalty: 1.0,
+            repetition_penalty: 1.0,
+            no_repeat_ngram_size: 0,
             suppress: &[],
             suppress_begin: &[],
             max_initial_timestamp_index: 50,

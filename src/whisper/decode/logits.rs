@@ -25,14 +25,31 @@ pub(crate) struct TimestampRules {
 }
 
 /// The rules of one decoding run.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LogitRules {
+    /// Logits of tokens already chosen are divided by it (multiplied when
+    /// negative); 1: off.
+    pub repetition_penalty: f32,
+    /// Tokens that would repeat an n-gram of this size are suppressed; 0: off.
+    pub no_repeat_ngram_size: usize,
     /// Suppressed at every step.
     pub suppress: Vec<u32>,
     /// Suppressed at the first step after the prefix (`suppress_blank`).
     pub suppress_begin: Vec<u32>,
     /// Present when the prompt does not end with `<|notimestamps|>`.
     pub timestamps: Option<TimestampRules>,
+}
+
+impl Default for LogitRules {
+    fn default() -> LogitRules {
+        LogitRules {
+            repetition_penalty: 1.0,
+            no_repeat_ngram_size: 0,
+            suppress: Vec::new(),
+            suppress_begin: Vec::new(),
+            timestamps: None,
+        }
+    }
 }
 
 impl LogitRules {
@@ -48,6 +65,16 @@ impl LogitRules {
         sample_begin: usize,
     ) {
         let vocab = logits.len();
+        if self.repetition_penalty != 1.0 {
+            penalize_repetitions(logits, sequence, self.repetition_penalty);
+        }
+        if self.no_repeat_ngram_size > 0 {
+            for id in repeated_ngram_ends(sequence, self.no_repeat_ngram_size) {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = DISABLED;
+                }
+            }
+        }
         let mut disable = |id: u32| {
             if let Some(l) = logits.get_mut(id as usize) {
                 *l = DISABLED;
@@ -65,6 +92,40 @@ impl LogitRules {
             apply_timestamp_rules(ts, step, logits, sequence, sample_begin, vocab);
         }
     }
+}
+
+/// CTranslate2's `RepetitionPenalty`: each token already chosen has its
+/// logit divided by `penalty` (multiplied when negative).
+fn penalize_repetitions(logits: &mut [f32], sequence: &[u32], penalty: f32) {
+    let original: Vec<f32> = sequence
+        .iter()
+        .map(|&t| logits.get(t as usize).copied().unwrap_or(0.0))
+        .collect();
+    for (&t, &score) in sequence.iter().zip(&original) {
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l = if score < 0.0 {
+                score * penalty
+            } else {
+                score / penalty
+            };
+        }
+    }
+}
+
+/// CTranslate2's `NoRepeatNgram`: the tokens that followed each earlier
+/// occurrence of the last `n - 1` tokens.
+fn repeated_ngram_ends(sequence: &[u32], n: usize) -> Vec<u32> {
+    if sequence.len() < n {
+        return Vec::new();
+    }
+    let tail = &sequence[sequence.len() - (n - 1)..];
+    let mut ends: Vec<u32> = (0..=sequence.len() - n)
+        .filter(|&i| sequence[i..i + n - 1] == *tail)
+        .map(|i| sequence[i + n - 1])
+        .collect();
+    ends.sort_unstable();
+    ends.dedup();
+    ends
 }
 
 /// CTranslate2's `ApplyTimestampRules` for one sequence.
@@ -202,7 +263,24 @@ mod tests {
             suppress: vec![1],
             suppress_begin: vec![0, 5],
             timestamps: Some(TS),
+            ..LogitRules::default()
         }
+    }
+
+    #[test]
+    fn repetition_penalty_and_ngrams() {
+        let r = LogitRules {
+            repetition_penalty: 2.0,
+            no_repeat_ngram_size: 2,
+            ..LogitRules::default()
+        };
+        let mut l = vec![1.0, -1.0, 4.0, 0.5, 0.0, 0.0];
+        // 2 follows 3 earlier, and 3 is last: 2 is banned; 1 and 3 penalised.
+        r.apply(3, &mut l, &[3, 2, 1, 3], 0);
+        assert_eq!(l, vec![1.0, -2.0, DISABLED, 0.25, 0.0, 0.0]);
+        assert_eq!(repeated_ngram_ends(&[1, 2, 1, 3, 1], 2), vec![2, 3]);
+        assert_eq!(repeated_ngram_ends(&[1, 2, 1, 3, 1], 3), Vec::<u32>::new());
+        assert_eq!(repeated_ngram_ends(&[1, 2, 1, 2, 1], 3), vec![2]);
     }
 
     fn allowed(logits: &[f32]) -> Vec<usize> {
@@ -223,7 +301,7 @@ mod tests {
         let r = LogitRules {
             suppress: vec![1],
             suppress_begin: vec![0, 5],
-            timestamps: None,
+            ..LogitRules::default()
         };
         let mut l = vec![0.0; 12];
         r.apply(2, &mut l, &[3, 4], 2);

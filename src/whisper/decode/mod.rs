@@ -13,6 +13,7 @@
 //! | `language.rs` | language detection |
 //! | `window.rs`, `segments.rs` | 30 s windows of the features; segments at timestamps, seeking |
 //! | `align.rs`, `words.rs` | word timestamps: attention, DTW, punctuation |
+//! | `hallucination.rs` | skipping silence around likely hallucinations |
 //! | `transcribe.rs` | the whole recording: [`transcribe`] |
 
 mod align;
@@ -20,6 +21,7 @@ mod beam;
 mod fallback;
 mod generate;
 mod greedy;
+mod hallucination;
 mod language;
 mod logits;
 mod options;

@@ -27,6 +27,11 @@ pub struct DecodeOptions {
     pub patience: f32,
     /// Scores are divided by `length ^ length_penalty`.
     pub length_penalty: f32,
+    /// Logits of tokens already in the output are divided by this (or
+    /// multiplied when negative); 1: off.
+    pub repetition_penalty: f32,
+    /// No n-gram of this size appears twice in the output; 0: off.
+    pub no_repeat_ngram_size: usize,
     /// Temperatures tried in turn while a window's result fails the checks.
     pub temperatures: Vec<f64>,
     /// A result whose text compresses better than this (zlib) is too
@@ -74,6 +79,9 @@ pub struct DecodeOptions {
     pub language_detection_threshold: f64,
     /// Windows tried for language detection.
     pub language_detection_segments: usize,
+    /// With word timestamps: a likely hallucination with more than this
+    /// many seconds of silence around it is dropped and the silence skipped.
+    pub hallucination_silence_threshold: Option<f64>,
     /// Seed of the sampler used at temperatures above 0.
     pub seed: u64,
 }
@@ -87,6 +95,8 @@ impl Default for DecodeOptions {
             best_of: 5,
             patience: 1.0,
             length_penalty: 1.0,
+            repetition_penalty: 1.0,
+            no_repeat_ngram_size: 0,
             temperatures: vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
             compression_ratio_threshold: Some(2.4),
             log_prob_threshold: Some(-1.0),
@@ -108,6 +118,7 @@ impl Default for DecodeOptions {
             clip_timestamps: Vec::new(),
             language_detection_threshold: 0.5,
             language_detection_segments: 1,
+            hallucination_silence_threshold: None,
             seed: 0,
         }
     }

@@ -344,8 +344,9 @@ fn cpu_run(
 /// 83 s of realdev (dev00..dev10 joined by 0.5 s of silence) against
 /// faster-whisper 1.2.1 (testdata/realdev_long.json, with the script that
 /// made it): every window, seek, segment, token and word the same, in the
-/// default beam search, greedy, greedy without previous text, and with
-/// word timestamps (whose seeking follows the last word).
+/// default beam search, greedy, greedy without previous text, greedy with
+/// a repetition penalty and no repeated 3-grams, and with word timestamps
+/// (whose seeking follows the last word).
 #[test]
 fn long_audio_parity_with_faster_whisper() {
     let home = std::env::var_os("HOME")
@@ -382,6 +383,8 @@ fn long_audio_parity_with_faster_whisper() {
                 .map_or(defaults.beam_size, |b| b as usize),
             word_timestamps: kw["word_timestamps"].as_bool().unwrap_or(false),
             condition_on_previous_text: kw["condition_on_previous_text"].as_bool().unwrap_or(true),
+            repetition_penalty: kw["repetition_penalty"].as_f64().map_or(1.0, |p| p as f32),
+            no_repeat_ngram_size: kw["no_repeat_ngram_size"].as_u64().map_or(0, |n| n as usize),
             ..defaults
         };
         let started = std::time::Instant::now();

@@ -10,6 +10,7 @@ use rand::SeedableRng;
 use super::align::AlignSpec;
 use super::fallback::generate_with_fallback;
 use super::generate::GenerateParams;
+use super::hallucination::{self, Cut, WindowTimes};
 use super::language::{detect_language, language_probs, Detection};
 use super::prompt::{get_prompt, PromptSpec};
 use super::segments::{split_segments_by_timestamps, TIME_PRECISION};
@@ -319,6 +320,8 @@ impl Run<'_> {
                 special: &sp,
                 max_length,
                 length_penalty: opts.length_penalty,
+                repetition_penalty: opts.repetition_penalty,
+                no_repeat_ngram_size: opts.no_repeat_ngram_size,
                 suppress: &self.suppress,
                 suppress_begin: &self.suppress_begin,
                 max_initial_timestamp_index,
@@ -396,6 +399,27 @@ impl Run<'_> {
                     if let Some(end) = get_end(&current) {
                         if end > time_offset {
                             seek = (end * 100.0).round_ties_even() as usize;
+                        }
+                    }
+                }
+                if let Some(threshold) = opts.hallucination_silence_threshold {
+                    let times = WindowTimes {
+                        seek: previous_seek,
+                        time_offset,
+                        segment_duration,
+                        window_end_time: (previous_seek + window_frames) as f64 * TIME_PER_FRAME,
+                        content_frames,
+                        content_duration: content_frames as f64 * TIME_PER_FRAME,
+                    };
+                    match hallucination::check(&current, threshold, &times, last_speech_timestamp) {
+                        Cut::Keep => {}
+                        Cut::SkipWindow { seek: next } => {
+                            seek = next;
+                            continue;
+                        }
+                        Cut::Truncate { at, seek: next } => {
+                            seek = next;
+                            current.truncate(at);
                         }
                     }
                 }
