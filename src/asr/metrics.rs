@@ -17,6 +17,23 @@ pub fn edit_distance<T: PartialEq>(a: &[T], b: &[T]) -> usize {
     prev[b.len()]
 }
 
+/// Text as error rates compare it: lower case, hyphens as spaces,
+/// punctuation dropped (apostrophes kept), so that a model that writes
+/// "Ill-disposed." is not charged for the case and the full stop.
+///
+/// ```
+/// assert_eq!(pulsed::asr::metrics::normalize("He's ill-disposed, (really)!"), "he's ill disposed really");
+/// ```
+pub fn normalize(text: &str) -> String {
+    let kept: String = text
+        .to_lowercase()
+        .chars()
+        .map(|c| if c == '-' { ' ' } else { c })
+        .filter(|&c| c.is_alphanumeric() || c == '_' || c == '\'' || c.is_whitespace())
+        .collect();
+    kept.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Edit counts summed over a set of utterances.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ErrorCounts {

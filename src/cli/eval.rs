@@ -1,17 +1,22 @@
 //! `pulsed eval MANIFEST`: character and word error rates of a model on a
-//! jsonl manifest (`file`, `text`, optional `held_out_voice`).
+//! jsonl manifest (`file`, `text`, optional `held_out_voice` or `group`).
+//! Texts are compared after [`normalize`] (case and punctuation are not
+//! errors).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use pulsed::asr::metrics::ErrorCounts;
+use pulsed::asr::metrics::{normalize, ErrorCounts};
+use pulsed::batch::{self, BatchOptions, Control, Outcome};
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// jsonl manifest: one object per line with `file` (relative to the manifest) and `text`.
     manifest: PathBuf,
+    /// Model folder (default: the shipped model), or a Whisper checkpoint
+    /// (folder or short name, e.g. `whisper-tiny.en`).
     #[arg(long)]
     model: Option<PathBuf>,
     #[arg(long, default_value_t = 5120, conflicts_with = "whole")]
@@ -22,6 +27,14 @@ pub struct Args {
     beam: Option<usize>,
     #[command(flatten)]
     lm: super::lm::LmArgs,
+    #[command(flatten)]
+    whisper: super::whisper::WhisperArgs,
+    /// Whisper: parallel workers (default: one per core).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Also write each file's hypothesis here (JSON lines: file, text, reference).
+    #[arg(long)]
+    hyp_out: Option<PathBuf>,
     /// With --beam: decode each file's log-probs once per language model
     /// weight in this list (and per --sweep-bonus), plus once without the
     /// model, and print a table instead (for tuning on a development set).
@@ -37,6 +50,7 @@ struct Item {
     file: String,
     text: String,
     held_out_voice: bool,
+    group: Option<String>,
 }
 
 fn read_manifest(path: &Path) -> Result<Vec<Item>, String> {
@@ -60,6 +74,7 @@ fn read_manifest(path: &Path) -> Result<Vec<Item>, String> {
             file: file.into(),
             text: reference.into(),
             held_out_voice: v["held_out_voice"].as_bool().unwrap_or(false),
+            group: v["group"].as_str().map(str::to_string),
         });
     }
     Ok(items)
@@ -124,10 +139,7 @@ fn sweep(a: &Args, rec: &Recognizer, items: &[Item], base: &Path) -> Result<Exit
                 Some(h) => tokens.text_of(&h.tokens).map_err(|e| e.to_string())?,
                 None => String::new(),
             };
-            c.add(
-                &it.text,
-                &text.split_whitespace().collect::<Vec<_>>().join(" "),
-            );
+            c.add(&normalize(&it.text), &normalize(&text));
         }
     }
     println!(
@@ -154,6 +166,9 @@ fn sweep(a: &Args, rec: &Recognizer, items: &[Item], base: &Path) -> Result<Exit
 pub fn run(a: Args) -> Result<ExitCode, String> {
     let items = read_manifest(&a.manifest)?;
     let base = a.manifest.parent().unwrap_or(Path::new("."));
+    if super::whisper::is_whisper(a.model.as_deref()) {
+        return run_whisper(&a, &items, base);
+    }
     let mode = if a.whole {
         Mode::Whole
     } else {
@@ -171,33 +186,92 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if !a.sweep_weight.is_empty() {
         return sweep(&a, &rec, &items, base);
     }
-    let mut groups: [(&str, ErrorCounts, usize); 2] = [
-        ("training voices", ErrorCounts::default(), 0),
-        ("held-out voice", ErrorCounts::default(), 0),
-    ];
+    let mut hyps = Vec::with_capacity(items.len());
     for it in &items {
         let audio = pulsed::audio::load_wav(&base.join(&it.file), rec.sample_rate())
             .map_err(|e| e.to_string())?;
         let hyp = rec
             .transcribe(&audio.samples)
             .map_err(|e| format!("{}: {e}", it.file))?;
-        let g = &mut groups[usize::from(it.held_out_voice)];
-        g.1.add(&it.text, &hyp.text);
-        g.2 += 1;
+        hyps.push(hyp.text);
     }
-    let mut all = ErrorCounts::default();
-    for (name, e, files) in &groups {
-        if *files > 0 {
-            println!(
-                "{name:>16}: {files:3} files, CER {:6.2} %, WER {:6.2} %",
-                e.cer() * 100.0,
-                e.wer() * 100.0
-            );
-            all.char_edits += e.char_edits;
-            all.chars += e.chars;
-            all.word_edits += e.word_edits;
-            all.words += e.words;
+    report(&a, &items, &hyps)
+}
+
+/// `--model whisper-*`: the files on parallel workers, then the rates.
+fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    let model = a.model.as_deref().unwrap_or(Path::new(""));
+    let job = super::whisper::WhisperJob::open(model, a.beam, pulsed::output::Format::Text, &a.whisper)?;
+    eprintln!("pulsed: whisper {} on the CPU", job.describe());
+    let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
+    let opts = BatchOptions {
+        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
+        chunk_samples: 1 << 16,
+        longest_first: true,
+        streams: 1,
+    };
+    let mut hyps = vec![String::new(); items.len()];
+    let mut failed = Vec::new();
+    let make = || job.worker();
+    let summary = batch::run_whole(&files, opts, &Control::new(), &make, |r| {
+        match r.outcome {
+            Outcome::Done { transcript, .. } => hyps[r.index] = transcript.text,
+            Outcome::Failed(e) => failed.push(e),
+            Outcome::Cancelled => failed.push(format!("{}: cancelled", r.path.display())),
         }
+        Ok::<(), String>(())
+    })?;
+    if let Some(e) = failed.first() {
+        return Err(format!("{} of {} files failed; first: {e}", failed.len(), items.len()));
+    }
+    eprintln!(
+        "pulsed: {:.1} s of audio in {:.1} s ({:.1} audio s/s, {} workers)",
+        summary.audio_s,
+        summary.wall_s,
+        summary.audio_s / summary.wall_s.max(1e-9),
+        opts.jobs.min(items.len())
+    );
+    report(a, items, &hyps)
+}
+
+/// Prints the rates per group (the manifest's `group`, else training vs
+/// held-out voices) and over all, and writes `--hyp-out`.
+fn report(a: &Args, items: &[Item], hyps: &[String]) -> Result<ExitCode, String> {
+    if let Some(p) = &a.hyp_out {
+        let mut out = String::new();
+        for (it, h) in items.iter().zip(hyps) {
+            let line = serde_json::json!({"file": it.file, "text": h, "reference": it.text});
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+        std::fs::write(p, out).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    let mut groups: Vec<(String, ErrorCounts, usize)> = Vec::new();
+    let mut all = ErrorCounts::default();
+    for (it, h) in items.iter().zip(hyps) {
+        let name = match &it.group {
+            Some(g) => g.clone(),
+            None if it.held_out_voice => "held-out voice".into(),
+            None => "training voices".into(),
+        };
+        let i = match groups.iter().position(|g| g.0 == name) {
+            Some(i) => i,
+            None => {
+                groups.push((name, ErrorCounts::default(), 0));
+                groups.len() - 1
+            }
+        };
+        let (r, h) = (normalize(&it.text), normalize(h));
+        groups[i].1.add(&r, &h);
+        groups[i].2 += 1;
+        all.add(&r, &h);
+    }
+    for (name, e, files) in &groups {
+        println!(
+            "{name:>16}: {files:3} files, CER {:6.2} %, WER {:6.2} %",
+            e.cer() * 100.0,
+            e.wer() * 100.0
+        );
     }
     println!(
         "{:>16}: CER {:6.2} %, WER {:6.2} %",
