@@ -3,9 +3,9 @@
 //! the streaming session.
 
 mod attention;
-mod batch_conv;
 mod batched;
 mod concat;
+mod conv;
 mod delay;
 mod fact;
 mod frames;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::batch_conv::conv1d_batch;
+use super::conv::conv1d_batch;
 use super::lstm::lstm;
 use super::pulsifier::{not_streamable, stream, Ctx, Pulsed};
 use super::reflect::ReflectPulsePad;
