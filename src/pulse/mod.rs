@@ -5,7 +5,6 @@
 mod attention;
 mod batched;
 mod concat;
-mod conv;
 mod delay;
 mod fact;
 mod frames;
@@ -20,7 +19,6 @@ mod session;
 mod trim;
 mod unfold;
 pub mod verify;
-mod window;
 
 pub use attention::PulsedLimitedAttention;
 pub use batched::{BatchChunk, BatchError, BatchedSession};

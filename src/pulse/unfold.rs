@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::pulsifier::{Ctx, Pulsed};
-use super::window::{pulsify_window, Window};
+use super::rules::window::{pulsify_window, Window};
 use crate::graph::Node;
 use crate::op_common;
 use crate::ops::checks::{input_count, rank};

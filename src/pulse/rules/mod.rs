@@ -1,14 +1,17 @@
 //! Dedicated pulse rules for ops that are not frame-local along the stream:
 //! each returns `Ok(None)` when it does not apply to the node.
 
+mod conv;
+pub(super) mod window;
+
 use std::sync::Arc;
 
-use super::conv::conv1d_batch;
+use self::conv::conv1d_batch;
+use self::window::{pulsify_window, Window};
 use super::lstm::lstm;
 use super::pulsifier::{not_streamable, stream, Ctx, Pulsed};
 use super::reflect::ReflectPulsePad;
 use super::unfold::unfold;
-use super::window::{pulsify_window, Window};
 use super::{PulsePad, PulsedLimitedAttention, PulsedSameAxisConcat, StreamInfo, StreamPosition};
 use crate::graph::{Node, OutletId};
 use crate::ops::concat::Concat;

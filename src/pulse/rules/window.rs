@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use super::pulsifier::{stream, Ctx, Pulsed};
-use super::{PulsePad, StreamInfo};
 use crate::graph::{Node, OutletId};
 use crate::ops::{Op, OpError};
+use crate::pulse::pulsifier::{stream, Ctx, Pulsed};
+use crate::pulse::{PulsePad, StreamInfo};
 use crate::{Error, Result};
 
 /// How a windowed op reads its streaming input.

@@ -2,10 +2,10 @@
 //! with `N` the stream, as in models that run a small network per chunk):
 //! each batch entry is convolved on its own, so the op is frame-local.
 
-use super::pulsifier::{not_streamable, Ctx, Pulsed};
-use super::StreamInfo;
 use crate::graph::{Node, OutletId};
 use crate::ops::conv::{Conv1d, ConvLayout};
+use crate::pulse::pulsifier::{not_streamable, Ctx, Pulsed};
+use crate::pulse::StreamInfo;
 use crate::Result;
 
 /// `Conv1d` with a rank-3 input streaming along axis 0 runs unchanged on
