@@ -190,19 +190,36 @@ fn apply_timestamp_rules(
             }
         }
     }
-    if check_timestamp_prob && begin < vocab {
-        // If the timestamps together are likelier than any single text
-        // token, the next token is a timestamp.
-        let log_probs = log_softmax_copy(logits);
-        let max_text = log_probs[..begin]
-            .iter()
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
-        let timestamp = logsumexp(&log_probs[begin..=end]);
-        if timestamp > max_text {
-            disable_range(logits, 0, begin - 1);
-        }
+    if check_timestamp_prob && begin < vocab && timestamps_outweigh_text(logits, begin, end) {
+        disable_range(logits, 0, begin - 1);
     }
+}
+
+/// Whether the timestamps' total probability is above every text token's
+/// (ids below `begin`), on log-probabilities as CTranslate2 compares them.
+fn timestamps_outweigh_text(logits: &[f32], begin: usize, end: usize) -> bool {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let shift = max + sum_exp(logits, max).ln();
+    let log_prob = |v: f32| v - shift;
+    let max_text = logits[..begin]
+        .iter()
+        .map(|&v| log_prob(v))
+        .fold(f32::NEG_INFINITY, f32::max);
+    let ts = &logits[begin..=end];
+    let ts_max = ts
+        .iter()
+        .map(|&v| log_prob(v))
+        .fold(f32::NEG_INFINITY, f32::max);
+    let timestamp = if ts_max == f32::NEG_INFINITY {
+        ts_max
+    } else {
+        let sum: f64 = ts
+            .iter()
+            .map(|&v| (log_prob(v) - ts_max).exp() as f64)
+            .sum();
+        ts_max + (sum as f32).ln()
+    };
+    timestamp > max_text
 }
 
 /// Sum of `exp(v - max)` accumulated in f64: CTranslate2's vectorised f32
@@ -219,21 +236,6 @@ pub(crate) fn log_softmax(x: &mut [f32]) {
     for v in x.iter_mut() {
         *v -= shift;
     }
-}
-
-fn log_softmax_copy(x: &[f32]) -> Vec<f32> {
-    let mut out = x.to_vec();
-    log_softmax(&mut out);
-    out
-}
-
-/// `log(sum(exp(x)))`, stable.
-pub(crate) fn logsumexp(x: &[f32]) -> f32 {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
-        return max;
-    }
-    max + sum_exp(x, max).ln()
 }
 
 /// Softmax probability of entry `id` in `logits` (the no-speech probability).
@@ -363,6 +365,7 @@ mod tests {
         let total: f32 = x.iter().map(|v| v.exp()).sum();
         assert!((total - 1.0).abs() < 1e-6);
         assert!((softmax_at(&[1.0, 2.0, 3.0], 2) - x[2].exp()).abs() < 1e-6);
-        assert!((logsumexp(&[0.0, 0.0]) - 2f32.ln()).abs() < 1e-6);
+        assert!(timestamps_outweigh_text(&[1.0, 0.8, 0.8], 1, 2));
+        assert!(!timestamps_outweigh_text(&[1.0, 0.2, 0.2], 1, 2));
     }
 }

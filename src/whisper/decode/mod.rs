@@ -14,12 +14,13 @@
 //! | `window.rs`, `segments.rs` | 30 s windows of the features; segments at timestamps, seeking |
 //! | `align.rs`, `words.rs` | word timestamps: attention, DTW, punctuation |
 //! | `hallucination.rs` | skipping silence around likely hallucinations |
-//! | `transcribe.rs` | the whole recording: [`transcribe`] |
+//! | `transcribe.rs`, `generate_segments.rs` | the whole recording: [`transcribe`], window by window |
 
 mod align;
 mod beam;
 mod fallback;
 mod generate;
+mod generate_segments;
 mod greedy;
 mod hallucination;
 mod language;

@@ -1,0 +1,7 @@
+//! Whole-recording tests of the decoding loop: over a scripted backend
+//! (`scripted.rs`: seeking, segment splitting, silence skips, fallback,
+//! prompts, word timestamps) with the local tiny.en tokenizer, and over
+//! the real CPU backend against faster-whisper's outputs (`parity.rs`).
+
+mod parity;
+mod scripted;
