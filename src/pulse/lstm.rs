@@ -1,15 +1,9 @@
 //! The pulsed LSTM: the recurrent state (h, c) lives in the op's state and is
 //! carried from pulse to pulse; `reset()` brings back the graph's `h0`, `c0`.
 
-use std::sync::Arc;
-
-use super::pulsifier::{not_streamable, stream, Ctx, Pulsed};
-use super::StreamInfo;
-use crate::graph::{Node, OutletId};
 use crate::op_common;
 use crate::ops::lstm::Lstm;
 use crate::ops::{outputs_len, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact};
-use crate::Result;
 
 /// An [`Lstm`] over one pulse of a stream, starting from the state the
 /// previous pulse left (the inputs `h0`, `c0` on the first pulse and after
@@ -131,43 +125,6 @@ fn zero_front(y: &Tensor, skip: usize) -> OpResult<Tensor> {
     let mut v = vec![0f32; skip * h];
     v.extend_from_slice(f.as_slice::<f32>()?);
     Ok(Tensor::from_vec(vec![skip + y.shape()[0], h], v)?.cast(y.dtype()))
-}
-
-/// An LSTM whose sequence streams along its time axis runs pulse by pulse
-/// with its state carried; its final-state outputs do not stream.
-pub fn lstm(cx: &mut Ctx, node: &Node, ins: &[Pulsed]) -> Result<Option<Vec<Pulsed>>> {
-    let Some(op) = node.op.as_any().downcast_ref::<Lstm>() else {
-        return Ok(None);
-    };
-    let s = stream(&node.name, &ins[0])?;
-    if s.axis != 0 || s.overlap > 0 {
-        return Err(not_streamable(
-            node,
-            "the sequence must stream along axis 0 without overlap".into(),
-        ));
-    }
-    if ins[1..].iter().any(|p| p.1.stream.is_some()) {
-        return Err(not_streamable(
-            node,
-            "weights and initial state must not stream".into(),
-        ));
-    }
-    let pulsed = PulsedLstm {
-        lstm: *op,
-        delay: s.delay,
-    };
-    let inputs: Vec<OutletId> = ins.iter().map(|p| p.0).collect();
-    let y = StreamInfo {
-        len: node.facts[0].shape[0],
-        ..s
-    };
-    cx.add(
-        &node.name,
-        Arc::new(pulsed),
-        &inputs,
-        &[Some(y), None, None],
-    )
-    .map(Some)
 }
 
 #[cfg(test)]

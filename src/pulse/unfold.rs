@@ -1,21 +1,16 @@
-//! Overlapping windows of a signal (`Unfold`) and its pulse rule: a Delay
-//! gives each pulse the past samples its windows overlap with.
+//! Overlapping windows of a signal (`Unfold`). Its pulse rule
+//! (`rules/unfold.rs`): a Delay gives each pulse the past samples its
+//! windows overlap with.
 //!
 //! Silero VAD's official chunk protocol is one: each 512-sample chunk is
 //! fed with the 64 samples before it, zeros at the start.
 
-use std::sync::Arc;
-
-use super::pulsifier::{Ctx, Pulsed};
-use super::rules::window::{pulsify_window, Window};
-use crate::graph::Node;
 use crate::op_common;
 use crate::ops::checks::{input_count, rank};
 use crate::ops::{
     outputs_len, DType, Dim, Element, Op, OpError, OpResult, Scratch, StorageElement, Tensor,
     TypedFact,
 };
-use crate::Result;
 
 /// Windows of `size` samples every `step` samples: `x [T]` -> `[N, size]`,
 /// window `n` holding `x[n*step - pad_before ..][..size]`, with zeros
@@ -153,26 +148,6 @@ impl Unfold {
             w[zeros..].copy_from_slice(&x[from..from + self.size - zeros]);
         }
     }
-}
-
-/// Unfold along the stream: a Delay of `size - step` samples of overlap
-/// (zeros before the start are the padding), then unpadded windows.
-pub fn unfold(cx: &mut Ctx, node: &Node, ins: &[Pulsed]) -> Result<Option<Vec<Pulsed>>> {
-    let Some(op) = node.op.as_any().downcast_ref::<Unfold>() else {
-        return Ok(None);
-    };
-    let w = Window {
-        extent: op.size,
-        stride: op.step,
-        pad_before: op.pad_before,
-        pad_after: 0,
-        out_axis: 0,
-    };
-    let valid = Unfold {
-        pad_before: 0,
-        ..*op
-    };
-    pulsify_window(cx, node, ins, w, Arc::new(valid)).map(Some)
 }
 
 #[cfg(test)]
