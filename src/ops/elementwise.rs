@@ -267,7 +267,7 @@ impl Unary {
             Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             Unary::Tanh => x.tanh(),
             Unary::Silu => x / (1.0 + (-x).exp()),
-            Unary::Gelu => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+            Unary::Gelu => super::vmath::gelu_scalar(x),
             Unary::Recip => 1.0 / x,
             Unary::Square => x * x,
             Unary::Not => (x == 0.0) as u8 as f32,
@@ -316,6 +316,11 @@ impl Op for Unary {
         outputs[0].ensure(a.dtype(), a.shape());
         let out = &mut outputs[0];
         match a.dtype() {
+            DType::F32 if *self == Unary::Gelu => {
+                let a = contig(a);
+                super::vmath::gelu(a.as_slice::<f32>()?, out.as_slice_mut::<f32>()?);
+                Ok(())
+            }
             DType::F32 => unary_typed::<f32>(*self, a, out),
             DType::F16 => unary_typed::<f16>(*self, a, out),
             DType::BF16 => unary_typed::<bf16>(*self, a, out),
