@@ -123,7 +123,7 @@ fn conv1d_subsampling_batched() {
     let op = conv1d(2, 1, (0, 0), 1, ChannelsLast);
     if let Some(dev) = device() {
         let (x, w) = (tensor(&[32, 33, 80], 1, 1.0), tensor(&[256, 80, 3], 2, 0.1));
-        let d = built(&dev, pulsed::gpu::ops::conv::build, &op, &[&x, &w]);
+        let d = built(&dev, &op, &[&x, &w]);
         assert!(d.contains("im2col"), "{d}");
         // 512 output rows of 256 over k = 240: two slices of k
         assert!(d.contains("in 2 slices of k"), "{d}");
@@ -388,7 +388,7 @@ fn stft_many_frames_in_groups() {
         let op = op.expect("stft");
         let sig = audio(&shape, 0, 7);
         let win = hann(op.n_fft());
-        let built = built(&dev, pulsed::gpu::ops::stft::build, &op, &[&sig, &win]);
+        let built = built(&dev, &op, &[&sig, &win]);
         assert!(built.contains("of 4 frames"), "{shape:?}: {built}");
         check_stft(&format!("stft {:?} {shape:?}", op.output()), &op, &shape, 2);
     }
@@ -450,11 +450,10 @@ fn log() {
     check("log [3]", &op, 2, &[false], |s| vec![power(&[3], 95 + s)]);
 }
 
-/// What `build` gives for `op` on these inputs, as the translator would ask
-/// it (f32, the `is_const` inputs' host values given).
+/// What the builder registered for `op`'s type gives on these inputs, as the
+/// translator would ask it (f32, the `is_const` inputs' host values given).
 fn build_on(
     dev: &GpuDevice,
-    build: pulsed::gpu::op::Builder,
     op: &dyn Op,
     inputs: &[&Tensor],
     is_const: &[bool],
@@ -474,31 +473,21 @@ fn build_on(
         outputs: &outs,
         consts: &consts,
     };
-    build(op, &cx)
+    pulsed::gpu::ops::build(op, &cx)
 }
 
-/// The description of what `build` makes of `op` (it must build).
-fn built(
-    dev: &GpuDevice,
-    build: pulsed::gpu::op::Builder,
-    op: &dyn Op,
-    inputs: &[&Tensor],
-) -> String {
-    build_on(dev, build, op, inputs, &[false, true, true])
+/// The description of what the builder makes of `op` (it must build).
+fn built(dev: &GpuDevice, op: &dyn Op, inputs: &[&Tensor]) -> String {
+    build_on(dev, op, inputs, &[false, true, true])
         .expect("a builder for it")
         .expect("builds")
         .describe()
 }
 
-/// What a builder gives for `op` on these inputs: `None`, `Some(Ok)` or
-/// `Some(Err)`, as a word.
-fn builder_answer(
-    dev: &GpuDevice,
-    build: pulsed::gpu::op::Builder,
-    op: &dyn Op,
-    inputs: &[&Tensor],
-) -> &'static str {
-    match build_on(dev, build, op, inputs, &[]) {
+/// What the builder gives for `op` on these inputs: `None` (no builder for
+/// its type), `Some(Ok)` or `Some(Err)`, as a word.
+fn builder_answer(dev: &GpuDevice, op: &dyn Op, inputs: &[&Tensor]) -> &'static str {
+    match build_on(dev, op, inputs, &[]) {
         None => "none",
         Some(Ok(_)) => "ok",
         Some(Err(e)) => {
@@ -512,40 +501,29 @@ fn builder_answer(
 #[ignore]
 fn unsupported_cases_are_refused() {
     let Some(dev) = device() else { return };
-    use pulsed::gpu::ops::{conv, stft};
     let f16 = |t: Tensor| t.cast(DType::F16);
     let x = tensor(&[9, 4], 1, 1.0);
     let w = tensor(&[5, 4, 3], 2, 1.0);
     let op = conv1d(1, 1, (0, 0), 1, ChannelsLast);
-    assert_eq!(builder_answer(&dev, conv::build, &op, &[&x, &w]), "ok");
+    assert_eq!(builder_answer(&dev, &op, &[&x, &w]), "ok");
     assert_eq!(
-        builder_answer(&dev, conv::build, &op, &[&f16(x.clone()), &f16(w.clone())]),
+        builder_answer(&dev, &op, &[&f16(x.clone()), &f16(w.clone())]),
         "err",
         "f16 storage has no kernel"
     );
-    assert_eq!(builder_answer(&dev, stft::build, &op, &[&x, &w]), "none");
     let big = Stft::new(4096, 512, false, StftOutput::Power).expect("stft");
     let sig = audio(&[8192], 0, 3);
     assert_eq!(
-        builder_answer(&dev, stft::build, &big, &[&sig, &hann(4096)]),
+        builder_answer(&dev, &big, &[&sig, &hann(4096)]),
         "err",
         "n_fft above the shared-memory table"
     );
     let op = LogMel { eps: 1e-6 };
     let p = power(&[4, 6], 4);
     let fb = tensor(&[6, 3], 5, 1.0);
-    assert_eq!(builder_answer(&dev, stft::build, &op, &[&p, &fb]), "ok");
-    assert_eq!(
-        builder_answer(&dev, stft::build, &op, &[&f16(p), &f16(fb)]),
-        "err"
-    );
-    assert_eq!(
-        builder_answer(
-            &dev,
-            conv::build,
-            &op,
-            &[&power(&[4, 6], 4), &tensor(&[6, 3], 5, 1.0)]
-        ),
-        "none"
-    );
+    assert_eq!(builder_answer(&dev, &op, &[&p, &fb]), "ok");
+    assert_eq!(builder_answer(&dev, &op, &[&f16(p), &f16(fb)]), "err");
+    // an op type with no GPU builder at all
+    let cast = pulsed::ops::cast::Cast { to: DType::F16 };
+    assert_eq!(builder_answer(&dev, &cast, &[&x]), "none");
 }

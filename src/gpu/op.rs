@@ -10,7 +10,7 @@ use super::blas::Blas;
 use super::library::KernelLibrary;
 use super::tensor::{DevTensor, Precision};
 use super::{GpuContext, GpuError};
-use crate::ops::{Op, Tensor, TypedFact};
+use crate::ops::{Tensor, TypedFact};
 
 /// What a GPU op is built from: the node's device-side facts (concrete
 /// shapes, storage dtypes) and the host values of its constant inputs.
@@ -195,10 +195,6 @@ impl GpuOp for WrittenBy {
         Ok(())
     }
 }
-
-/// Builds the GPU form of `op`: `None` when this builder does not handle the
-/// op, `Some(Err)` when it does but not these facts (the node falls back).
-pub type Builder = fn(&dyn Op, &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>>;
 
 /// One kernel argument. Each is passed by address from a 64-bit slot, which
 /// holds any of these (the driver reads only the parameter's own size, and

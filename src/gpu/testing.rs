@@ -5,13 +5,12 @@
 use super::device::GpuDevice;
 use super::memory::{copy_to_device, copy_to_host, DeviceBuffer};
 use super::op::{BuildCx, GpuOp, Io, LaunchCx};
-use super::ops::BUILDERS;
 use super::tensor::{host_bytes, tensor_from_bytes, DevTensor, Precision};
 use super::GpuError;
 use crate::ops::{checks, Op, OpState, Scratch, Tensor, TypedFact};
 
-/// The GPU form of `op` for these host inputs, from the first builder that
-/// takes it. `consts[i]` says whether input `i` is a constant (its value is
+/// The GPU form of `op` for these host inputs, from the builder registered
+/// for its type. `consts[i]` says whether input `i` is a constant (its value is
 /// shown to the builder, as the translator does for `Const` nodes).
 pub fn build_for(
     dev: &GpuDevice,
@@ -39,12 +38,8 @@ pub fn build_for(
         outputs: &dev_out,
         consts: &const_vals,
     };
-    for b in BUILDERS {
-        if let Some(r) = b(op, &cx) {
-            return r;
-        }
-    }
-    Err(GpuError::Kernel(format!("no GPU form for {}", op.name())))
+    super::ops::build(op, &cx)
+        .unwrap_or_else(|| Err(GpuError::Kernel(format!("no GPU form for {}", op.name()))))
 }
 
 /// The largest error of one output of one step.

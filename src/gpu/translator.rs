@@ -3,7 +3,8 @@
 //! A node gets its GPU form only when (1) it is not forced to the CPU
 //! (`PULSED_FORCE_CPU`), (2) its CPU `output_facts`, given the device-side
 //! input facts (storage dtypes; host inputs treated as device facts), give
-//! exactly the node's device-side facts, and (3) a GPU builder takes it.
+//! exactly the node's device-side facts, and (3) the GPU builder registered for its op type
+//! takes it (`gpu::ops`).
 //! Anything else runs its CPU op with explicit transfers; a translation never
 //! fails because of one node. `PULSED_TRANSLATE_DEBUG=1` prints every
 //! rejected node with the reason.
@@ -12,7 +13,6 @@ use std::fmt;
 
 use super::device::GpuDevice;
 use super::op::{BuildCx, GpuOp};
-use super::ops::BUILDERS;
 use super::tensor::Precision;
 use super::GpuError;
 use crate::graph::Graph;
@@ -224,16 +224,14 @@ fn choose(
         outputs: &dev_out,
         consts: &consts,
     };
-    for b in BUILDERS {
-        if let Some(r) = b(node.op.as_ref(), &cx) {
-            let op = r.map_err(|e| format!("GPU form rejected: {e}"))?;
-            return Ok(match fault_for(&node.name) {
-                Some(from) => faulty(op, &cx, from).map_err(|e| format!("fault injection: {e}"))?,
-                None => op,
-            });
-        }
-    }
-    Err(format!("no GPU kernel for {kind}"))
+    let Some(r) = super::ops::build(node.op.as_ref(), &cx) else {
+        return Err(format!("no GPU kernel for {kind}"));
+    };
+    let op = r.map_err(|e| format!("GPU form rejected: {e}"))?;
+    Ok(match fault_for(&node.name) {
+        Some(from) => faulty(op, &cx, from).map_err(|e| format!("fault injection: {e}"))?,
+        None => op,
+    })
 }
 
 fn fault_for(name: &str) -> Option<u64> {

@@ -7,10 +7,11 @@ use cudarc::driver::CudaFunction;
 use crate::gpu::op::{
     expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED,
 };
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::attention::Attention;
 use crate::ops::limited_attention::LimitedAttention;
-use crate::ops::{DType, Op};
+use crate::ops::DType;
 use crate::pulse::PulsedLimitedAttention;
 
 /// Threads per block: eight warps share a row's keys (fewer keys per warp, shorter chains).
@@ -150,19 +151,10 @@ impl GpuOp for LimitedGpu {
     }
 }
 
-/// Builds the GPU form of the ops this file handles.
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    let any = op.as_any();
-    if let Some(p) = any.downcast_ref::<PulsedLimitedAttention>() {
-        return Some(build_limited(&p.attn, Some((p.pulse, p.delay)), cx));
-    }
-    if let Some(a) = any.downcast_ref::<LimitedAttention>() {
-        return Some(build_limited(a, None, cx));
-    }
-    if let Some(a) = any.downcast_ref::<Attention>() {
-        return Some(build_sdpa(a, cx));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<PulsedLimitedAttention>(|p, cx| build_limited(&p.attn, Some((p.pulse, p.delay)), cx));
+    r.add::<LimitedAttention>(|a, cx| build_limited(a, None, cx));
+    r.add::<Attention>(build_sdpa);
 }
 
 /// `pulsed`: `(pulse, delay)` of a [`PulsedLimitedAttention`].

@@ -15,6 +15,7 @@ use cudarc::driver::CudaFunction;
 use crate::gpu::blas::{k_splits, Gemm};
 use crate::gpu::memory::align;
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::conv::{Conv1d, Conv2d, ConvLayout};
 use crate::ops::Op;
@@ -292,14 +293,9 @@ impl GpuOp for ConvGpu {
     }
 }
 
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    if let Some(c) = op.as_any().downcast_ref::<Conv1d>() {
-        return Some(build_conv1d(c, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
-    }
-    if let Some(c) = op.as_any().downcast_ref::<Conv2d>() {
-        return Some(build_conv2d(c, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<Conv1d>(|c, cx| Ok(Box::new(build_conv1d(c, cx)?)));
+    r.add::<Conv2d>(|c, cx| Ok(Box::new(build_conv2d(c, cx)?)));
 }
 
 /// The kernel suffix when every input and the output share one float dtype.

@@ -10,10 +10,11 @@ use cudarc::driver::CudaFunction;
 use crate::gpu::op::{
     expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED,
 };
+use crate::gpu::ops::Builders;
 use crate::gpu::tensor::float_suffix;
 use crate::gpu::GpuError;
 use crate::ops::ctc_head::{CtcHead, CtcHeadMode};
-use crate::ops::{DType, Op};
+use crate::ops::DType;
 
 /// Frames per block (`CTC_FRAMES` in the kernel).
 const FRAMES: usize = 4;
@@ -174,8 +175,6 @@ fn check_targets(cx: &BuildCx, t: usize, v: usize) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// Builds the GPU form of [`CtcHead`].
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    let op = op.as_any().downcast_ref::<CtcHead>()?;
-    Some(build_ctc_head(op, cx))
+pub(super) fn register(r: &mut Builders) {
+    r.add::<CtcHead>(build_ctc_head);
 }

@@ -3,8 +3,9 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
-use crate::ops::{Binary, Op, Unary};
+use crate::ops::{Binary, Unary};
 
 /// The kernel's code for a binary op, if it has one.
 pub fn binary_code(op: Binary) -> Option<i32> {
@@ -119,14 +120,9 @@ impl GpuOp for UnaryGpu {
     }
 }
 
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    if let Some(&b) = op.as_any().downcast_ref::<Binary>() {
-        return Some(build_binary(b, cx));
-    }
-    if let Some(&u) = op.as_any().downcast_ref::<Unary>() {
-        return Some(build_unary(u, cx));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<Binary>(|&b, cx| build_binary(b, cx));
+    r.add::<Unary>(|&u, cx| build_unary(u, cx));
 }
 
 fn build_binary(op: Binary, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {

@@ -6,9 +6,9 @@ use cudarc::driver::CudaFunction;
 
 use crate::gpu::blas::{k_splits, Gemm};
 use crate::gpu::op::{downcast, expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::matmul::{Linear, MatMul};
-use crate::ops::Op;
 
 /// Rows a skinny block holds (its largest compile-time row bound).
 const SKINNY_GROUP: usize = 16;
@@ -382,14 +382,9 @@ impl GpuOp for MatMulGpu {
     }
 }
 
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    if op.as_any().is::<Linear>() {
-        return Some(build_linear(cx));
-    }
-    if let Some(m) = op.as_any().downcast_ref::<MatMul>() {
-        return Some(build_matmul(m, cx));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<Linear>(|_, cx| build_linear(cx));
+    r.add::<MatMul>(build_matmul);
 }
 
 fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {

@@ -11,9 +11,9 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED};
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::lstm::Lstm;
-use crate::ops::Op;
 use crate::pulse::{PulsedLstm, Unfold};
 
 /// Hidden units per block of the one-row kernel.
@@ -209,19 +209,10 @@ impl GpuOp for UnfoldGpu {
     }
 }
 
-/// Builds the GPU form of the ops this file handles.
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    let any = op.as_any();
-    if let Some(p) = any.downcast_ref::<PulsedLstm>() {
-        return Some(build_lstm(p.lstm.hidden, Some(p.delay), cx));
-    }
-    if let Some(l) = any.downcast_ref::<Lstm>() {
-        return Some(build_lstm(l.hidden, None, cx));
-    }
-    if let Some(u) = any.downcast_ref::<Unfold>() {
-        return Some(build_unfold(*u, cx));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<PulsedLstm>(|p, cx| build_lstm(p.lstm.hidden, Some(p.delay), cx));
+    r.add::<Lstm>(|l, cx| build_lstm(l.hidden, None, cx));
+    r.add::<Unfold>(|&u, cx| build_unfold(u, cx));
 }
 
 /// `delay`: the stream delay of a [`PulsedLstm`], `None` for the whole op.

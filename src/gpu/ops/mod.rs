@@ -1,5 +1,7 @@
-//! GPU forms of the graph's ops, one file per op family. The translator asks
-//! each [`BUILDERS`] entry in turn; the first that handles an op builds it.
+//! GPU forms of the graph's ops, one file per op family. Each file
+//! registers a builder per op type it handles (its `register`); the
+//! translator looks a node's op type up in [`build`]. One builder per op
+//! type.
 
 pub mod attention;
 pub mod conv;
@@ -12,18 +14,67 @@ pub mod pulse;
 pub mod shape;
 pub mod stft;
 
-use super::op::Builder;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
-/// Every GPU op builder.
-pub const BUILDERS: &[Builder] = &[
-    elementwise::build,
-    linear::build,
-    shape::build,
-    pulse::build,
-    norm::build,
-    conv::build,
-    stft::build,
-    attention::build,
-    ctc::build,
-    lstm::build,
-];
+use super::op::{BuildCx, GpuOp};
+use super::GpuError;
+use crate::ops::Op;
+
+/// Builds the GPU form of an op of type `T` for the node's device-side facts
+/// ([`BuildCx`]); an error when it cannot take these facts (the node then
+/// runs on the CPU).
+pub type Build<T> = fn(&T, &BuildCx) -> Result<Box<dyn GpuOp>, GpuError>;
+
+type Erased = Box<dyn Fn(&dyn Op, &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> + Send + Sync>;
+
+/// GPU builders by op type.
+#[derive(Default)]
+pub struct Builders(HashMap<TypeId, Erased>);
+
+impl Builders {
+    /// Registers `build` for the ops of type `T`; a second builder for the
+    /// same type is a programming error.
+    pub fn add<T: Op>(&mut self, build: Build<T>) {
+        let erased: Erased = Box::new(move |op, cx| {
+            let op = op
+                .as_any()
+                .downcast_ref::<T>()
+                .expect("builders are looked up by the op's type");
+            build(op, cx)
+        });
+        let twice = self.0.insert(TypeId::of::<T>(), erased).is_some();
+        assert!(
+            !twice,
+            "two GPU builders for {}",
+            std::any::type_name::<T>()
+        );
+    }
+}
+
+/// Every registered builder: one line per op file.
+fn builders() -> &'static Builders {
+    static BUILDERS: OnceLock<Builders> = OnceLock::new();
+    BUILDERS.get_or_init(|| {
+        let mut r = Builders::default();
+        attention::register(&mut r);
+        conv::register(&mut r);
+        ctc::register(&mut r);
+        elementwise::register(&mut r);
+        linear::register(&mut r);
+        lstm::register(&mut r);
+        norm::register(&mut r);
+        pulse::register(&mut r);
+        shape::register(&mut r);
+        stft::register(&mut r);
+        r
+    })
+}
+
+/// The GPU form of `op`: `None` when its type has no GPU builder,
+/// `Some(Err)` when the builder does not take these facts.
+pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
+    let b = builders().0.get(&<dyn Any>::type_id(op.as_any()))?;
+    Some(b(op, cx))
+}

@@ -10,13 +10,14 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::ops::Builders;
 use crate::gpu::tensor::float_suffix;
 use crate::gpu::GpuError;
 use crate::ops::norm::{split_at_axis, BatchNorm, LayerNorm};
 use crate::ops::reduce::{ArgMax, Reduce, ReduceOp};
 use crate::ops::shape::resolve_axis;
 use crate::ops::softmax::{LogSoftmax, Softmax};
-use crate::ops::{DType, Op};
+use crate::ops::DType;
 
 /// Threads per block of every kernel here.
 const BLOCK: u32 = 256;
@@ -405,28 +406,13 @@ fn build_argmax(op: &ArgMax, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     )
 }
 
-/// Builds LayerNorm, BatchNorm, Softmax, LogSoftmax, Reduce and ArgMax.
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    let any = op.as_any();
-    if let Some(op) = any.downcast_ref::<LayerNorm>() {
-        return Some(build_layer_norm(op, cx));
-    }
-    if let Some(op) = any.downcast_ref::<BatchNorm>() {
-        return Some(build_batch_norm(op, cx));
-    }
-    if let Some(op) = any.downcast_ref::<Softmax>() {
-        return Some(build_softmax(op.axis, false, cx));
-    }
-    if let Some(op) = any.downcast_ref::<LogSoftmax>() {
-        return Some(build_softmax(op.axis, true, cx));
-    }
-    if let Some(op) = any.downcast_ref::<Reduce>() {
-        return Some(build_reduce(op, cx));
-    }
-    if let Some(op) = any.downcast_ref::<ArgMax>() {
-        return Some(build_argmax(op, cx));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<LayerNorm>(build_layer_norm);
+    r.add::<BatchNorm>(build_batch_norm);
+    r.add::<Softmax>(|op, cx| build_softmax(op.axis, false, cx));
+    r.add::<LogSoftmax>(|op, cx| build_softmax(op.axis, true, cx));
+    r.add::<Reduce>(build_reduce);
+    r.add::<ArgMax>(build_argmax);
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
-use crate::ops::Op;
 use crate::pulse::{Delay, FrameLayout, PulsePad};
 
 fn layout(shape: &[usize], axis: usize) -> Result<FrameLayout, GpuError> {
@@ -117,14 +117,9 @@ impl GpuOp for PulsePadGpu {
     }
 }
 
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    if let Some(d) = op.as_any().downcast_ref::<Delay>() {
-        return Some(build_delay(d, cx));
-    }
-    if let Some(p) = op.as_any().downcast_ref::<PulsePad>() {
-        return Some(build_pad(p, cx));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<Delay>(build_delay);
+    r.add::<PulsePad>(build_pad);
 }
 
 fn build_delay(d: &Delay, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {

@@ -5,11 +5,11 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::concat::Concat;
 use crate::ops::pad::{Pad, PadMode};
 use crate::ops::shape::{MoveAxis, Permute, Reshape, Slice, Squeeze, Unsqueeze};
-use crate::ops::Op;
 
 const MAX_RANK: usize = 6;
 
@@ -103,30 +103,16 @@ impl GpuOp for CopyGpu {
     }
 }
 
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    let any = op.as_any();
-    if any.is::<Reshape>() || any.is::<Squeeze>() || any.is::<Unsqueeze>() {
-        return Some(Ok(Box::new(View {
-            offset: 0,
-            input: 0,
-        })));
-    }
-    if let Some(s) = any.downcast_ref::<Slice>() {
-        return Some(build_slice(s, cx));
-    }
-    if let Some(p) = any.downcast_ref::<Permute>() {
-        return Some(build_permute(&p.axes, cx));
-    }
-    if let Some(m) = any.downcast_ref::<MoveAxis>() {
-        return Some(move_axis_perm(m, cx).and_then(|axes| build_permute(&axes, cx)));
-    }
-    if let Some(c) = any.downcast_ref::<Concat>() {
-        return Some(build_concat(c, cx));
-    }
-    if let Some(p) = any.downcast_ref::<Pad>() {
-        return Some(build_pad(p, cx));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    // metadata only: output 0 is input 0's memory
+    r.add::<Reshape>(|_, _| Ok(view_of(0)));
+    r.add::<Squeeze>(|_, _| Ok(view_of(0)));
+    r.add::<Unsqueeze>(|_, _| Ok(view_of(0)));
+    r.add::<Slice>(build_slice);
+    r.add::<Permute>(|p, cx| build_permute(&p.axes, cx));
+    r.add::<MoveAxis>(|m, cx| build_permute(&move_axis_perm(m, cx)?, cx));
+    r.add::<Concat>(build_concat);
+    r.add::<Pad>(build_pad);
 }
 
 /// Constant or reflect padding of float tensors.

@@ -5,10 +5,10 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED};
+use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::mel::{Log, LogMel};
 use crate::ops::stft::{Stft, StftOutput};
-use crate::ops::Op;
 
 /// Warps of an STFT block (`STFT_WARPS` in stft.cu).
 const STFT_WARPS: u32 = 8;
@@ -198,18 +198,10 @@ impl GpuOp for LogGpu {
     }
 }
 
-pub fn build(op: &dyn Op, cx: &BuildCx) -> Option<Result<Box<dyn GpuOp>, GpuError>> {
-    let any = op.as_any();
-    if let Some(s) = any.downcast_ref::<Stft>() {
-        return Some(build_stft(s, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
-    }
-    if let Some(m) = any.downcast_ref::<LogMel>() {
-        return Some(build_logmel(m, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
-    }
-    if let Some(l) = any.downcast_ref::<Log>() {
-        return Some(build_log(l, cx).map(|g| Box::new(g) as Box<dyn GpuOp>));
-    }
-    None
+pub(super) fn register(r: &mut Builders) {
+    r.add::<Stft>(|s, cx| Ok(Box::new(build_stft(s, cx)?)));
+    r.add::<LogMel>(|m, cx| Ok(Box::new(build_logmel(m, cx)?)));
+    r.add::<Log>(|l, cx| Ok(Box::new(build_log(l, cx)?)));
 }
 
 fn build_stft(op: &Stft, cx: &BuildCx) -> Result<StftGpu, GpuError> {
