@@ -7,8 +7,6 @@
 // Shared memory (dynamic): 32 floats for block reductions, the query row
 // (d floats), then one score per key of the row's window.
 
-#define ATTN_NEG_INF __int_as_float(0xff800000)
-
 // Mask of one query row: none, bool bytes (0 = masked) or additive floats.
 // `stride` steps from key j to key j + 1.
 template <typename T>
@@ -46,23 +44,23 @@ __device__ void attend_row(const T* qrow, const T* k, const T* v, T* orow, u64 l
             masked = mask.b[key * mask.stride] == 0;
         } else if (mask.kind == 2) {
             add = ld(mask.f, (u64)(key * mask.stride));
-            masked = add == ATTN_NEG_INF;
+            masked = add == NEG_INF;
         }
-        float s = ATTN_NEG_INF;
+        float s = NEG_INF;
         if (!masked) {
             const T* kr = k + (u64)key * ldk;
             float acc = 0.0f;
             for (int c = lane; c < d; c += 32) acc += qs[c] * ld(kr, c);
-            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            acc = warp_sum(acc);
             s = acc * scale + add;
         }
         if (lane == 0) sc[j] = s;
     }
     __syncthreads();
-    float m = ATTN_NEG_INF;
+    float m = NEG_INF;
     for (int j = tid; j < n; j += nt) m = fmaxf(m, sc[j]);
     m = block_max(m, red);
-    if (m == ATTN_NEG_INF) {  // every key masked: zeros, not 0/0
+    if (m == NEG_INF) {  // every key masked: zeros, not 0/0
         for (int c = tid; c < dv; c += nt) st(orow, c, 0.0f);
         return;
     }
@@ -240,7 +238,7 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
         const int r = e / tk, m = e - r * tk;
         i64 lo, hi;
         limited_window(i0 + r, step, tk, lc, pulse, delay, &lo, &hi);
-        float s = ATTN_NEG_INF;
+        float s = NEG_INF;
         if (m >= lo && m <= hi) {
             const float* qr = qs + r * dh;
             const float* kr = ks + m * kp;
@@ -262,16 +260,16 @@ __device__ void limited_attention_tile_impl(const T* q, const T* k, const T* v, 
     const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     for (int r = warp; r < rows; r += nw) {
         float* pr = ps + r * tk;
-        float m = ATTN_NEG_INF;
+        float m = NEG_INF;
         for (int j = lane; j < tk; j += 32) m = fmaxf(m, pr[j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        m = warp_max(m);
         float sum = 0.0f;
         for (int j = lane; j < tk; j += 32) {
-            float e = m == ATTN_NEG_INF || pr[j] == ATTN_NEG_INF ? 0.0f : expf(pr[j] - m);
+            float e = m == NEG_INF || pr[j] == NEG_INF ? 0.0f : expf(pr[j] - m);
             pr[j] = e;
             sum += e;
         }
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        sum = warp_sum(sum);
         // a row with no key to attend to keeps zero weights: zeros out
         if (sum > 0.0f) {
             for (int j = lane; j < tk; j += 32) pr[j] = pr[j] / sum;

@@ -1,6 +1,7 @@
 // Prelude prepended to every kernel module (see compile.rs): storage types,
-// f32 <-> bf16 conversions and typed load/store, so each kernel is written
-// once as a template over its storage type and computes in f32.
+// f32 <-> bf16 conversions and typed load/store (`ld`, `st`), so each kernel
+// is written once as a template over its storage type and computes in f32;
+// warp and block reductions; fused activations; the PDL entry.
 //
 // No headers: NVRTC needs no include path, and bf16 is converted by hand with
 // round-to-nearest-even, exactly as the `half` crate does on the CPU.
@@ -27,41 +28,65 @@ __device__ __forceinline__ float ld(const bf16_t* p, u64 i) { return bf16_to_f32
 __device__ __forceinline__ void st(float* p, u64 i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(bf16_t* p, u64 i, float v) { p[i] = f32_to_bf16(v); }
 
-// Kept for kernels written before the overloads.
-__device__ __forceinline__ float load_f32(const float* p, u64 i) { return p[i]; }
-__device__ __forceinline__ void store_f32(float* p, u64 i, float v) { p[i] = v; }
-__device__ __forceinline__ float load_bf16(const bf16_t* p, u64 i) { return bf16_to_f32(p[i]); }
-__device__ __forceinline__ void store_bf16(bf16_t* p, u64 i, float v) { p[i] = f32_to_bf16(v); }
-
 #define GRID_STRIDE(i, n) \
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (u64)(n); \
          i += (u64)blockDim.x * gridDim.x)
 
-// Block-wide sum of one float per thread (blockDim.x a multiple of 32, at
-// most 1024); every thread gets the total. `scratch` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    int nw = (blockDim.x + 31) >> 5;
-    v = lane < nw ? scratch[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+#define NEG_INF __int_as_float(0xff800000)
+
+// Warp and block reductions, the one set every kernel uses. Lanes combine
+// through __shfl_xor_sync at offsets 16, 8, 4, 2, 1, so every lane gets the
+// result and the order of the operations is fixed (the same bits each run).
+struct SumOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Max where NaN wins (the CPU's Reduce Max, after PyTorch).
+__device__ __forceinline__ float nan_max(float a, float b) {
+    if (a != a) return a;
+    if (b != b) return b;
+    return fmaxf(a, b);
+}
+struct NanMaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return nan_max(a, b); }
+};
+
+// `op` over the 32 lanes of a (full) warp; every lane gets the result.
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-// Block-wide max, like block_sum.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+// `op` over one float per thread of the block (blockDim.x a multiple of 32,
+// at most 1024); every thread gets the result. `scratch` holds 32 floats;
+// `identity` fills the lanes past the last warp.
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, float* scratch, float identity, Op op) {
+    v = warp_reduce(v, op);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads();
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
     int nw = (blockDim.x + 31) >> 5;
-    v = lane < nw ? scratch[lane] : __int_as_float(0xff800000);
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+    v = lane < nw ? scratch[lane] : identity;
+    return warp_reduce(v, op);
+}
+
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp()); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, MaxOp()); }
+__device__ __forceinline__ float warp_nan_max(float v) { return warp_reduce(v, NanMaxOp()); }
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    return block_reduce(v, scratch, 0.0f, SumOp());
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    return block_reduce(v, scratch, NEG_INF, MaxOp());
+}
+__device__ __forceinline__ float block_nan_max(float v, float* scratch) {
+    return block_reduce(v, scratch, NEG_INF, NanMaxOp());
 }
 
 // A fused activation: an elementwise.cu unary code (5 relu, 6 sigmoid,

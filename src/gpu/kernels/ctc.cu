@@ -12,12 +12,6 @@
 
 #define CTC_FRAMES 4
 #define CTC_MAX_WARPS 32
-#define CTC_NEG_INF __int_as_float(0xff800000)
-
-__device__ __forceinline__ float ctc_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // x [t, d], w [v, d], b [v]; score mode (targets non-null, ids already
 // validated on the host): logp[f] = l_{targets[f]} - lse. Greedy mode:
@@ -39,7 +33,7 @@ __device__ void ctc_head_impl(const T* x, const T* w, const T* b, const i64* tar
         u64 f = i / d;
         xs[i] = f < (u64)nf ? ld(x, (f0 + f) * d + i % d) : 0.0f;
     }
-    if (threadIdx.x < CTC_FRAMES) target_l[threadIdx.x] = CTC_NEG_INF;
+    if (threadIdx.x < CTC_FRAMES) target_l[threadIdx.x] = NEG_INF;
     __syncthreads();
 
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -48,9 +42,9 @@ __device__ void ctc_head_impl(const T* x, const T* w, const T* b, const i64* tar
     u64 best[CTC_FRAMES];
 #pragma unroll
     for (int f = 0; f < CTC_FRAMES; f++) {
-        m[f] = CTC_NEG_INF;
+        m[f] = NEG_INF;
         s[f] = 0.0f;
-        best_l[f] = CTC_NEG_INF;
+        best_l[f] = NEG_INF;
         best[f] = 0;
         tgt[f] = (targets && f < nf) ? targets[f0 + f] : -1;
     }
@@ -68,7 +62,7 @@ __device__ void ctc_head_impl(const T* x, const T* w, const T* b, const i64* tar
         float bk = ld(b, k);
 #pragma unroll
         for (int f = 0; f < CTC_FRAMES; f++) {
-            float l = ctc_warp_sum(acc[f]) + bk;
+            float l = warp_sum(acc[f]) + bk;
             if (l > best_l[f]) {
                 best_l[f] = l;
                 best[f] = k;
@@ -94,9 +88,9 @@ __device__ void ctc_head_impl(const T* x, const T* w, const T* b, const i64* tar
     __syncthreads();
     if ((int)threadIdx.x < nf) {
         int f = threadIdx.x;
-        float mm = CTC_NEG_INF;
+        float mm = NEG_INF;
         for (int j = 0; j < warps; j++) mm = fmaxf(mm, wm[j][f]);
-        float ss = 0.0f, bl = CTC_NEG_INF;
+        float ss = 0.0f, bl = NEG_INF;
         u64 bi = 0;
         for (int j = 0; j < warps; j++) {
             if (wsum[j][f] > 0.0f) ss += wsum[j][f] * expf(wm[j][f] - mm);

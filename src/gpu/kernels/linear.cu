@@ -80,14 +80,14 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
             const T* xr = x + (u64)r * k;
             float s = 0.0f;
             for (int i = lane; i < k; i += 32) s += ld(xr, i);
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            s = warp_sum(s);
             float mu = s * inv_k;
             float q = 0.0f;
             for (int i = lane; i < k; i += 32) {
                 float d = ld(xr, i) - mu;
                 q += d * d;
             }
-            for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+            q = warp_sum(q);
             if (lane == 0) {
                 mean[r] = mu;
                 rstd[r] = 1.0f / sqrtf(q * inv_k + eps);
@@ -122,7 +122,7 @@ __device__ void skinny_linear_impl(const T* x, const T* w, const T* bias, T* y, 
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         float v = acc[r];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        v = warp_sum(v);
         if (lane == 0) part[warp][r] = v;
     }
     __syncthreads();

@@ -13,11 +13,6 @@
 
 __device__ __forceinline__ float lstm_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 // Where this launch's (h, c) come from and go to, and how many leading rows
 // of the pulse are warm-up.
 struct LstmIo {

@@ -12,42 +12,6 @@
 // Same formulas as pulsed::ops on the CPU, computed in f32 (expf, logf,
 // sqrtf; the CPU's 1/n and 1/sqrt placements).
 
-#define NEG_INF __int_as_float(0xff800000)
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// Max where NaN wins (the CPU's Reduce Max, after PyTorch).
-__device__ __forceinline__ float nan_max(float a, float b) {
-    if (a != a) return a;
-    if (b != b) return b;
-    return fmaxf(a, b);
-}
-
-__device__ __forceinline__ float warp_nan_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// block_max with NaN winning; `scratch` holds 32 floats.
-__device__ __forceinline__ float block_nan_max(float v, float* scratch) {
-    v = warp_nan_max(v);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    int nw = (blockDim.x + 31) >> 5;
-    v = lane < nw ? scratch[lane] : NEG_INF;
-    return warp_nan_max(v);
-}
-
 // The threads that share one row: a warp, or the block when `wide`.
 struct RowGroup {
     u64 row;
