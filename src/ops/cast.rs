@@ -59,7 +59,7 @@ impl Op for Cast {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use crate::ops::{eval_op, Dim};
     use proptest::prelude::*;
 

@@ -127,7 +127,7 @@ impl Op for Concat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use crate::ops::{eval_op, DType};
     use proptest::prelude::*;
 

@@ -119,7 +119,7 @@ impl Op for Gather {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use crate::ops::{eval_op, Dim};
     use proptest::prelude::*;
 

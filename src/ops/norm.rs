@@ -297,7 +297,7 @@ pub fn fold_batch_norm(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use crate::ops::{eval_op, DType, Dim};
     use proptest::prelude::*;
 

@@ -174,7 +174,7 @@ impl Op for Pad {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use crate::ops::{eval_op, DType, Dim};
     use proptest::prelude::*;
 

@@ -60,7 +60,7 @@ impl Op for Range {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use crate::ops::{eval_op, Dim};
     use proptest::prelude::*;
 

@@ -342,7 +342,7 @@ impl Op for ArgMax {
 mod tests {
     use super::*;
     use crate::ops::eval_op;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use proptest::prelude::*;
 
     /// Reduction from the definition: group input elements by their index

@@ -121,7 +121,7 @@ impl Op for LogSoftmax {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::shape::testutil::*;
+    use crate::ops::shape::test_util::*;
     use crate::ops::{eval_op, DType, Dim, OpError};
     use proptest::prelude::*;
 

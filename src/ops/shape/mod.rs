@@ -345,4 +345,4 @@ pub(crate) fn dim_product(dims: impl IntoIterator<Item = Dim>) -> Option<Dim> {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-pub(crate) mod testutil;
+pub(crate) mod test_util;

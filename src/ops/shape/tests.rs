@@ -1,4 +1,4 @@
-use super::testutil::*;
+use super::test_util::*;
 use super::*;
 use crate::ops::{eval_op, Op};
 use proptest::prelude::*;
