@@ -3,7 +3,7 @@
 //! saying so, when no GPU is usable, unless PULSED_REQUIRE_GPU=1.
 #![cfg(feature = "cuda")]
 
-use pulsed::gpu::testing::{assert_within, build_for, compare_op};
+use pulsed::gpu::test_util::{assert_within, build_for, compare_op};
 use pulsed::gpu::{GpuDevice, Precision};
 use pulsed::ops::attention::Attention;
 use pulsed::ops::limited_attention::LimitedAttention;

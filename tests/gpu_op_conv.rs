@@ -5,7 +5,7 @@
 #![cfg(feature = "cuda")]
 
 use pulsed::gpu::op::BuildCx;
-use pulsed::gpu::testing::{assert_within, compare_op};
+use pulsed::gpu::test_util::{assert_within, compare_op};
 use pulsed::gpu::{GpuDevice, Precision};
 use pulsed::ops::conv::{Conv1d, Conv2d, ConvLayout};
 use pulsed::ops::mel::{mel_filterbank, Log, LogMel, MelScale};

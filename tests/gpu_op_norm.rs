@@ -4,7 +4,7 @@
 //! so, when no GPU is usable, unless PULSED_REQUIRE_GPU=1, where that fails.
 #![cfg(feature = "cuda")]
 
-use pulsed::gpu::testing::{assert_within, build_for, compare_op};
+use pulsed::gpu::test_util::{assert_within, build_for, compare_op};
 use pulsed::gpu::{GpuDevice, Precision};
 use pulsed::ops::ctc_head::{CtcHead, CtcHeadMode};
 use pulsed::ops::norm::{BatchNorm, LayerNorm};

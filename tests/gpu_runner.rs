@@ -10,7 +10,7 @@ use std::sync::Arc;
 use pulsed::engine::Engine;
 use pulsed::gpu::compare::compare_pulsed;
 use pulsed::gpu::memory::{allocations, capture_allocations};
-use pulsed::gpu::testing::{assert_within, compare_op};
+use pulsed::gpu::test_util::{assert_within, compare_op};
 use pulsed::gpu::translator::{ForceCpu, Placement};
 use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches, Precision};
 use pulsed::graph::StepRunner;

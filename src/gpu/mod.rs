@@ -20,7 +20,7 @@ pub mod ops;
 pub mod plan;
 pub mod runner;
 pub mod tensor;
-pub mod testing;
+pub mod test_util;
 pub mod translator;
 
 pub use compile::{compile, compile_for_device, nvrtc_available, Compiled, Image, KERNEL_SOURCES};
