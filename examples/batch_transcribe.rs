@@ -35,6 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Outcome::Done {
                 transcript,
                 duration_s,
+                ..
             } => {
                 println!(
                     "{} ({duration_s:.1} s in {:.2} s): {}",

@@ -184,7 +184,8 @@ impl KvCache {
             for buf in [&mut st.self_k[l], &mut st.self_v[l]] {
                 st.spare.resize(src.len() * row, 0.0);
                 for (b, &s) in src.iter().enumerate() {
-                    st.spare[b * row..b * row + used].copy_from_slice(&buf[s * row..s * row + used]);
+                    st.spare[b * row..b * row + used]
+                        .copy_from_slice(&buf[s * row..s * row + used]);
                 }
                 std::mem::swap(buf, &mut st.spare);
             }
@@ -344,7 +345,7 @@ impl Op for CachedSelfAttention {
         input_count(inputs, 3)?;
         let mut st = self.cache.lock();
         let (width, cap, layer) = (st.width, st.capacity, self.layer);
-        if layer >= st.layers || self.heads == 0 || width % self.heads != 0 {
+        if layer >= st.layers || self.heads == 0 || !width.is_multiple_of(self.heads) {
             return Err(param(format!(
                 "layer {layer} of {}, {} heads over {width} features",
                 st.layers, self.heads
@@ -373,7 +374,11 @@ impl Op for CachedSelfAttention {
             )));
         }
         let (q, k, v) = (contig(inputs[0]), contig(inputs[1]), contig(inputs[2]));
-        let (q, k, v) = (q.as_slice::<f32>()?, k.as_slice::<f32>()?, v.as_slice::<f32>()?);
+        let (q, k, v) = (
+            q.as_slice::<f32>()?,
+            k.as_slice::<f32>()?,
+            v.as_slice::<f32>()?,
+        );
         let row = cap * width;
         let st = &mut *st;
         for s in 0..b {
@@ -444,7 +449,7 @@ impl Op for CrossAttention {
         input_count(inputs, 1)?;
         let mut st = self.cache.lock();
         let (width, layer, frames) = (st.width, self.layer, st.frames);
-        if layer >= st.layers || self.heads == 0 || width % self.heads != 0 {
+        if layer >= st.layers || self.heads == 0 || !width.is_multiple_of(self.heads) {
             return Err(param(format!(
                 "layer {layer} of {}, {} heads over {width} features",
                 st.layers, self.heads
@@ -542,7 +547,11 @@ mod tests {
     #[test]
     fn self_attention_fed_in_pieces_equals_causal_attention() {
         let (b, n, h, width) = (2, 7, 3, 12);
-        let (q, k, v) = (t(&[b, n, width], 1), t(&[b, n, width], 2), t(&[b, n, width], 3));
+        let (q, k, v) = (
+            t(&[b, n, width], 1),
+            t(&[b, n, width], 2),
+            t(&[b, n, width], 3),
+        );
         // reference: causal attention over all n at once
         let mask: Vec<bool> = (0..n * n).map(|x| x % n <= x / n).collect();
         let mask = Tensor::from_vec(vec![n, n], mask).unwrap();
@@ -558,7 +567,9 @@ mod tests {
         .reshape(&[b, n, width])
         .unwrap();
         let cache = KvCache::new(1, width, 16);
-        cache.set_cross(0, &t(&[1, 4, width], 9), &t(&[1, 4, width], 10)).unwrap();
+        cache
+            .set_cross(0, &t(&[1, 4, width], 9), &t(&[1, 4, width], 10))
+            .unwrap();
         cache.start(&[0, 0]).unwrap();
         let op = CachedSelfAttention {
             layer: 0,
@@ -569,7 +580,9 @@ mod tests {
         let mut got = Vec::new();
         for (lo, hi) in [(0, 3), (3, 4), (4, 5), (5, 6), (6, 7)] {
             let part = |x: &Tensor| x.narrow(1, lo, hi - lo).unwrap().contiguous();
-            let y = eval_op(&op, &[&part(&q), &part(&k), &part(&v)]).unwrap().remove(0);
+            let y = eval_op(&op, &[&part(&q), &part(&k), &part(&v)])
+                .unwrap()
+                .remove(0);
             got.push(y);
         }
         assert_eq!(cache.len(), n);
@@ -577,7 +590,12 @@ mod tests {
             let mut row = 0;
             for y in &got {
                 for i in 0..y.shape()[1] {
-                    let g = y.narrow(0, s, 1).unwrap().narrow(1, i, 1).unwrap().to_f32_vec();
+                    let g = y
+                        .narrow(0, s, 1)
+                        .unwrap()
+                        .narrow(1, i, 1)
+                        .unwrap()
+                        .to_f32_vec();
                     let r = reference
                         .narrow(0, s, 1)
                         .unwrap()
@@ -599,8 +617,7 @@ mod tests {
         let cache = KvCache::new(1, width, 8);
         let ck = Tensor::from_vec(vec![2, 1, width], vec![1f32; 8]).unwrap();
         // window 1's values are 2, window 0's are 1
-        let cv =
-            Tensor::from_vec(vec![2, 1, width], [[1f32; 4], [2f32; 4]].concat()).unwrap();
+        let cv = Tensor::from_vec(vec![2, 1, width], [[1f32; 4], [2f32; 4]].concat()).unwrap();
         cache.set_cross(0, &ck, &cv).unwrap();
         cache.start(&[0, 1]).unwrap();
         let cross = CrossAttention {
@@ -625,7 +642,9 @@ mod tests {
     fn capacity_is_enforced() {
         let width = 4;
         let cache = KvCache::new(1, width, 2);
-        cache.set_cross(0, &t(&[1, 3, width], 1), &t(&[1, 3, width], 2)).unwrap();
+        cache
+            .set_cross(0, &t(&[1, 3, width], 1), &t(&[1, 3, width], 2))
+            .unwrap();
         cache.start(&[0]).unwrap();
         let op = CachedSelfAttention {
             layer: 0,
@@ -643,7 +662,9 @@ mod tests {
         let width = 4;
         let cache = KvCache::new(2, width, 4);
         for l in 0..2 {
-            cache.set_cross(l, &t(&[1, 5, width], 1), &t(&[1, 5, width], 2)).unwrap();
+            cache
+                .set_cross(l, &t(&[1, 5, width], 1), &t(&[1, 5, width], 2))
+                .unwrap();
         }
         cache.start(&[0]).unwrap();
         cache.record(Some(vec![(1, 0)]));

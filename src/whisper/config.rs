@@ -73,7 +73,7 @@ impl WhisperConfig {
             ("encoder_attention_heads", self.encoder_attention_heads),
             ("decoder_attention_heads", self.decoder_attention_heads),
         ] {
-            if self.d_model % heads != 0 {
+            if !self.d_model.is_multiple_of(heads) {
                 return Err(format!(
                     "`d_model` {} is not a multiple of `{name}` {heads}",
                     self.d_model
@@ -115,7 +115,10 @@ mod tests {
 
     #[test]
     fn bad_configs_say_why() {
-        let five = TINY.replace("\"encoder_attention_heads\": 6", "\"encoder_attention_heads\": 5");
+        let five = TINY.replace(
+            "\"encoder_attention_heads\": 6",
+            "\"encoder_attention_heads\": 5",
+        );
         let e = WhisperConfig::parse(&five).unwrap_err();
         assert!(e.contains("encoder_attention_heads"), "{e}");
         let e = WhisperConfig::parse(&TINY.replace("\"d_model\": 384,", "")).unwrap_err();

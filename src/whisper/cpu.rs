@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use super::backend::{AlignmentSource, WhisperBackend};
 use super::graphs::{self, DecoderShape};
+use super::projection::Projection;
 use super::{folder, WhisperConfig};
 use crate::graph::Runner;
 use crate::ops::kv_cache::KvCache;
-use crate::ops::matmul::{gemm_rows, rows_work_len};
 use crate::ops::{OpError, Tensor};
 use crate::weights::Weights;
 use crate::{Error, Result};
@@ -52,12 +52,11 @@ pub struct CpuWhisper {
     prompt: Runner,
     step: Runner,
     cache: KvCache,
-    /// The token embedding `[vocab, d]`, f32: the output projection.
-    embed: Vec<f32>,
+    /// The output projection (the token embedding, as stored).
+    projection: Projection,
     /// Encoded windows.
     windows: usize,
     rows: Vec<f32>,
-    work: Vec<f32>,
 }
 
 fn internal(what: String) -> Error {
@@ -69,9 +68,10 @@ impl CpuWhisper {
     pub fn new(model: &WhisperModel) -> Result<CpuWhisper> {
         let (cfg, w) = (&model.config, &model.weights);
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
-        let embed = w
-            .f32("model.decoder.embed_tokens.weight", &[cfg.vocab_size, cfg.d_model])?
-            .to_vec::<f32>()?;
+        let projection = Projection::new(&w.get(
+            "model.decoder.embed_tokens.weight",
+            &[cfg.vocab_size, cfg.d_model],
+        )?)?;
         Ok(CpuWhisper {
             cfg: cfg.clone(),
             frontend: Runner::new(graphs::frontend(cfg.num_mel_bins)?)?,
@@ -79,10 +79,9 @@ impl CpuWhisper {
             prompt: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
             step: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
             cache,
-            embed,
+            projection,
             windows: 0,
             rows: Vec::new(),
-            work: Vec::new(),
         })
     }
 
@@ -110,7 +109,9 @@ impl CpuWhisper {
             ("step", &self.step),
         ];
         for (g, r) in graphs {
-            let Some(times) = r.node_times() else { continue };
+            let Some(times) = r.node_times() else {
+                continue;
+            };
             let mut by_op: Vec<(&'static str, std::time::Duration)> = Vec::new();
             for (node, t) in r.graph().nodes.iter().zip(times) {
                 match by_op.iter_mut().find(|(op, _)| *op == node.op.name()) {
@@ -120,12 +121,17 @@ impl CpuWhisper {
             }
             out.extend(by_op.into_iter().map(|(op, t)| (g, op, t)));
         }
-        out.sort_by(|a, b| b.2.cmp(&a.2));
+        out.sort_by_key(|e| std::cmp::Reverse(e.2));
         out
     }
 
     fn runners_mut(&mut self) -> [&mut Runner; 4] {
-        [&mut self.frontend, &mut self.encoder, &mut self.prompt, &mut self.step]
+        [
+            &mut self.frontend,
+            &mut self.encoder,
+            &mut self.prompt,
+            &mut self.step,
+        ]
     }
 
     /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
@@ -189,7 +195,10 @@ impl WhisperBackend for CpuWhisper {
         let mel = Tensor::from_vec(vec![windows.len(), m, f], windows.concat())?;
         self.encoder.step(&[&mel])?;
         for l in 0..self.cfg.decoder_layers {
-            let (k, v) = (self.encoder.output(1 + 2 * l), self.encoder.output(2 + 2 * l));
+            let (k, v) = (
+                self.encoder.output(1 + 2 * l),
+                self.encoder.output(2 + 2 * l),
+            );
             self.cache.set_cross(l, k, v)?;
         }
         self.windows = windows.len();
@@ -220,7 +229,10 @@ impl WhisperBackend for CpuWhisper {
         if let Some(t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
             return Err(Error::Input {
                 name: "tokens".into(),
-                reason: format!("token id {t} is outside the vocabulary ({})", self.cfg.vocab_size),
+                reason: format!(
+                    "token id {t} is outside the vocabulary ({})",
+                    self.cfg.vocab_size
+                ),
             });
         }
         let d = self.cfg.d_model;
@@ -243,7 +255,11 @@ impl WhisperBackend for CpuWhisper {
             self.rows = kept;
         } else {
             self.run_decoder(tokens, batch, n)?;
-            let h = if n == 1 { self.step.output(0) } else { self.prompt.output(0) };
+            let h = if n == 1 {
+                self.step.output(0)
+            } else {
+                self.prompt.output(0)
+            };
             let h = h.as_slice::<f32>()?;
             self.rows.clear();
             for b in 0..batch {
@@ -253,11 +269,7 @@ impl WhisperBackend for CpuWhisper {
                 }
             }
         }
-        let (m, v) = (batch * positions.len(), self.cfg.vocab_size);
-        logits.resize(m * v, 0.0);
-        self.work.resize(rows_work_len(m, v, d), 0.0);
-        // Eᵀ as a d x vocab matrix: element (i, t) sits at embed[t * d + i]
-        gemm_rows((m, v, d), logits, v, &self.rows, (d, 1), &self.embed, (1, d), None, &mut self.work)?;
+        self.projection.logits(&self.rows, logits);
         Ok(())
     }
 
@@ -277,7 +289,9 @@ impl AlignmentSource for CpuWhisper {
             .iter()
             .find(|(l, h)| *l >= self.cfg.decoder_layers || *h >= self.cfg.decoder_attention_heads)
         {
-            return Err(internal(format!("alignment head ({l}, {h}) is not in the decoder")));
+            return Err(internal(format!(
+                "alignment head ({l}, {h}) is not in the decoder"
+            )));
         }
         if tokens.is_empty() {
             return Ok(Vec::new());

@@ -12,12 +12,13 @@ pub mod folder;
 pub mod generation;
 pub mod graphs;
 mod layers;
+mod projection;
 pub mod tokenizer;
 
 pub use backend::{AlignmentSource, WhisperBackend};
 pub use config::WhisperConfig;
 pub use cpu::{CpuWhisper, WhisperModel};
 pub use error::WhisperError;
+pub use folder::LoadError;
 pub use generation::GenerationConfig;
 pub use tokenizer::{SpecialTokens, Task, WhisperTokenizer};
-pub use folder::LoadError;

@@ -1,0 +1,252 @@
+//! The output projection, `logits = hidden · Eᵀ` over the token embedding
+//! `E [vocab, d]`, for the few rows decoding asks for.
+//!
+//! One decoding step reads all of `E` (51,864 x 384 for tiny.en: 80 MB in
+//! f32) for a handful of rows, so its speed is memory bandwidth. The
+//! checkpoints store `E` in f16, and widening f16 to f32 is exact, so `E`
+//! stays in f16 and is widened in registers: half the bytes per step,
+//! the same products. Each logit is a dot product summed in 8 lanes.
+
+use half::{bf16, f16};
+
+use crate::ops::{DType, Tensor};
+use crate::Result;
+
+/// `E` as the checkpoint stores it (bf16 is widened once: it has no
+/// register-level conversion on x86).
+enum Table {
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+/// The token embedding, ready to project decoder outputs to logits.
+pub struct Projection {
+    table: Table,
+    vocab: usize,
+    d: usize,
+}
+
+impl Projection {
+    /// From the embedding tensor `[vocab, d]` (f16, bf16 or f32).
+    pub fn new(e: &Tensor) -> Result<Projection> {
+        let (vocab, d) = (e.shape()[0], e.shape()[1]);
+        let table = match e.dtype() {
+            DType::F16 => Table::F16(e.contiguous().to_vec::<f16>()?),
+            DType::BF16 => Table::F32(
+                e.contiguous()
+                    .to_vec::<bf16>()?
+                    .into_iter()
+                    .map(f32::from)
+                    .collect(),
+            ),
+            _ => Table::F32(e.cast(DType::F32).contiguous().to_vec::<f32>()?),
+        };
+        Ok(Projection { table, vocab, d })
+    }
+
+    /// `out[r * vocab + t] = rows[r] · E[t]` for the `rows.len() / d` rows.
+    pub fn logits(&self, rows: &[f32], out: &mut Vec<f32>) {
+        let d = self.d;
+        let m = rows.len() / d;
+        out.resize(m * self.vocab, 0.0);
+        for (g, chunk) in rows.chunks(4 * d).enumerate() {
+            let r0 = g * 4;
+            match &self.table {
+                Table::F16(e) => self.group_f16(chunk, e, r0, out),
+                Table::F32(e) => self.group_f32(chunk, e, r0, out),
+            }
+        }
+    }
+
+    fn group_f16(&self, rows: &[f32], e: &[f16], r0: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+                && self.d.is_multiple_of(8)
+            {
+                // SAFETY: the features were just detected; d is a multiple of 8.
+                unsafe { avx2::group_f16(rows, e, self.d, self.vocab, r0, out) };
+                return;
+            }
+        }
+        self.group(rows, e, r0, out, |x: &f16| x.to_f32());
+    }
+
+    fn group_f32(&self, rows: &[f32], e: &[f32], r0: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+                && self.d.is_multiple_of(8)
+            {
+                // SAFETY: the features were just detected; d is a multiple of 8.
+                unsafe { avx2::group_f32(rows, e, self.d, self.vocab, r0, out) };
+                return;
+            }
+        }
+        self.group(rows, e, r0, out, |x: &f32| *x);
+    }
+
+    /// Up to four rows against every embedding row, any element type.
+    fn group<T>(
+        &self,
+        rows: &[f32],
+        e: &[T],
+        r0: usize,
+        out: &mut [f32],
+        widen: impl Fn(&T) -> f32,
+    ) {
+        let d = self.d;
+        let mut buf = vec![0f32; d];
+        for t in 0..self.vocab {
+            for (b, x) in buf.iter_mut().zip(&e[t * d..(t + 1) * d]) {
+                *b = widen(x);
+            }
+            for (r, row) in rows.chunks(d).enumerate() {
+                out[(r0 + r) * self.vocab + t] = dot8(row, &buf);
+            }
+        }
+    }
+}
+
+/// A dot product in 8 lanes (the order the AVX2 path sums in).
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] = x[i].mul_add(y[i], acc[i]);
+        }
+    }
+    let mut s = hsum(acc);
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// Lanes summed pairwise, as the AVX2 path does.
+fn hsum(a: [f32; 8]) -> f32 {
+    let q = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    let p = [q[0] + q[2], q[1] + q[3]];
+    p[0] + p[1]
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(v: __m256) -> f32 {
+        let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        let s = _mm_add_ss(p, _mm_shuffle_ps(p, p, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Up to four rows of `d` (a multiple of 8) against every table row,
+    /// `$load(at)` giving eight widened values from element offset `at`.
+    macro_rules! group {
+        ($rows:expr, $d:expr, $vocab:expr, $r0:expr, $out:expr, $load:expr) => {{
+            let (rows, d, vocab, r0, out) = ($rows, $d, $vocab, $r0, $out);
+            let m = rows.len() / d;
+            assert!(m <= 4 && d.is_multiple_of(8) && out.len() >= (r0 + m) * vocab);
+            let rp = rows.as_ptr();
+            for t in 0..vocab {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for k in (0..d).step_by(8) {
+                    let w = $load(t * d + k);
+                    for (r, a) in acc.iter_mut().enumerate().take(m) {
+                        // SAFETY: r * d + k + 8 <= m * d = rows.len().
+                        let x = unsafe { _mm256_loadu_ps(rp.add(r * d + k)) };
+                        *a = _mm256_fmadd_ps(x, w, *a);
+                    }
+                }
+                for (r, a) in acc.iter().enumerate().take(m) {
+                    out[(r0 + r) * vocab + t] = hsum(*a);
+                }
+            }
+        }};
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn group_f16(
+        rows: &[f32],
+        e: &[f16],
+        d: usize,
+        vocab: usize,
+        r0: usize,
+        out: &mut [f32],
+    ) {
+        assert!(e.len() >= vocab * d);
+        let ep = e.as_ptr() as *const u16;
+        // SAFETY: at + 8 <= vocab * d <= e.len() for every `at` the loop asks for.
+        group!(rows, d, vocab, r0, out, |at: usize| unsafe {
+            _mm256_cvtph_ps(_mm_loadu_si128(ep.add(at) as *const __m128i))
+        })
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn group_f32(
+        rows: &[f32],
+        e: &[f32],
+        d: usize,
+        vocab: usize,
+        r0: usize,
+        out: &mut [f32],
+    ) {
+        assert!(e.len() >= vocab * d);
+        let ep = e.as_ptr();
+        // SAFETY: at + 8 <= vocab * d <= e.len() for every `at` the loop asks for.
+        group!(rows, d, vocab, r0, out, |at: usize| unsafe {
+            _mm256_loadu_ps(ep.add(at))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(vocab: usize, d: usize) -> Tensor {
+        let v: Vec<f16> = (0..vocab * d)
+            .map(|i| f16::from_f32(((i * 7919) % 1000) as f32 / 500.0 - 1.0))
+            .collect();
+        Tensor::from_vec(vec![vocab, d], v).unwrap()
+    }
+
+    #[test]
+    fn f16_table_equals_the_widened_f32_one() {
+        let (vocab, d) = (37, 24);
+        let e = table(vocab, d);
+        let rows: Vec<f32> = (0..6 * d).map(|i| (i as f32 * 0.37).sin()).collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        Projection::new(&e).unwrap().logits(&rows, &mut a);
+        Projection::new(&e.cast(DType::F32))
+            .unwrap()
+            .logits(&rows, &mut b);
+        assert_eq!(a.len(), 6 * vocab);
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "{x} vs {y}");
+        }
+        // against a plain f64 product
+        let ef = e.cast(DType::F32).to_vec::<f32>().unwrap();
+        for r in 0..6 {
+            for t in 0..vocab {
+                let want: f64 = (0..d)
+                    .map(|k| rows[r * d + k] as f64 * ef[t * d + k] as f64)
+                    .sum();
+                assert!(
+                    (a[r * vocab + t] as f64 - want).abs() < 1e-4,
+                    "row {r} token {t}"
+                );
+            }
+        }
+    }
+}
