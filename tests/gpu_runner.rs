@@ -606,10 +606,11 @@ fn compare_pins_a_wrong_kernel_to_its_node_and_chunk() {
     // a Linear whose error reaches the output (a layer norm right after
     // would cancel this affine fault downstream)
     let target = "blocks.2.conv.pointwise2";
-    // the translator reads the test-only switch while building the runner
-    std::env::set_var(pulsed::gpu::translator::FAULT_ENV, format!("{target}@3"));
-    let mut r = gpu_runner(&d, &model, Precision::F32, "");
-    std::env::remove_var(pulsed::gpu::translator::FAULT_ENV);
+    let mut o = GpuRunnerOptions::new(Precision::F32);
+    o.translate.force_cpu = ForceCpu::parse("");
+    o.translate.wrap = Some(pulsed::gpu::test_util::fault(target, 3));
+    o.keep_values = true;
+    let mut r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).expect("GPU runner");
     let a = audio();
     let re = compare_steps(&model, &mut r, &a, 1, 1e-4, CompareMode::Reseeded).unwrap();
     let bad = re.failures();

@@ -1,11 +1,15 @@
-//! Runs one op's GPU form next to its CPU form, step by step, for the tests
-//! that check every GPU op against the CPU (f32 within 1e-5, bf16 within
-//! 1e-2, relative to the reference's scale).
+//! Test support: runs one op's GPU form next to its CPU form, step by step,
+//! for the tests that check every GPU op against the CPU (f32 within 1e-5,
+//! bf16 within 1e-2, relative to the reference's scale), and injects faults
+//! into a translation ([`fault`]) for the tests of the comparison tool.
+
+use std::sync::Arc;
 
 use super::device::GpuDevice;
 use super::memory::{copy_to_device, copy_to_host, DeviceBuffer};
 use super::op::{BuildCx, GpuOp, Io, LaunchCx};
 use super::tensor::{host_bytes, tensor_from_bytes, DevTensor, Precision};
+use super::translator::WrapGpuOp;
 use super::GpuError;
 use crate::ops::{checks, Op, OpState, Scratch, Tensor, TypedFact};
 
@@ -195,4 +199,73 @@ pub fn assert_within(name: &str, diffs: &[Diff], precision: Precision) {
         bad.is_empty(),
         "{name} [{precision:?}] beyond {tol:e}: {bad:?}"
     );
+}
+
+/// A translation hook ([`TranslateOptions::wrap`](super::translator::TranslateOptions))
+/// that corrupts the GPU output of the node named `node` from chunk step
+/// `from` on: shows that comparisons catch a wrong kernel and pin it.
+pub fn fault(node: &str, from: u64) -> WrapGpuOp {
+    let node = node.to_string();
+    WrapGpuOp(Arc::new(move |name, op, cx| {
+        if name == node {
+            faulty(op, cx, from)
+        } else {
+            Ok(op)
+        }
+    }))
+}
+
+/// The op, followed by a kernel that corrupts its first output from step
+/// `from` on.
+#[derive(Debug)]
+struct Faulty {
+    inner: Box<dyn GpuOp>,
+    f: cudarc::driver::CudaFunction,
+    from: u64,
+}
+
+fn faulty(inner: Box<dyn GpuOp>, cx: &BuildCx, from: u64) -> Result<Box<dyn GpuOp>, GpuError> {
+    let suffix = super::tensor::float_suffix(cx.outputs[0].dtype)?;
+    if inner.alias().is_some() {
+        return Err(GpuError::Kernel("cannot corrupt a view".into()));
+    }
+    Ok(Box::new(Faulty {
+        inner,
+        f: cx.lib.function("elementwise", &format!("fault_{suffix}"))?,
+        from,
+    }))
+}
+
+impl GpuOp for Faulty {
+    fn describe(&self) -> String {
+        format!("{} + FAULT from chunk {}", self.inner.describe(), self.from)
+    }
+
+    fn launch(&self, cx: &super::op::LaunchCx, io: &super::op::Io) -> Result<(), GpuError> {
+        use super::op::{launch, Arg, Grid};
+        self.inner.launch(cx, io)?;
+        let out = &io.outs[0];
+        if out.is_empty() {
+            return Ok(());
+        }
+        launch(
+            cx,
+            &self.f,
+            Grid::linear(out.len()),
+            &[
+                Arg::Ptr(out.ptr),
+                Arg::U64(out.len() as u64),
+                Arg::Ptr(cx.step),
+                Arg::U64(self.from),
+            ],
+        )
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.inner.state_bytes()
+    }
+
+    fn scratch_bytes(&self) -> usize {
+        self.inner.scratch_bytes()
+    }
 }

@@ -10,6 +10,7 @@
 //! rejected node with the reason.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::device::GpuDevice;
 use super::op::{BuildCx, GpuOp};
@@ -23,10 +24,6 @@ use crate::ops::{Const, Source, Tensor, TypedFact};
 pub const FORCE_CPU_ENV: &str = "PULSED_FORCE_CPU";
 /// Environment variable: `1` prints each node the translator rejects.
 pub const DEBUG_ENV: &str = "PULSED_TRANSLATE_DEBUG";
-/// Test-only environment variable: `NODE@CHUNK` corrupts the GPU output of
-/// node `NODE` from chunk step `CHUNK` on (shows that comparisons catch a
-/// wrong kernel and pin it).
-pub const FAULT_ENV: &str = "PULSED_GPU_FAULT";
 
 /// Where a node runs.
 #[derive(Debug)]
@@ -98,6 +95,24 @@ pub struct TranslateOptions {
     pub force_cpu: ForceCpu,
     /// Print rejected nodes (defaults from [`DEBUG_ENV`]).
     pub debug: bool,
+    /// Wraps each node's GPU form as it is built, before fusion (tests
+    /// inject faults with it: [`super::test_util::fault`]).
+    pub wrap: Option<WrapGpuOp>,
+}
+
+/// A wrapper of GPU forms: given the node's name, its GPU form and the
+/// context it was built in, the GPU form to run instead.
+#[derive(Clone)]
+pub struct WrapGpuOp(pub Arc<WrapFn>);
+
+/// What [`WrapGpuOp`] calls.
+pub type WrapFn =
+    dyn Fn(&str, Box<dyn GpuOp>, &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> + Send + Sync;
+
+impl fmt::Debug for WrapGpuOp {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("WrapGpuOp")
+    }
 }
 
 impl TranslateOptions {
@@ -107,6 +122,7 @@ impl TranslateOptions {
             precision,
             force_cpu: ForceCpu::from_env(),
             debug: std::env::var(DEBUG_ENV).as_deref() == Ok("1"),
+            wrap: None,
         }
     }
 }
@@ -228,70 +244,9 @@ fn choose(
         return Err(format!("no GPU kernel for {kind}"));
     };
     let op = r.map_err(|e| format!("GPU form rejected: {e}"))?;
-    Ok(match fault_for(&node.name) {
-        Some(from) => faulty(op, &cx, from).map_err(|e| format!("fault injection: {e}"))?,
-        None => op,
-    })
-}
-
-fn fault_for(name: &str) -> Option<u64> {
-    let v = std::env::var(FAULT_ENV).ok()?;
-    let (node, chunk) = v.rsplit_once('@')?;
-    (node == name).then(|| chunk.parse().ok()).flatten()
-}
-
-/// The op, followed by a kernel that corrupts its first output from step
-/// `from` on.
-#[derive(Debug)]
-struct Faulty {
-    inner: Box<dyn GpuOp>,
-    f: cudarc::driver::CudaFunction,
-    from: u64,
-}
-
-fn faulty(inner: Box<dyn GpuOp>, cx: &BuildCx, from: u64) -> Result<Box<dyn GpuOp>, GpuError> {
-    let suffix = super::tensor::float_suffix(cx.outputs[0].dtype)?;
-    if inner.alias().is_some() {
-        return Err(GpuError::Kernel("cannot corrupt a view".into()));
-    }
-    Ok(Box::new(Faulty {
-        inner,
-        f: cx.lib.function("elementwise", &format!("fault_{suffix}"))?,
-        from,
-    }))
-}
-
-impl GpuOp for Faulty {
-    fn describe(&self) -> String {
-        format!("{} + FAULT from chunk {}", self.inner.describe(), self.from)
-    }
-
-    fn launch(&self, cx: &super::op::LaunchCx, io: &super::op::Io) -> Result<(), GpuError> {
-        use super::op::{launch, Arg, Grid};
-        self.inner.launch(cx, io)?;
-        let out = &io.outs[0];
-        if out.is_empty() {
-            return Ok(());
-        }
-        launch(
-            cx,
-            &self.f,
-            Grid::linear(out.len()),
-            &[
-                Arg::Ptr(out.ptr),
-                Arg::U64(out.len() as u64),
-                Arg::Ptr(cx.step),
-                Arg::U64(self.from),
-            ],
-        )
-    }
-
-    fn state_bytes(&self) -> usize {
-        self.inner.state_bytes()
-    }
-
-    fn scratch_bytes(&self) -> usize {
-        self.inner.scratch_bytes()
+    match &opts.wrap {
+        Some(w) => (w.0)(&node.name, op, &cx).map_err(|e| format!("wrapping its GPU form: {e}")),
+        None => Ok(op),
     }
 }
 
