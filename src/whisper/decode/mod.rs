@@ -15,9 +15,12 @@
 //! | `align.rs`, `words.rs` | word timestamps: attention, DTW, punctuation |
 //! | `hallucination.rs` | skipping silence around likely hallucinations |
 //! | `transcribe.rs`, `generate_segments.rs` | the whole recording: [`transcribe`], window by window |
+//! | `batched.rs`, `speech.rs`, `chunks.rs` | the VAD-segmented batched mode: [`transcribe_batched`] |
 
 mod align;
+mod batched;
 mod beam;
+mod chunks;
 mod fallback;
 mod generate;
 mod generate_segments;
@@ -29,6 +32,7 @@ mod options;
 mod prompt;
 mod search;
 mod segments;
+mod speech;
 #[cfg(test)]
 mod testing;
 #[cfg(test)]
@@ -37,9 +41,10 @@ mod transcribe;
 mod window;
 mod words;
 
+pub use batched::{batched_speech, transcribe_batched, BatchedOptions};
 pub use fallback::compression_ratio;
 pub use options::{DecodeOptions, InitialPrompt};
-pub use transcribe::{transcribe, Segment, TranscriptionInfo, SAMPLE_RATE};
+pub use transcribe::{transcribe, transcribe_features, Segment, TranscriptionInfo, SAMPLE_RATE};
 pub use words::Word;
 
 use crate::whisper::{AlignmentSource, WhisperBackend};

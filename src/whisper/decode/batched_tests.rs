@@ -1,0 +1,1 @@
+//! The batched mode over a scripted backend.
