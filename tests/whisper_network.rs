@@ -57,7 +57,10 @@ impl Golden {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn clip() -> Vec<f32> {
@@ -111,7 +114,10 @@ fn features_encoder_and_logits_match_ctranslate2() {
     // 1.2e-4 at most (values up to 12) and 5e-6 on average; an independent
     // numpy Whisper sits 4e-5 from CTranslate2. A wrong weight or op is
     // off by 1e-2 or more.
-    assert!(dh < 2e-4 && dt < 2e-4 && mean < 1e-5, "encoder differs by {dh} / {dt} (mean {mean})");
+    assert!(
+        dh < 2e-4 && dt < 2e-4 && mean < 1e-5,
+        "encoder differs by {dh} / {dt} (mean {mean})"
+    );
 
     // logits along the prefix + greedy tokens, fed as one prompt
     let prefix = g.ids(&["logits", "prefix"]);
@@ -142,7 +148,13 @@ fn features_encoder_and_logits_match_ctranslate2() {
     w.start(&[0]).unwrap();
     let mut stepped = Vec::new();
     let mut one = Vec::new();
-    w.feed(&seq[..prefix.len()], prefix.len(), &[prefix.len() - 1], &mut one).unwrap();
+    w.feed(
+        &seq[..prefix.len()],
+        prefix.len(),
+        &[prefix.len() - 1],
+        &mut one,
+    )
+    .unwrap();
     stepped.extend_from_slice(&one);
     for &t in &tokens {
         w.feed(&[t], 1, &[0], &mut one).unwrap();
@@ -174,7 +186,8 @@ fn beams_share_a_window() {
     for (b, &t) in next.iter().enumerate() {
         w.start(&[0]).unwrap();
         let mut lone = Vec::new();
-        w.feed(&[prefix[0], prefix[1], t], 3, &[2], &mut lone).unwrap();
+        w.feed(&[prefix[0], prefix[1], t], 3, &[2], &mut lone)
+            .unwrap();
         let d = max_abs_diff(&three[b * vocab..(b + 1) * vocab], &lone);
         assert!(d < 1e-3, "beam {b} differs from a lone run by {d}");
     }

@@ -15,7 +15,12 @@ use super::{BatchOptions, Control, FileResult, Outcome, Summary};
 /// One worker's model: transcribes a file, reporting the seconds of audio
 /// it has got through to `progress` as it goes.
 pub trait FileWorker {
-    fn transcribe(&mut self, path: &Path, control: &Control, progress: &mut dyn FnMut(f64)) -> Outcome;
+    fn transcribe(
+        &mut self,
+        path: &Path,
+        control: &Control,
+        progress: &mut dyn FnMut(f64),
+    ) -> Outcome;
 }
 
 /// Runs `files` on `opts.jobs` workers made by `make` (one each; a worker
@@ -145,7 +150,12 @@ mod tests {
     struct Fake(usize);
 
     impl FileWorker for Fake {
-        fn transcribe(&mut self, path: &Path, _: &Control, progress: &mut dyn FnMut(f64)) -> Outcome {
+        fn transcribe(
+            &mut self,
+            path: &Path,
+            _: &Control,
+            progress: &mut dyn FnMut(f64),
+        ) -> Outcome {
             self.0 += 1;
             progress(1.0);
             match path.to_str() {
@@ -165,7 +175,10 @@ mod tests {
 
     #[test]
     fn every_file_gets_an_outcome() {
-        let files: Vec<PathBuf> = ["a", "panic", "bad", "b"].iter().map(PathBuf::from).collect();
+        let files: Vec<PathBuf> = ["a", "panic", "bad", "b"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
         let control = Control::new();
         let opts = BatchOptions {
             jobs: 2,

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pulsed::asr::metrics::{normalize, ErrorCounts};
-use pulsed::batch::{self, BatchOptions, Control, Outcome};
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
+use pulsed::batch::{self, BatchOptions, Control, Outcome};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -201,7 +201,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 /// `--model whisper-*`: the files on parallel workers, then the rates.
 fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     let model = a.model.as_deref().unwrap_or(Path::new(""));
-    let job = super::whisper::WhisperJob::open(model, a.beam, pulsed::output::Format::Text, &a.whisper)?;
+    let job =
+        super::whisper::WhisperJob::open(model, a.beam, pulsed::output::Format::Text, &a.whisper)?;
     eprintln!("pulsed: whisper {} on the CPU", job.describe());
     let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
     let opts = BatchOptions {
@@ -222,7 +223,11 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
         Ok::<(), String>(())
     })?;
     if let Some(e) = failed.first() {
-        return Err(format!("{} of {} files failed; first: {e}", failed.len(), items.len()));
+        return Err(format!(
+            "{} of {} files failed; first: {e}",
+            failed.len(),
+            items.len()
+        ));
     }
     eprintln!(
         "pulsed: {:.1} s of audio in {:.1} s ({:.1} audio s/s, {} workers)",

@@ -8,8 +8,8 @@ mod inspect;
 mod lm;
 mod mic;
 mod transcribe;
-mod whisper;
 mod vad;
+mod whisper;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -176,9 +176,15 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         return bench(&rec, &files, opts);
     }
 
-    write_results(&a, files, several, rec.sample_rate(), opts, &streams_for, &|files, opts, control, on| {
-        batch::run(&rec, files, opts, control, on)
-    })
+    write_results(
+        &a,
+        files,
+        several,
+        rec.sample_rate(),
+        opts,
+        &streams_for,
+        &|files, opts, control, on| batch::run(&rec, files, opts, control, on),
+    )
 }
 
 /// Runs the files through `run_files` and writes each result as it comes:
@@ -318,10 +324,14 @@ type RunFiles<'a> = dyn Fn(
 /// `--model whisper-*`: whole recordings on workers with a network each.
 fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, String> {
     if a.whole || a.streams.is_some() || a.lm.is_set() {
-        return Err("--whole, --streams and the LM options are for the shipped model, not Whisper".into());
+        return Err(
+            "--whole, --streams and the LM options are for the shipped model, not Whisper".into(),
+        );
     }
     if matches!(a.device, Device::Cuda) {
-        return Err("Whisper runs on the CPU for now (--device cpu); its GPU path is not built yet".into());
+        return Err(
+            "Whisper runs on the CPU for now (--device cpu); its GPU path is not built yet".into(),
+        );
     }
     let job = super::whisper::WhisperJob::open(
         a.model.as_deref().unwrap_or(Path::new("")),
@@ -336,13 +346,21 @@ fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, 
         streams: 1,
     };
     if a.bench {
-        return Err("--bench is for the shipped model; time Whisper with `pulsed bench --model`".into());
+        return Err(
+            "--bench is for the shipped model; time Whisper with `pulsed bench --model`".into(),
+        );
     }
     eprintln!("pulsed: whisper {} on the CPU", job.describe());
     let make = || job.worker();
-    write_results(&a, files, several, 16_000, opts, &|_| 1, &|files, opts, control, on| {
-        batch::run_whole(files, opts, control, &make, on)
-    })
+    write_results(
+        &a,
+        files,
+        several,
+        16_000,
+        opts,
+        &|_| 1,
+        &|files, opts, control, on| batch::run_whole(files, opts, control, &make, on),
+    )
 }
 
 /// How the workers ran: "16 workers x 32 streams", or with those that fell

@@ -6,10 +6,16 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use pulsed::audio::WavStream;
 use pulsed::batch::{Control, FileWorker, Outcome};
 use pulsed::decode::{Transcript, Word};
-use pulsed::whisper::decode::{transcribe, DecodeOptions, InitialPrompt, Network, Segment};
-use pulsed::whisper::{CpuWhisper, GenerationConfig, Task, WhisperModel, WhisperTokenizer};
+use pulsed::whisper::decode::{
+    transcribe_features, DecodeOptions, InitialPrompt, Network, Segment,
+};
+use pulsed::whisper::features::FeatureStream;
+use pulsed::whisper::{
+    CpuWhisper, GenerationConfig, Task, WhisperBackend, WhisperModel, WhisperTokenizer,
+};
 use serde_json::{json, Map, Value};
 
 use pulsed::output::Format;
@@ -156,45 +162,62 @@ impl FileWorker for WhisperWorker {
         control: &Control,
         progress: &mut dyn FnMut(f64),
     ) -> Outcome {
-        let audio = match pulsed::audio::load_wav(path, 16_000) {
-            Ok(a) => a,
-            Err(e) => return Outcome::Failed(e.to_string()),
+        let (features, duration_s) = match self.features(path, control) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Outcome::Cancelled,
+            Err(e) => return Outcome::Failed(e),
         };
         let net = if self.opts.word_timestamps {
             Network::Aligned(&mut self.net)
         } else {
             Network::Plain(&mut self.net)
         };
+        let (tok, gen) = (&self.tokenizer, &self.gen);
         let mut segments = Vec::new();
-        let r = transcribe(
-            net,
-            &self.tokenizer,
-            &self.gen,
-            &audio.samples,
-            &self.opts,
-            |s| {
-                if control.is_stopped() {
-                    return Err(pulsed::Error::Other(STOPPED.into()));
-                }
-                progress(s.end);
-                segments.push(s);
-                Ok(())
-            },
-        );
+        let r = transcribe_features(net, tok, gen, &features, duration_s, &self.opts, |s| {
+            if control.is_stopped() {
+                return Err(pulsed::Error::Other(STOPPED.into()));
+            }
+            progress(s.end);
+            segments.push(s);
+            Ok(())
+        });
         match r {
             Ok(info) => {
-                progress(audio.duration_s);
-                let (transcript, extra) =
-                    to_transcript(&segments, audio.duration_s, &info.language);
+                progress(duration_s);
+                let (transcript, extra) = to_transcript(&segments, duration_s, &info.language);
                 Outcome::Done {
                     transcript,
-                    duration_s: audio.duration_s,
+                    duration_s,
                     extra,
                 }
             }
             Err(_) if control.is_stopped() => Outcome::Cancelled,
             Err(e) => Outcome::Failed(format!("{}: {e}", path.display())),
         }
+    }
+}
+
+impl WhisperWorker {
+    /// The recording's features, its WAV streamed through the front end
+    /// (the audio is never held whole); `None` when stopped.
+    fn features(&self, path: &Path, control: &Control) -> Result<Option<(Vec<f32>, f64)>, String> {
+        let mut wav = WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
+        let duration_s = wav.source_duration_s();
+        let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+        let mut fs = FeatureStream::new(self.net.n_mels()).map_err(in_file)?;
+        let mut samples = 0usize;
+        while let Some(chunk) = wav.next_chunk(1 << 16).map_err(|e| e.to_string())? {
+            if control.is_stopped() {
+                return Ok(None);
+            }
+            samples += chunk.len();
+            fs.push(&chunk).map_err(in_file)?;
+        }
+        if samples == 0 {
+            return Err(format!("{}: no audio (0 samples)", path.display()));
+        }
+        Ok(Some((fs.finish().map_err(in_file)?, duration_s)))
     }
 }
 

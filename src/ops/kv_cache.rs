@@ -482,12 +482,14 @@ impl Op for CrossAttention {
             .filter(|(_, (l, _))| *l == layer)
             .map(|(slot, &(_, h))| (slot, h))
             .collect();
-        for s in 0..b {
-            let win = st.seq_window[s] * frames * width;
-            for i in 0..n {
-                let r = (s * n + i) * width;
-                for h in 0..self.heads {
-                    let o = h * dh;
+        // heads outermost: one head's keys and values of a window (1500 x 64
+        // floats) stay in cache while every beam reads them
+        for h in 0..self.heads {
+            let o = h * dh;
+            for s in 0..b {
+                let win = st.seq_window[s] * frames * width;
+                for i in 0..n {
+                    let r = (s * n + i) * width;
                     attend_row(
                         &q[r + o..r + o + dh],
                         &st.cross_k[layer][win + o..],

@@ -31,8 +31,8 @@ pub mod shape;
 pub mod softmax;
 mod source;
 pub mod stft;
-pub mod vmath;
 mod tensor;
+pub mod vmath;
 
 pub use dim::Dim;
 pub use dtype::{DType, Element};

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::backend::{AlignmentSource, WhisperBackend};
+use super::features::FeatureStream;
 use super::graphs::{self, DecoderShape};
 use super::projection::Projection;
 use super::{folder, WhisperConfig};
@@ -47,7 +48,6 @@ impl WhisperModel {
 /// decoder's cache).
 pub struct CpuWhisper {
     cfg: WhisperConfig,
-    frontend: Runner,
     encoder: Runner,
     prompt: Runner,
     step: Runner,
@@ -74,7 +74,6 @@ impl CpuWhisper {
         )?)?;
         Ok(CpuWhisper {
             cfg: cfg.clone(),
-            frontend: Runner::new(graphs::frontend(cfg.num_mel_bins)?)?,
             encoder: Runner::new(graphs::encoder(cfg, w)?)?,
             prompt: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
             step: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
@@ -99,11 +98,10 @@ impl CpuWhisper {
     }
 
     /// Time per op kind since [`CpuWhisper::time_nodes`], per graph
-    /// (`frontend`, `encoder`, `prompt`, `step`), largest first.
+    /// (`encoder`, `prompt`, `step`), largest first.
     pub fn node_times(&self) -> Vec<(&'static str, &'static str, std::time::Duration)> {
         let mut out = Vec::new();
         let graphs = [
-            ("frontend", &self.frontend),
             ("encoder", &self.encoder),
             ("prompt", &self.prompt),
             ("step", &self.step),
@@ -125,13 +123,8 @@ impl CpuWhisper {
         out
     }
 
-    fn runners_mut(&mut self) -> [&mut Runner; 4] {
-        [
-            &mut self.frontend,
-            &mut self.encoder,
-            &mut self.prompt,
-            &mut self.step,
-        ]
+    fn runners_mut(&mut self) -> [&mut Runner; 3] {
+        [&mut self.encoder, &mut self.prompt, &mut self.step]
     }
 
     /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
@@ -176,9 +169,11 @@ impl WhisperBackend for CpuWhisper {
     }
 
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        let x = Tensor::from_slice(audio);
-        self.frontend.step(&[&x])?;
-        Ok(self.frontend.output(0).to_f32_vec())
+        let mut s = FeatureStream::new(self.cfg.num_mel_bins)?;
+        for piece in audio.chunks(1 << 16) {
+            s.push(piece)?;
+        }
+        s.finish()
     }
 
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {

@@ -104,7 +104,10 @@ mod tests {
     #[test]
     fn missing_things_are_named() {
         let e = resolve("whisper-nonexistent-size").unwrap_err().to_string();
-        assert!(e.contains("fetch_whisper.sh whisper-nonexistent-size"), "{e}");
+        assert!(
+            e.contains("fetch_whisper.sh whisper-nonexistent-size"),
+            "{e}"
+        );
         let e = resolve("/no/such/folder").unwrap_err();
         assert!(matches!(e, LoadError::NoFolder { .. }), "{e}");
         let dir = std::env::temp_dir().join(format!("pulsed-folder-{}", std::process::id()));

@@ -25,14 +25,59 @@ pub const SAMPLE_RATE: u32 = 16_000;
 pub const N_FFT: usize = 400;
 pub const HOP: usize = 160;
 
-/// The reference's log-mel features of a whole recording: input `audio`
-/// `[S]` f32 at 16 kHz, output `features` `[n_mels, S / 160 + 1]`.
+/// Floored log10 mel power of every STFT frame: input `audio` `[S]` f32 at
+/// 16 kHz, output `log10_mel` `[S / 160 + 1, n_mels]` (time-major).
 ///
-/// As faster-whisper computes them: 160 zeros appended, a centred
-/// (reflect-padded) STFT with a periodic Hann window, the last frame
-/// dropped, power through Slaney mel filters, `log10` of at least 1e-10,
-/// clamped to 8 below the recording's maximum, then `(x + 4) / 4`.
+/// The frame-local part of the reference front end: a centred
+/// (reflect-padded) STFT with a periodic Hann window, power through Slaney
+/// mel filters, `log10` of at least 1e-10. It pulsifies, so a recording is
+/// streamed through it (see [`super::features`]).
+pub fn log_mel_frames(n_mels: usize) -> Result<Graph> {
+    let mut b = GraphBuilder::new();
+    let audio = b.input("audio", TypedFact::new(DType::F32, [Dim::s()]))?;
+    let window: Vec<f32> = (0..N_FFT)
+        .map(|n| (0.5 - 0.5 * (2.0 * PI * n as f64 / N_FFT as f64).cos()) as f32)
+        .collect();
+    let window = b.constant("window", Tensor::from_slice(&window))?;
+    // centring as its own reflect Pad, which the pulsifier streams
+    let centre = Pad {
+        pads: vec![(N_FFT / 2, N_FFT / 2)],
+        mode: PadMode::Reflect,
+    };
+    let centred = b.op("centre", centre, &[audio])?;
+    let stft = Stft::new(N_FFT, HOP, false, StftOutput::Power)?;
+    let power = b.op("stft", stft, &[centred, window])?;
+    let nyquist = (SAMPLE_RATE / 2) as f32;
+    let fb = mel_filterbank(
+        N_FFT / 2 + 1,
+        0.0,
+        nyquist,
+        n_mels,
+        SAMPLE_RATE,
+        MelScale::Slaney,
+        true,
+    )?;
+    let fb = b.constant("mel_filters", fb)?;
+    // ln then a clamp equals ln of the clamped power: ln is monotonic
+    let ln = b.op("ln_mel", LogMel { eps: 0.0 }, &[power, fb])?;
+    let floor = b.constant("ln_floor_value", Tensor::scalar(1e-10f32.ln()))?;
+    let ln = b.op("ln_floor", Binary::Max, &[ln, floor])?;
+    let inv_ln10 = b.constant("inv_ln10", Tensor::scalar(std::f32::consts::LOG10_E))?;
+    let log10 = b.op("log10_mel", Binary::Mul, &[ln, inv_ln10])?;
+    b.output("log10_mel", log10);
+    b.build()
+}
+
+/// The reference's log-mel features of a whole recording in one graph:
+/// input `audio` `[S]`, output `features` `[n_mels, S / 160 + 1]`.
+///
+/// As faster-whisper computes them: 160 zeros appended, [`log_mel_frames`]
+/// with the last frame dropped, clamped to 8 below the recording's
+/// maximum, then `(x + 4) / 4`. [`super::features::FeatureStream`] gives
+/// the same values streaming (bounded intermediates); this graph is the
+/// reference it is tested against.
 pub fn frontend(n_mels: usize) -> Result<Graph> {
+    let frames = log_mel_frames(n_mels)?;
     let mut b = GraphBuilder::new();
     let audio = b.input("audio", TypedFact::new(DType::F32, [Dim::s()]))?;
     let pad = Pad {
@@ -40,30 +85,27 @@ pub fn frontend(n_mels: usize) -> Result<Graph> {
         mode: PadMode::Constant(0.0),
     };
     let padded = b.op("pad", pad, &[audio])?;
-    let window: Vec<f32> = (0..N_FFT)
-        .map(|n| (0.5 - 0.5 * (2.0 * PI * n as f64 / N_FFT as f64).cos()) as f32)
-        .collect();
-    let window = b.constant("window", Tensor::from_slice(&window))?;
-    let stft = Stft::new(N_FFT, HOP, true, StftOutput::Power)?;
-    let power = b.op("stft", stft, &[padded, window])?;
-    let power = b.op(
+    // the frame graph's nodes, fed the padded audio
+    let mut map = std::collections::HashMap::new();
+    for (id, node) in frames.nodes.iter().enumerate() {
+        let out = if frames.inputs.contains(&id) {
+            padded
+        } else {
+            let ins: Vec<_> = node.inputs.iter().map(|o| map[&o.node]).collect();
+            b.op_arc(&node.name, node.op.clone(), &ins)?[0]
+        };
+        map.insert(id, out);
+    }
+    let log10 = map[&frames.outputs[0].1.node];
+    let log10 = b.op(
         "drop_last",
         Slice {
             axis: 0,
             start: 0,
             end: Some(-1),
         },
-        &[power],
+        &[log10],
     )?;
-    let nyquist = (SAMPLE_RATE / 2) as f32;
-    let fb = mel_filterbank(N_FFT / 2 + 1, 0.0, nyquist, n_mels, SAMPLE_RATE, MelScale::Slaney, true)?;
-    let fb = b.constant("mel_filters", fb)?;
-    // ln then a clamp equals ln of the clamped power: ln is monotonic
-    let ln = b.op("ln_mel", LogMel { eps: 0.0 }, &[power, fb])?;
-    let floor = b.constant("ln_floor_value", Tensor::scalar(1e-10f32.ln()))?;
-    let ln = b.op("ln_floor", Binary::Max, &[ln, floor])?;
-    let inv_ln10 = b.constant("inv_ln10", Tensor::scalar(std::f32::consts::LOG10_E))?;
-    let log10 = b.op("log10", Binary::Mul, &[ln, inv_ln10])?;
     let max = Reduce {
         op: ReduceOp::Max,
         axes: vec![0, 1],
@@ -91,10 +133,23 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
     let mut b = GraphBuilder::new();
     let mel = b.input(
         "mel",
-        TypedFact::new(DType::F32, [Dim::s(), Dim::n(m as i64), Dim::n(cfg.window_frames() as i64)]),
+        TypedFact::new(
+            DType::F32,
+            [
+                Dim::s(),
+                Dim::n(m as i64),
+                Dim::n(cfg.window_frames() as i64),
+            ],
+        ),
     )?;
     let mut n = Net { b: &mut b, w, d };
-    let x = n.b.op("time_major", Permute { axes: vec![0, 2, 1] }, &[mel])?;
+    let x = n.b.op(
+        "time_major",
+        Permute {
+            axes: vec![0, 2, 1],
+        },
+        &[mel],
+    )?;
     let mut x = x;
     for (i, (stride, fan_in)) in [(1, m), (2, d)].into_iter().enumerate() {
         let name = format!("model.encoder.conv{}", i + 1);
@@ -110,7 +165,10 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
         let y = n.b.op(&name, conv, &[x, wt, bias])?;
         x = n.b.op(&format!("{name}.gelu"), Unary::Gelu, &[y])?;
     }
-    let pos = n.weight("model.encoder.embed_positions.weight", &[cfg.max_source_positions, d])?;
+    let pos = n.weight(
+        "model.encoder.embed_positions.weight",
+        &[cfg.max_source_positions, d],
+    )?;
     x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
     for l in 0..cfg.encoder_layers {
         let p = format!("model.encoder.layers.{l}");
@@ -151,7 +209,12 @@ pub enum DecoderShape {
 /// and their text `positions` (i64, `[S]` or `[1]`); output `hidden`
 /// `[B, n, d]` after the final layer norm (logits are `hidden · Eᵀ`, taken
 /// only where decoding needs them). Keys and values go to `cache`.
-pub fn decoder(cfg: &WhisperConfig, w: &Weights, cache: &KvCache, shape: DecoderShape) -> Result<Graph> {
+pub fn decoder(
+    cfg: &WhisperConfig,
+    w: &Weights,
+    cache: &KvCache,
+    shape: DecoderShape,
+) -> Result<Graph> {
     let d = cfg.d_model;
     let mut b = GraphBuilder::new();
     let (tok, pos) = match shape {
@@ -162,15 +225,28 @@ pub fn decoder(cfg: &WhisperConfig, w: &Weights, cache: &KvCache, shape: Decoder
     let positions = b.input("positions", TypedFact::new(DType::I64, [pos]))?;
     let mut n = Net { b: &mut b, w, d };
     let emb = n.weight("model.decoder.embed_tokens.weight", &[cfg.vocab_size, d])?;
-    let pemb = n.weight("model.decoder.embed_positions.weight", &[cfg.max_target_positions, d])?;
-    let te = n.b.op("model.decoder.tokens", Gather { axis: 0 }, &[emb, tokens])?;
-    let pe = n.b.op("model.decoder.positions", Gather { axis: 0 }, &[pemb, positions])?;
+    let pemb = n.weight(
+        "model.decoder.embed_positions.weight",
+        &[cfg.max_target_positions, d],
+    )?;
+    let te =
+        n.b.op("model.decoder.tokens", Gather { axis: 0 }, &[emb, tokens])?;
+    let pe = n.b.op(
+        "model.decoder.positions",
+        Gather { axis: 0 },
+        &[pemb, positions],
+    )?;
     let mut x = n.b.op("model.decoder.embedded", Binary::Add, &[te, pe])?;
     let heads = cfg.decoder_attention_heads;
     for l in 0..cfg.decoder_layers {
         let p = format!("model.decoder.layers.{l}");
         x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
-            n.self_attention(&format!("{p}.self_attn"), h, heads, SelfAttention::Cached(cache, l))
+            n.self_attention(
+                &format!("{p}.self_attn"),
+                h,
+                heads,
+                SelfAttention::Cached(cache, l),
+            )
         })?;
         x = n.residual(&format!("{p}.encoder_attn_layer_norm"), x, |n, h| {
             n.cross_attention(&format!("{p}.encoder_attn"), h, heads, cache, l)

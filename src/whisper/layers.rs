@@ -57,7 +57,14 @@ impl Net<'_> {
     pub fn layer_norm(&mut self, name: &str, x: OutletId) -> Result<OutletId> {
         let g = self.weight(&format!("{name}.weight"), &[self.d])?;
         let b = self.weight(&format!("{name}.bias"), &[self.d])?;
-        self.b.op(name, LayerNorm { eps: LN_EPS, axis: -1 }, &[x, g, b])
+        self.b.op(
+            name,
+            LayerNorm {
+                eps: LN_EPS,
+                axis: -1,
+            },
+            &[x, g, b],
+        )
     }
 
     /// `fc2(gelu(fc1(x)))` of layer `layer` (a weight prefix).
@@ -139,13 +146,31 @@ impl Net<'_> {
     /// `[B, T, d]` to `[B, heads, T, d / heads]`.
     fn split(&mut self, name: &str, x: OutletId, heads: usize) -> Result<OutletId> {
         let dh = (self.d / heads) as i64;
-        let r = self.b.op(name, Reshape { shape: vec![0, 0, heads as i64, dh] }, &[x])?;
-        self.b.op(&format!("{name}.heads"), Permute { axes: vec![0, 2, 1, 3] }, &[r])
+        let r = self.b.op(
+            name,
+            Reshape {
+                shape: vec![0, 0, heads as i64, dh],
+            },
+            &[x],
+        )?;
+        self.b.op(
+            &format!("{name}.heads"),
+            Permute {
+                axes: vec![0, 2, 1, 3],
+            },
+            &[r],
+        )
     }
 
     /// `[B, heads, T, dh]` back to `[B, T, d]`.
     fn merge(&mut self, name: &str, x: OutletId) -> Result<OutletId> {
-        let t = self.b.op(&format!("{name}.t"), Permute { axes: vec![0, 2, 1, 3] }, &[x])?;
+        let t = self.b.op(
+            &format!("{name}.t"),
+            Permute {
+                axes: vec![0, 2, 1, 3],
+            },
+            &[x],
+        )?;
         let shape = vec![0, 0, self.d as i64];
         self.b.op(&format!("{name}.merge"), Reshape { shape }, &[t])
     }

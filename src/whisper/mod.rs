@@ -8,6 +8,7 @@ mod config;
 mod cpu;
 pub mod decode;
 mod error;
+pub mod features;
 pub mod folder;
 pub mod generation;
 pub mod graphs;

@@ -147,7 +147,17 @@ impl Geometry<'_> {
                     }
                     inv[r] = 1.0 / exp_shifted_sum(row, max);
                 }
-                gemm_rows((m, dv, tk), acc, dv, scores, (tk, 1), vb, (dv, 1), None, work)?;
+                gemm_rows(
+                    (m, dv, tk),
+                    acc,
+                    dv,
+                    scores,
+                    (tk, 1),
+                    vb,
+                    (dv, 1),
+                    None,
+                    work,
+                )?;
                 for r in 0..m {
                     let orow = &mut o[(b * tq + i0 + r) * dv..(b * tq + i0 + r + 1) * dv];
                     for (x, &a) in orow.iter_mut().zip(&acc[r * dv..(r + 1) * dv]) {

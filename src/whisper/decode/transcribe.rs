@@ -71,18 +71,37 @@ pub fn transcribe(
     gen: &GenerationConfig,
     audio: &[f32],
     opts: &DecodeOptions,
+    on_segment: impl FnMut(Segment) -> Result<()>,
+) -> Result<TranscriptionInfo> {
+    check_options(opts, &network)?;
+    let features = network.backend().log_mel(audio)?;
+    let duration = audio.len() as f64 / SAMPLE_RATE as f64;
+    transcribe_features(
+        network, tokenizer, gen, &features, duration, opts, on_segment,
+    )
+}
+
+/// [`transcribe`] from the recording's features (`[n_mels, samples / 160 +
+/// 1]` as [`WhisperBackend::log_mel`](crate::whisper::WhisperBackend::log_mel)
+/// gives them, e.g. streamed by
+/// [`FeatureStream`](crate::whisper::features::FeatureStream) so that the
+/// audio itself is never held) and its length in seconds.
+pub fn transcribe_features(
+    mut network: Network<'_>,
+    tokenizer: &WhisperTokenizer,
+    gen: &GenerationConfig,
+    features: &[f32],
+    duration: f64,
+    opts: &DecodeOptions,
     mut on_segment: impl FnMut(Segment) -> Result<()>,
 ) -> Result<TranscriptionInfo> {
     check_options(opts, &network)?;
-    let duration = audio.len() as f64 / SAMPLE_RATE as f64;
     let sp = *tokenizer.special();
-    let backend = network.backend();
-    let n_mels = backend.n_mels();
-    let features = backend.log_mel(audio)?;
+    let n_mels = network.backend().n_mels();
     if n_mels == 0 || features.is_empty() || features.len() % n_mels != 0 {
         return Err(WhisperError::BackendShape {
             what: "log-mel features",
-            expected: n_mels * (audio.len() / 160 + 1),
+            expected: n_mels * ((duration * SAMPLE_RATE as f64) as usize / 160 + 1),
             got: features.len(),
         }
         .into());
