@@ -343,6 +343,6 @@ pub(crate) fn dim_product(dims: impl IntoIterator<Item = Dim>) -> Option<Dim> {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 pub(crate) mod test_util;
+#[cfg(test)]
+mod tests;
