@@ -26,12 +26,98 @@ pub struct Args {
     device: super::device::Device,
 }
 
+/// `--model whisper-*`: one thread, the parts of a 30 s window's work
+/// timed apart (front end, encoder, a decoder step for 1 and 5 sequences,
+/// the output projection included), medians of `--reps`, then the encoder's
+/// time per op kind.
+fn whisper(a: &Args) -> Result<ExitCode, String> {
+    use pulsed::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
+    if a.device == super::device::Device::Cuda {
+        return Err("Whisper runs on the CPU for now (--device cpu)".into());
+    }
+    let spec = a.model.as_deref().and_then(|m| m.to_str()).unwrap_or_default();
+    let model = WhisperModel::open(spec).map_err(|e| e.to_string())?;
+    let mut w = CpuWhisper::new(&model).map_err(|e| e.to_string())?;
+    let file = a.file.clone().unwrap_or_else(|| {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/whisper/librivox_dev00.wav"))
+    });
+    let audio = pulsed::audio::load_wav(&file, 16_000).map_err(|e| e.to_string())?;
+    let reps = a.reps.max(1);
+    let e = |e: pulsed::Error| e.to_string();
+    let time = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
+        f()?; // warm-up
+        let mut v = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            f()?;
+            v.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        Ok(median(v))
+    };
+    println!(
+        "model {} ({} + {} layers, d {}), file {} ({:.2} s), one thread, {}",
+        model.dir.display(),
+        model.config.encoder_layers,
+        model.config.decoder_layers,
+        model.config.d_model,
+        file.display(),
+        audio.duration_s,
+        super::transcribe::cpu_model()
+    );
+    let mut mel = Vec::new();
+    let t_mel = time(&mut || {
+        mel = w.log_mel(&audio.samples).map_err(e)?;
+        Ok(())
+    })?;
+    let (m, frames) = (w.n_mels(), mel.len() / w.n_mels());
+    let wf = w.window_frames();
+    let mut window = vec![0f32; m * wf];
+    let keep = frames.saturating_sub(1).min(wf);
+    for k in 0..m {
+        window[k * wf..k * wf + keep].copy_from_slice(&mel[k * frames..k * frames + keep]);
+    }
+    let t_enc = time(&mut || w.encode(&[&window]).map_err(e))?;
+    let mut logits = Vec::new();
+    let mut steps = |w: &mut CpuWhisper, beams: usize| -> Result<f64, String> {
+        // a prompt, then 20 steps; the time per step
+        let mut v = Vec::with_capacity(reps);
+        for _ in 0..=reps {
+            w.start(&[0]).map_err(e)?;
+            w.feed(&[50257, 50362], 2, &[1], &mut logits).map_err(e)?;
+            w.reorder(&vec![0; beams]).map_err(e)?;
+            let t = Instant::now();
+            for i in 0..20u32 {
+                let toks: Vec<u32> = (0..beams as u32).map(|b| 1000 + 7 * i + b).collect();
+                w.feed(&toks, 1, &[0], &mut logits).map_err(e)?;
+            }
+            v.push(t.elapsed().as_secs_f64() * 1000.0 / 20.0);
+        }
+        Ok(median(v[1..].to_vec()))
+    };
+    let t_step1 = steps(&mut w, 1)?;
+    let t_step5 = steps(&mut w, 5)?;
+    println!("  front end:          {t_mel:8.2} ms for the file");
+    println!("  encoder:            {t_enc:8.2} ms per 30 s window");
+    println!("  decoder step, 1:    {t_step1:8.2} ms per token");
+    println!("  decoder step, 5:    {t_step5:8.2} ms per token (5 beams)");
+    w.time_nodes();
+    w.encode(&[&window]).map_err(e)?;
+    println!("  encoder by op kind (one window):");
+    for (g, op, t) in w.node_times().into_iter().filter(|x| x.0 == "encoder").take(8) {
+        println!("    {g} {op:<20} {:8.2} ms", t.as_secs_f64() * 1000.0);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
+    if super::whisper::is_whisper(a.model.as_deref()) {
+        return whisper(&a);
+    }
     let gpu = a.device != super::device::Device::Cpu;
     let dir = super::model_dir(a.model.clone());
     let file = a.file.unwrap_or_else(|| {

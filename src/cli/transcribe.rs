@@ -635,7 +635,7 @@ fn bench(rec: &Recognizer, files: &[PathBuf], opts: BatchOptions) -> Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-fn cpu_model() -> String {
+pub(super) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
