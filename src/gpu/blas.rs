@@ -170,7 +170,7 @@ impl Blas {
             DType::F32 => sys::cudaDataType::CUDA_R_32F,
             DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
             DType::F16 => sys::cudaDataType::CUDA_R_16F,
-            d => return Err(GpuError::Kernel(format!("no GEMM for {d}"))),
+            d => return Err(GpuError::refused("GEMM", format!("no GEMM for {d}"))),
         };
         let compute = if g.dtype == DType::F32 && !self.tf32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
@@ -180,7 +180,7 @@ impl Blas {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         };
         let int = |v: usize, what: &str| {
-            i32::try_from(v).map_err(|_| GpuError::Kernel(format!("GEMM {what} {v} too large")))
+            i32::try_from(v).map_err(|_| GpuError::too_large(format!("GEMM {what}"), v, "i32"))
         };
         let op = |t: bool| {
             if t {

@@ -12,9 +12,11 @@ use cudarc::driver::{CudaContext, CudaModule, CudaStream};
 
 use super::compile::{kernel_source, nvrtc_available, nvrtc_version, Compiled};
 use super::kernel_cache::{compile_cached, compile_fresh, KernelCache};
+use crate::ops::{DType, OpError, TypedFact};
 
-/// Why the GPU cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why the GPU cannot be used, or why a node's GPU form cannot be built or
+/// launched (then the node runs on the CPU, or the step fails with this).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GpuError {
     /// libcuda cannot be opened.
     #[error("no CUDA driver (libcuda.so could not be opened)")]
@@ -31,9 +33,124 @@ pub enum GpuError {
     /// A CUDA driver call failed.
     #[error("CUDA driver: {0}")]
     Driver(String),
-    /// A kernel was asked for something it does not do.
-    #[error("GPU kernel: {0}")]
-    Kernel(String),
+    /// A GPU form does not take these facts or parameters (`op` names the
+    /// form: `conv1d`, `LayerNorm`, ...); the node runs on the CPU.
+    #[error("GPU kernel: {op}: {why}")]
+    Refused { op: String, why: String },
+    /// Input and output counts a GPU form does not take.
+    #[error(
+        "GPU kernel: {op}: {got_inputs} inputs and {got_outputs} outputs, expected {expected}"
+    )]
+    Arity {
+        op: String,
+        /// What it takes, e.g. `3 and 1`, `2 or 3 and 1`.
+        expected: String,
+        got_inputs: usize,
+        got_outputs: usize,
+    },
+    /// Inputs and outputs of several dtypes where the kernel takes one.
+    #[error("GPU kernel: {op}: mixed dtypes")]
+    MixedDtypes { op: String },
+    /// A storage dtype that has no float kernel.
+    #[error("GPU kernel: no float kernel for {dtype}")]
+    NoFloatKernel { dtype: DType },
+    /// A size beyond what the kernel's arithmetic or memory holds.
+    #[error("GPU kernel: {what} {got} is beyond {limit}")]
+    TooLarge {
+        what: String,
+        got: usize,
+        limit: String,
+    },
+    /// A fact that must be concrete (`what`: input or output `index`).
+    #[error("GPU kernel: {what} {index} is not concrete: {fact}")]
+    NotConcrete {
+        what: &'static str,
+        index: usize,
+        fact: TypedFact,
+    },
+    /// A graph node whose shape still depends on the stream length.
+    #[error("GPU kernel: node `{node}` has a symbolic shape {fact}: give the stream length")]
+    SymbolicShape { node: String, fact: TypedFact },
+    /// No shipped kernel module of that name.
+    #[error("GPU kernel: no kernel module named {module}")]
+    NoModule { module: String },
+    /// A module without the kernel asked for.
+    #[error("GPU kernel: {module}.cu has no kernel {function}: {why}")]
+    NoFunction {
+        module: String,
+        function: String,
+        why: String,
+    },
+    /// More kernel arguments than a launch passes.
+    #[error("GPU kernel: {got} kernel arguments (at most {max})")]
+    TooManyArgs { got: usize, max: usize },
+    /// A launch given other tensors than its GPU form was built for.
+    #[error(
+        "GPU kernel: {op}: launched with {got_inputs} inputs and {got_outputs} outputs, built for {inputs} and {outputs}"
+    )]
+    Launch {
+        op: String,
+        inputs: usize,
+        outputs: usize,
+        got_inputs: usize,
+        got_outputs: usize,
+    },
+    /// A fused GPU form launched without one of the inputs it took on.
+    #[error("GPU kernel: {op}: fused input {index} missing")]
+    MissingInput { op: String, index: usize },
+    /// A graph value a GPU node reads is not on the device.
+    #[error("GPU kernel: input {input} is not on the device")]
+    NotOnDevice { input: String },
+    /// Device bytes that do not make the tensor asked for.
+    #[error("GPU kernel: download: {0}")]
+    Download(OpError),
+    /// The CPU form of an op failed where the GPU path runs it (tests,
+    /// fallback nodes).
+    #[error("CPU {op}: {source}")]
+    Cpu { op: &'static str, source: OpError },
+}
+
+impl GpuError {
+    /// `op` does not take these facts, because `why`.
+    pub fn refused(op: impl Into<String>, why: impl std::fmt::Display) -> GpuError {
+        GpuError::Refused {
+            op: op.into(),
+            why: why.to_string(),
+        }
+    }
+
+    /// `op`'s inputs and outputs are not of one dtype.
+    pub fn mixed_dtypes(op: impl Into<String>) -> GpuError {
+        GpuError::MixedDtypes { op: op.into() }
+    }
+
+    /// `op` got `inputs` and `outputs` and takes `expected`.
+    pub fn arity(
+        op: impl Into<String>,
+        expected: impl Into<String>,
+        inputs: usize,
+        outputs: usize,
+    ) -> GpuError {
+        GpuError::Arity {
+            op: op.into(),
+            expected: expected.into(),
+            got_inputs: inputs,
+            got_outputs: outputs,
+        }
+    }
+
+    /// `what` is `got`, beyond `limit`.
+    pub fn too_large(
+        what: impl Into<String>,
+        got: usize,
+        limit: impl std::fmt::Display,
+    ) -> GpuError {
+        GpuError::TooLarge {
+            what: what.into(),
+            got,
+            limit: limit.to_string(),
+        }
+    }
 }
 
 impl From<cudarc::driver::DriverError> for GpuError {
@@ -215,8 +332,9 @@ impl GpuContext {
     /// Compiles the shipped module `name` for this device (CUBIN, else PTX),
     /// or reads it from the kernel cache, and loads it.
     pub fn load_module(&self, name: &str) -> Result<(Arc<CudaModule>, Compiled), GpuError> {
-        let src = kernel_source(name)
-            .ok_or_else(|| GpuError::Kernel(format!("no kernel module named {name}")))?;
+        let src = kernel_source(name).ok_or_else(|| GpuError::NoModule {
+            module: name.to_string(),
+        })?;
         self.load_source(name, src)
     }
 

@@ -66,12 +66,14 @@ impl KernelLibrary {
         if let Some(f) = cache.get(&key) {
             return Ok(f.clone());
         }
-        let m = self
-            .modules
-            .get(module)
-            .ok_or_else(|| GpuError::Kernel(format!("no kernel module named {module}")))?;
-        let f = no_panic(|| Ok(m.load_function(function)?))
-            .map_err(|e| GpuError::Kernel(format!("{module}.cu has no kernel {function}: {e}")))?;
+        let m = self.modules.get(module).ok_or_else(|| GpuError::NoModule {
+            module: module.to_string(),
+        })?;
+        let f = no_panic(|| Ok(m.load_function(function)?)).map_err(|e| GpuError::NoFunction {
+            module: module.to_string(),
+            function: function.to_string(),
+            why: e.to_string(),
+        })?;
         cache.insert(key, f.clone());
         Ok(f)
     }

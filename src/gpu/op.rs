@@ -33,16 +33,24 @@ impl BuildCx<'_> {
 
     /// Concrete shape of input `i`.
     pub fn shape(&self, i: usize) -> Result<Vec<usize>, GpuError> {
-        self.inputs[i].concrete_shape().ok_or_else(|| {
-            GpuError::Kernel(format!("input {i} is not concrete: {}", self.inputs[i]))
-        })
+        self.inputs[i]
+            .concrete_shape()
+            .ok_or_else(|| GpuError::NotConcrete {
+                what: "input",
+                index: i,
+                fact: self.inputs[i].clone(),
+            })
     }
 
     /// Concrete shape of output `i`.
     pub fn out_shape(&self, i: usize) -> Result<Vec<usize>, GpuError> {
-        self.outputs[i].concrete_shape().ok_or_else(|| {
-            GpuError::Kernel(format!("output {i} is not concrete: {}", self.outputs[i]))
-        })
+        self.outputs[i]
+            .concrete_shape()
+            .ok_or_else(|| GpuError::NotConcrete {
+                what: "output",
+                index: i,
+                fact: self.outputs[i].clone(),
+            })
     }
 }
 
@@ -272,10 +280,10 @@ pub fn max_threads_per_block(f: &CudaFunction) -> Result<u32, GpuError> {
 /// Launches `f` on the context's stream; allocation-free.
 pub fn launch(cx: &LaunchCx, f: &CudaFunction, grid: Grid, args: &[Arg]) -> Result<(), GpuError> {
     if args.len() > MAX_ARGS {
-        return Err(GpuError::Kernel(format!(
-            "{} kernel arguments (at most {MAX_ARGS})",
-            args.len()
-        )));
+        return Err(GpuError::TooManyArgs {
+            got: args.len(),
+            max: MAX_ARGS,
+        });
     }
     let mut slots = [0u64; MAX_ARGS];
     for (s, a) in slots.iter_mut().zip(args) {
@@ -340,14 +348,26 @@ fn launch_pdl(
     .map_err(|e| GpuError::Driver(format!("launch: {e}")))
 }
 
+/// `v` as a kernel's `int`, or the error naming `what`.
+pub fn int(what: &str, v: usize) -> Result<i32, GpuError> {
+    i32::try_from(v).map_err(|_| GpuError::too_large(what, v, "i32"))
+}
+
+/// `v` as a kernel's `long long`, or the error naming `what`.
+pub fn long(what: &str, v: usize) -> Result<i64, GpuError> {
+    i64::try_from(v).map_err(|_| GpuError::too_large(what, v, "i64"))
+}
+
 /// Checks a launch got the tensors it was built for.
 pub fn expect_io(what: &str, io: &Io, ins: usize, outs: usize) -> Result<(), GpuError> {
     if io.ins.len() < ins || io.outs.len() != outs {
-        return Err(GpuError::Kernel(format!(
-            "{what}: launched with {} inputs and {} outputs, built for {ins} and {outs}",
-            io.ins.len(),
-            io.outs.len()
-        )));
+        return Err(GpuError::Launch {
+            op: what.to_string(),
+            inputs: ins,
+            outputs: outs,
+            got_inputs: io.ins.len(),
+            got_outputs: io.outs.len(),
+        });
     }
     Ok(())
 }

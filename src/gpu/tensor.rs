@@ -96,7 +96,7 @@ pub fn float_suffix(dtype: DType) -> Result<&'static str, GpuError> {
     match dtype {
         DType::F32 => Ok("f32"),
         DType::BF16 => Ok("bf16"),
-        d => Err(GpuError::Kernel(format!("no float kernel for {d}"))),
+        d => Err(GpuError::NoFloatKernel { dtype: d }),
     }
 }
 
@@ -133,7 +133,7 @@ pub fn tensor_from_bytes(
     logical: DType,
     shape: &[usize],
 ) -> Result<Tensor, GpuError> {
-    let bad = |e: crate::ops::OpError| GpuError::Kernel(format!("download: {e}"));
+    let bad = GpuError::Download;
     macro_rules! t {
         ($ty:ty) => {
             Tensor::from_vec(

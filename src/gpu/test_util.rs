@@ -25,9 +25,10 @@ pub fn build_for(
 ) -> Result<Box<dyn GpuOp>, GpuError> {
     let facts = checks::facts_of(inputs);
     let refs: Vec<&TypedFact> = facts.iter().collect();
-    let out_facts = op
-        .output_facts(&refs)
-        .map_err(|e| GpuError::Kernel(format!("{}: output_facts: {e}", op.name())))?;
+    let out_facts = op.output_facts(&refs).map_err(|source| GpuError::Cpu {
+        op: op.name(),
+        source,
+    })?;
     let dev_in: Vec<TypedFact> = facts.iter().map(|f| precision.device_fact(f)).collect();
     let dev_out: Vec<TypedFact> = out_facts.iter().map(|f| precision.device_fact(f)).collect();
     let const_vals: Vec<Option<&Tensor>> = inputs
@@ -42,8 +43,7 @@ pub fn build_for(
         outputs: &dev_out,
         consts: &const_vals,
     };
-    super::ops::build(op, &cx)
-        .unwrap_or_else(|| Err(GpuError::Kernel(format!("no GPU form for {}", op.name()))))
+    super::ops::build(op, &cx).unwrap_or_else(|| Err(GpuError::refused(op.name(), "no GPU form")))
 }
 
 /// The largest error of one output of one step.
@@ -93,7 +93,10 @@ pub fn compare_op(
             Some(s) => s.eval(&refs, &mut want, &mut sc),
             None => op.eval(&refs, &mut want, &mut sc),
         }
-        .map_err(|e| GpuError::Kernel(format!("CPU {}: {e}", op.name())))?;
+        .map_err(|source| GpuError::Cpu {
+            op: op.name(),
+            source,
+        })?;
         // inputs in, outputs allocated at the CPU's shapes
         let mut keep = Vec::new();
         let mut ins = Vec::new();
@@ -227,7 +230,7 @@ struct Faulty {
 fn faulty(inner: Box<dyn GpuOp>, cx: &BuildCx, from: u64) -> Result<Box<dyn GpuOp>, GpuError> {
     let suffix = super::tensor::float_suffix(cx.outputs[0].dtype)?;
     if inner.alias().is_some() {
-        return Err(GpuError::Kernel("cannot corrupt a view".into()));
+        return Err(GpuError::refused("fault", "cannot corrupt a view"));
     }
     Ok(Box::new(Faulty {
         inner,

@@ -17,7 +17,7 @@ use super::op::{BuildCx, GpuOp};
 use super::tensor::Precision;
 use super::GpuError;
 use crate::graph::Graph;
-use crate::ops::{Const, Source, Tensor, TypedFact};
+use crate::ops::{Const, OpError, Source, Tensor, TypedFact};
 
 /// Environment variable: comma-separated node names, op kinds (`Conv1d`) or
 /// name prefixes ending in `*` (`blocks.0.*`) to run on the CPU.
@@ -35,7 +35,48 @@ pub enum Placement {
     /// Its GPU form.
     Gpu(Box<dyn GpuOp>),
     /// Its CPU op, and why.
-    Cpu(String),
+    Cpu(CpuReason),
+}
+
+/// Why a node runs its CPU op.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CpuReason {
+    /// Named in [`FORCE_CPU_ENV`] (or [`TranslateOptions::force_cpu`]).
+    Forced,
+    /// The op's `output_facts` fail on the device-side input facts.
+    PreCheckFailed(OpError),
+    /// The op's `output_facts` on the device-side input facts give other
+    /// facts than the node's device-side facts.
+    PreCheckMismatch {
+        got: Vec<TypedFact>,
+        expected: Vec<TypedFact>,
+    },
+    /// No GPU builder is registered for the op's type.
+    NoKernel { op: &'static str },
+    /// The GPU builder does not take these facts.
+    Rejected(GpuError),
+    /// [`TranslateOptions::wrap`] failed on its GPU form.
+    Wrap(GpuError),
+}
+
+impl fmt::Display for CpuReason {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            CpuReason::Forced => write!(f, "forced by {FORCE_CPU_ENV}"),
+            CpuReason::PreCheckFailed(e) => {
+                write!(f, "pre-check: output_facts on device facts failed: {e}")
+            }
+            CpuReason::PreCheckMismatch { got, expected } => write!(
+                f,
+                "pre-check: output_facts on device facts give {} instead of {}",
+                list(got),
+                list(expected)
+            ),
+            CpuReason::NoKernel { op } => write!(f, "no GPU kernel for {op}"),
+            CpuReason::Rejected(e) => write!(f, "GPU form rejected: {e}"),
+            CpuReason::Wrap(e) => write!(f, "wrapping its GPU form: {e}"),
+        }
+    }
 }
 
 impl Placement {
@@ -145,10 +186,10 @@ pub fn translate(
                 None => f.clone(),
             };
             if f.concrete_shape().is_none() {
-                return Err(GpuError::Kernel(format!(
-                    "node `{}` has a symbolic shape {f}: give the stream length",
-                    n.name
-                )));
+                return Err(GpuError::SymbolicShape {
+                    node: n.name.clone(),
+                    fact: f,
+                });
             }
             fs.push(f);
         }
@@ -196,11 +237,11 @@ fn choose(
     facts: &[Vec<TypedFact>],
     id: usize,
     opts: &TranslateOptions,
-) -> Result<Box<dyn GpuOp>, String> {
+) -> Result<Box<dyn GpuOp>, CpuReason> {
     let node = &graph.nodes[id];
     let kind = node.op.name();
     if opts.force_cpu.matches(&node.name, kind) {
-        return Err(format!("forced by {FORCE_CPU_ENV}"));
+        return Err(CpuReason::Forced);
     }
     let p = opts.precision;
     let dev_in: Vec<TypedFact> = node
@@ -214,13 +255,12 @@ fn choose(
     let typed = node
         .op
         .output_facts(&refs)
-        .map_err(|e| format!("pre-check: output_facts on device facts failed: {e}"))?;
+        .map_err(CpuReason::PreCheckFailed)?;
     if typed != dev_out {
-        return Err(format!(
-            "pre-check: output_facts on device facts give {} instead of {}",
-            list(&typed),
-            list(&dev_out)
-        ));
+        return Err(CpuReason::PreCheckMismatch {
+            got: typed,
+            expected: dev_out,
+        });
     }
     let consts: Vec<Option<&Tensor>> = node
         .inputs
@@ -241,11 +281,11 @@ fn choose(
         consts: &consts,
     };
     let Some(r) = super::ops::build(node.op.as_ref(), &cx) else {
-        return Err(format!("no GPU kernel for {kind}"));
+        return Err(CpuReason::NoKernel { op: kind });
     };
-    let op = r.map_err(|e| format!("GPU form rejected: {e}"))?;
+    let op = r.map_err(CpuReason::Rejected)?;
     match &opts.wrap {
-        Some(w) => (w.0)(&node.name, op, &cx).map_err(|e| format!("wrapping its GPU form: {e}")),
+        Some(w) => (w.0)(&node.name, op, &cx).map_err(CpuReason::Wrap),
         None => Ok(op),
     }
 }

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::gpu::op::{downcast, GpuOp, Io, LaunchCx};
+use crate::gpu::translator::CpuReason;
 use crate::gpu::GpuError;
 use crate::graph::GraphBuilder;
 use crate::ops::{Dim, Tensor};
@@ -243,8 +244,8 @@ fn nodes_on_the_cpu_or_read_twice_are_left_alone() {
     let facts: Vec<Vec<TypedFact>> = g.nodes.iter().map(|n| n.facts.clone()).collect();
     // the Sigmoid on the CPU: no GLU; `down` on the CPU: no residual
     let mut p = place(&g);
-    p[at(&g, "glu_gate")] = Placement::Cpu("forced".into());
-    p[at(&g, "down")] = Placement::Cpu("forced".into());
+    p[at(&g, "glu_gate")] = Placement::Cpu(CpuReason::Forced);
+    p[at(&g, "down")] = Placement::Cpu(CpuReason::Forced);
     let _ = fuse(&g, &facts, &mut p);
     assert_eq!(p[at(&g, "pw")].to_string(), "GPU  Linear");
     for n in ["glu_a", "glu_b", "glu", "scaled", "res"] {
@@ -545,7 +546,7 @@ fn sibling_linears_run_as_one_launch() {
     let g = projections(false);
     let facts: Vec<Vec<TypedFact>> = g.nodes.iter().map(|n| n.facts.clone()).collect();
     let mut p = place(&g);
-    p[at(&g, "k")] = Placement::Cpu("forced".into());
+    p[at(&g, "k")] = Placement::Cpu(CpuReason::Forced);
     let (fused, _) = fuse(&g, &facts, &mut p);
     assert!(p[at(&g, "v")].to_string().ends_with("+siblings(1, in6)"));
     assert_eq!(fused[at(&g, "q")], Some(at(&g, "v")));

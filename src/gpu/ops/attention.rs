@@ -5,7 +5,8 @@
 use cudarc::driver::CudaFunction;
 
 use crate::gpu::op::{
-    expect_io, launch, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED,
+    expect_io, int, launch, long, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx,
+    MAX_SHARED,
 };
 use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
@@ -22,28 +23,19 @@ const TILE_THREADS: u32 = 1024;
 /// Largest grid y (heads or batch).
 const MAX_GRID_Y: usize = 65_535;
 
-fn err(msg: String) -> GpuError {
-    GpuError::Kernel(msg)
-}
-
 /// Shared bytes for a row of width `d` and `keys` scores, or why not.
 fn shared_bytes(what: &str, d: usize, keys: usize) -> Result<u32, GpuError> {
     let bytes = (32 + d + keys) * 4;
     if bytes > MAX_SHARED {
-        return Err(err(format!(
-            "{what}: a row of width {d} with {keys} keys needs {bytes} bytes of shared memory \
+        return Err(GpuError::refused(
+            what,
+            format!(
+                "a row of width {d} with {keys} keys needs {bytes} bytes of shared memory \
              (at most {MAX_SHARED})"
-        )));
+            ),
+        ));
     }
     Ok(bytes as u32)
-}
-
-fn int(what: &str, v: usize) -> Result<i32, GpuError> {
-    i32::try_from(v).map_err(|_| err(format!("{what} {v} is beyond i32")))
-}
-
-fn long(what: &str, v: usize) -> Result<i64, GpuError> {
-    i64::try_from(v).map_err(|_| err(format!("{what} {v} is beyond i64")))
 }
 
 #[derive(Debug)]
@@ -132,9 +124,13 @@ impl GpuOp for LimitedGpu {
         let (k, v, ring) = match self.rings {
             Some((ring, i)) => {
                 let new = |j: usize| {
-                    io.ins.get(j).map(|t| t.ptr).ok_or_else(|| {
-                        GpuError::Kernel(format!("limited attention: fused input {j} missing"))
-                    })
+                    io.ins
+                        .get(j)
+                        .map(|t| t.ptr)
+                        .ok_or_else(|| GpuError::MissingInput {
+                            op: "limited attention".into(),
+                            index: j,
+                        })
                 };
                 (new(i)?, new(i + 1)?, ring as i64)
             }
@@ -165,16 +161,17 @@ fn build_limited(
 ) -> Result<Box<dyn GpuOp>, GpuError> {
     let what = "limited attention";
     if cx.inputs.len() != 3 || cx.outputs.len() != 1 {
-        return Err(err(format!(
-            "{what}: {} inputs and {} outputs, expected 3 and 1",
+        return Err(GpuError::arity(
+            what,
+            "3 and 1",
             cx.inputs.len(),
-            cx.outputs.len()
-        )));
+            cx.outputs.len(),
+        ));
     }
     let suffix = cx.suffix(0)?;
     let dt = cx.inputs[0].dtype;
     if cx.inputs.iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
-        return Err(err(format!("{what}: mixed dtypes")));
+        return Err(GpuError::mixed_dtypes(what));
     }
     let (q, k, v, out) = (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?, cx.out_shape(0)?);
     let r = q.len();
@@ -185,35 +182,42 @@ fn build_limited(
         || k[r - 1] != q[r - 1]
         || k[..r - 2] != q[..r - 2]
     {
-        return Err(err(format!(
-            "{what}: q {q:?}, k {k:?}, v {v:?}, out {out:?} are not [(b,) tq, d], [(b,) tk, d], [(b,) tk, d], [(b,) tq, d]"
+        return Err(GpuError::refused(what, format!(
+            "q {q:?}, k {k:?}, v {v:?}, out {out:?} are not [(b,) tq, d], [(b,) tk, d], [(b,) tk, d], [(b,) tq, d]"
         )));
     }
     let batch = if r == 3 { q[0] } else { 1 };
     if batch > MAX_GRID_Y {
-        return Err(err(format!(
-            "{what}: a batch of {batch} (at most {MAX_GRID_Y})"
-        )));
+        return Err(GpuError::refused(
+            what,
+            format!("a batch of {batch} (at most {MAX_GRID_Y})"),
+        ));
     }
     let (tq, tk, width) = (q[r - 2], k[r - 2], q[r - 1]);
     if op.heads == 0 || width % op.heads != 0 || op.heads > MAX_GRID_Y {
-        return Err(err(format!(
-            "{what}: width {width} in {} heads (at most {MAX_GRID_Y})",
-            op.heads
-        )));
+        return Err(GpuError::refused(
+            what,
+            format!("width {width} in {} heads (at most {MAX_GRID_Y})", op.heads),
+        ));
     }
     let dh = width / op.heads;
     let lc = op.left_context;
     match pulsed {
         Some((p, _)) if tq != p || Some(tk) != p.checked_add(lc) => {
-            return Err(err(format!(
-                "{what}: pulse {p} and left context {lc} need q of {p} rows and k of {} rows, \
+            return Err(GpuError::refused(
+                what,
+                format!(
+                    "pulse {p} and left context {lc} need q of {p} rows and k of {} rows, \
                  got {q:?} and {k:?}",
-                p.saturating_add(lc)
-            )))
+                    p.saturating_add(lc)
+                ),
+            ))
         }
         None if tq != tk => {
-            return Err(err(format!("{what}: q {q:?} and k {k:?} differ in length")))
+            return Err(GpuError::refused(
+                what,
+                format!("q {q:?} and k {k:?} differ in length"),
+            ))
         }
         _ => {}
     }
@@ -435,42 +439,44 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
     let what = "sdpa";
     let n_in = cx.inputs.len();
     if !(3..=4).contains(&n_in) || cx.outputs.len() != 1 {
-        return Err(err(format!(
-            "{what}: {n_in} inputs and {} outputs, expected 3 or 4 and 1",
-            cx.outputs.len()
-        )));
+        return Err(GpuError::arity(
+            what,
+            "3 or 4 and 1",
+            n_in,
+            cx.outputs.len(),
+        ));
     }
     let suffix = cx.suffix(0)?;
     let dt = cx.inputs[0].dtype;
     if cx.inputs[..3].iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
-        return Err(err(format!("{what}: mixed dtypes")));
+        return Err(GpuError::mixed_dtypes(what));
     }
     let mask_kind = match cx.inputs.get(3).map(|f| f.dtype) {
         None => 0,
         Some(DType::Bool) => 1,
         Some(m) if m == dt => 2,
         Some(m) => {
-            return Err(err(format!(
-                "{what}: mask of {m} with {dt} inputs (bool or the inputs' dtype)"
-            )))
+            return Err(GpuError::refused(
+                what,
+                format!("mask of {m} with {dt} inputs (bool or the inputs' dtype)"),
+            ))
         }
     };
     let (q, k, v, out) = (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?, cx.out_shape(0)?);
     let (rq, rk, rv, ro) = (q.len(), k.len(), v.len(), out.len());
     if rq < 2 || rk < 2 || rv < 2 || ro < 2 {
-        return Err(err(format!("{what}: ranks below 2")));
+        return Err(GpuError::refused(what, "ranks below 2"));
     }
     let (tq, d, tk, dv) = (q[rq - 2], q[rq - 1], k[rk - 2], v[rv - 1]);
     if k[rk - 1] != d || v[rv - 2] != tk || out[ro - 2] != tq || out[ro - 1] != dv {
-        return Err(err(format!(
-            "{what}: q {q:?}, k {k:?}, v {v:?}, out {out:?} do not fit"
-        )));
+        return Err(GpuError::refused(
+            what,
+            format!("q {q:?}, k {k:?}, v {v:?}, out {out:?} do not fit"),
+        ));
     }
     let batch = &out[..ro - 2];
     let bad = |name: &str, s: &[usize]| {
-        err(format!(
-            "{what}: {name} {s:?} does not broadcast to {out:?}"
-        ))
+        GpuError::refused(what, format!("{name} {s:?} does not broadcast to {out:?}"))
     };
     let mut strides = Vec::new();
     for (name, s) in [("q", &q), ("k", &k), ("v", &v)] {
@@ -490,17 +496,19 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
     }
     let (dims, strides) = collapse(batch, &strides);
     if dims.len() > 2 {
-        return Err(err(format!(
-            "{what}: batch axes {batch:?} broadcast in a way that does not collapse to two"
-        )));
+        return Err(GpuError::refused(
+            what,
+            format!("batch axes {batch:?} broadcast in a way that does not collapse to two"),
+        ));
     }
     let pad = 2 - dims.len();
     let inner = dims.last().copied().unwrap_or(1);
     let n_batch: usize = dims.iter().product();
     if n_batch > MAX_GRID_Y {
-        return Err(err(format!(
-            "{what}: {n_batch} batch matrices (at most {MAX_GRID_Y})"
-        )));
+        return Err(GpuError::refused(
+            what,
+            format!("{n_batch} batch matrices (at most {MAX_GRID_Y})"),
+        ));
     }
     let mut st = [[0i64; 2]; 4];
     for (o, s) in st.iter_mut().zip(&strides) {
@@ -511,7 +519,10 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
     let shared = shared_bytes(what, d, tk)?;
     let scale = op.scale.unwrap_or(1.0 / (d as f32).sqrt());
     if !scale.is_finite() {
-        return Err(err(format!("{what}: scale {scale} is not finite")));
+        return Err(GpuError::refused(
+            what,
+            format!("scale {scale} is not finite"),
+        ));
     }
     let tq_i = int("query rows", tq)?;
     Ok(Box::new(SdpaGpu {

@@ -44,14 +44,10 @@ const NORM_MAX_CHANNELS: usize = 1024;
 /// (`t * stride + j * dilation`, `ci * k`) cannot overflow.
 const INT_LIMIT: usize = 1 << 28;
 
-fn err(msg: String) -> GpuError {
-    GpuError::Kernel(msg)
-}
-
 /// Checks `v` fits the kernels' `int` arithmetic.
 fn small(what: &str, v: usize) -> Result<i32, GpuError> {
     if v > INT_LIMIT {
-        return Err(err(format!("conv: {what} {v} is above {INT_LIMIT}")));
+        return Err(GpuError::too_large(format!("conv: {what}"), v, INT_LIMIT));
     }
     Ok(v as i32)
 }
@@ -199,7 +195,10 @@ impl GpuOp for ConvGpu {
             io.ins
                 .get(i)
                 .map(|t| t.ptr)
-                .ok_or_else(|| err(format!("conv: fused input {i} missing")))
+                .ok_or_else(|| GpuError::MissingInput {
+                    op: "conv".into(),
+                    index: i,
+                })
         };
         // with the Delay fused, x is the new frames and the rings are state
         let (x, ring) = match self.window.and_then(|w| w.ring) {
@@ -213,7 +212,10 @@ impl GpuOp for ConvGpu {
             args[1] = Arg::Ptr(io.scratch);
             let n = 2 + self.scalars.len();
             if n > args.len() {
-                return Err(err(format!("conv: {n} kernel arguments")));
+                return Err(GpuError::TooManyArgs {
+                    got: n,
+                    max: args.len(),
+                });
             }
             args[2..n].copy_from_slice(&self.scalars);
             launch(cx, &self.f, self.grid, &args[..n])?;
@@ -281,10 +283,10 @@ impl GpuOp for ConvGpu {
         let mut n = 0;
         for part in parts {
             if n + part.len() > args.len() {
-                return Err(err(format!(
-                    "conv: more than {} kernel arguments",
-                    args.len()
-                )));
+                return Err(GpuError::TooManyArgs {
+                    got: n + part.len(),
+                    max: args.len(),
+                });
             }
             args[n..n + part.len()].copy_from_slice(part);
             n += part.len();
@@ -302,15 +304,12 @@ pub(super) fn register(r: &mut Builders) {
 fn common_suffix(cx: &BuildCx, what: &str) -> Result<&'static str, GpuError> {
     let n = cx.inputs.len();
     if !(2..=3).contains(&n) || cx.outputs.len() != 1 {
-        return Err(err(format!(
-            "{what}: {n} inputs and {} outputs (2 or 3 inputs, 1 output)",
-            cx.outputs.len()
-        )));
+        return Err(GpuError::arity(what, "2 or 3 and 1", n, cx.outputs.len()));
     }
     let suffix = cx.suffix(0)?;
     let dt = cx.inputs[0].dtype;
     if cx.inputs.iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
-        return Err(err(format!("{what}: mixed dtypes")));
+        return Err(GpuError::mixed_dtypes(what));
     }
     Ok(suffix)
 }
@@ -325,8 +324,8 @@ fn out_len(len: usize, pad: (usize, usize), k: usize, dil: usize, stride: usize)
 /// `(c / groups, o / groups)` when the weight matches.
 fn groups_of(groups: usize, c: usize, o: usize, w_in: usize) -> Result<(usize, usize), GpuError> {
     if groups == 0 || !c.is_multiple_of(groups) || !o.is_multiple_of(groups) || w_in != c / groups {
-        return Err(err(format!(
-            "conv: {groups} groups do not fit {c} input channels, {o} output channels and a weight of {w_in} channels per group"
+        return Err(GpuError::refused("conv", format!(
+            "{groups} groups do not fit {c} input channels, {o} output channels and a weight of {w_in} channels per group"
         )));
     }
     Ok((c / groups, o / groups))
@@ -334,7 +333,10 @@ fn groups_of(groups: usize, c: usize, o: usize, w_in: usize) -> Result<(usize, u
 
 fn check_bias(cx: &BuildCx, o: usize) -> Result<(), GpuError> {
     if cx.inputs.len() > 2 && cx.shape(2)? != [o] {
-        return Err(err(format!("conv: bias {} is not [{o}]", cx.inputs[2])));
+        return Err(GpuError::refused(
+            "conv",
+            format!("bias {} is not [{o}]", cx.inputs[2]),
+        ));
     }
     Ok(())
 }
@@ -343,10 +345,13 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     let suffix = common_suffix(cx, "conv1d")?;
     let (x, w) = (cx.shape(0)?, cx.shape(1)?);
     if !(2..=3).contains(&x.len()) || w.len() != 3 {
-        return Err(err(format!(
-            "conv1d: input {} and weight {} (ranks 2-3 and 3)",
-            cx.inputs[0], cx.inputs[1]
-        )));
+        return Err(GpuError::refused(
+            "conv1d",
+            format!(
+                "input {} and weight {} (ranks 2-3 and 3)",
+                cx.inputs[0], cx.inputs[1]
+            ),
+        ));
     }
     let r = x.len();
     let last = op.layout == ConvLayout::ChannelsLast;
@@ -360,10 +365,10 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     let (cg, og) = groups_of(op.groups, c, o, w_in)?;
     check_bias(cx, o)?;
     let t_out = out_len(t_in, op.pad, k, op.dilation, op.stride).ok_or_else(|| {
-        err(format!(
-            "conv1d: {t_in} frames, kernel {k}, {}",
-            crate::ops::Op::info(op)
-        ))
+        GpuError::refused(
+            "conv1d",
+            format!("{t_in} frames, kernel {k}, {}", crate::ops::Op::info(op)),
+        )
     })?;
     let mut want = x.clone();
     if last {
@@ -375,9 +380,10 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     }
     let out = cx.out_shape(0)?;
     if out != want {
-        return Err(err(format!(
-            "conv1d: output {out:?}, the convolution gives {want:?}"
-        )));
+        return Err(GpuError::refused(
+            "conv1d",
+            format!("output {out:?}, the convolution gives {want:?}"),
+        ));
     }
     let ints = [
         ("channels", c),
@@ -497,7 +503,7 @@ fn build_conv1d(op: &Conv1d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     }
     let blocks = blocks_for(tq);
     if blocks > i32::MAX as usize {
-        return Err(err(format!("conv1d: {blocks} blocks")));
+        return Err(GpuError::refused("conv1d", format!("{blocks} blocks")));
     }
     Ok(ConvGpu {
         what: format!(
@@ -533,10 +539,13 @@ fn build_conv2d(op: &Conv2d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     let suffix = common_suffix(cx, "conv2d")?;
     let (x, w) = (cx.shape(0)?, cx.shape(1)?);
     if !(3..=4).contains(&x.len()) || w.len() != 4 {
-        return Err(err(format!(
-            "conv2d: input {} and weight {} (ranks 3-4 and 4)",
-            cx.inputs[0], cx.inputs[1]
-        )));
+        return Err(GpuError::refused(
+            "conv2d",
+            format!(
+                "input {} and weight {} (ranks 3-4 and 4)",
+                cx.inputs[0], cx.inputs[1]
+            ),
+        ));
     }
     let r = x.len();
     let n = if r == 4 { x[0] } else { 1 };
@@ -544,7 +553,12 @@ fn build_conv2d(op: &Conv2d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     let (o, w_in, kh, kw) = (w[0], w[1], w[2], w[3]);
     groups_of(op.groups, c, o, w_in)?;
     check_bias(cx, o)?;
-    let bad = || err(format!("conv2d: input {x:?}, weight {w:?}, {}", op.info()));
+    let bad = || {
+        GpuError::refused(
+            "conv2d",
+            format!("input {x:?}, weight {w:?}, {}", op.info()),
+        )
+    };
     let ho = out_len(h, op.pad[0], kh, op.dilation.0, op.stride.0).ok_or_else(bad)?;
     let wo = out_len(wd, op.pad[1], kw, op.dilation.1, op.stride.1).ok_or_else(bad)?;
     let mut want = x.clone();
@@ -553,9 +567,10 @@ fn build_conv2d(op: &Conv2d, cx: &BuildCx) -> Result<ConvGpu, GpuError> {
     want[r - 1] = wo;
     let out = cx.out_shape(0)?;
     if out != want {
-        return Err(err(format!(
-            "conv2d: output {out:?}, the convolution gives {want:?}"
-        )));
+        return Err(GpuError::refused(
+            "conv2d",
+            format!("output {out:?}, the convolution gives {want:?}"),
+        ));
     }
     let ints = [
         ("channels", c),

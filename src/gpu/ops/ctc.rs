@@ -81,7 +81,7 @@ impl GpuOp for CtcHeadGpu {
 }
 
 fn err(why: impl std::fmt::Display) -> GpuError {
-    GpuError::Kernel(format!("ctc_head: {why}"))
+    GpuError::refused("ctc_head", why)
 }
 
 fn build_ctc_head(op: &CtcHead, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {

@@ -127,19 +127,20 @@ pub(super) fn register(r: &mut Builders) {
 
 fn build_binary(op: Binary, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let code = binary_code(op)
-        .ok_or_else(|| GpuError::Kernel(format!("no GPU kernel for binary {op:?}")))?;
+        .ok_or_else(|| GpuError::refused("binary", format!("no GPU kernel for {op:?}")))?;
     let suffix = cx.suffix(0)?;
     if cx.inputs[1].dtype != cx.inputs[0].dtype || cx.outputs[0].dtype != cx.inputs[0].dtype {
-        return Err(GpuError::Kernel("binary: mixed dtypes".into()));
+        return Err(GpuError::mixed_dtypes("binary"));
     }
     let out = cx.out_shape(0)?;
     let n: usize = out.iter().product();
     let block = |i: usize| -> Result<usize, GpuError> {
         let s = cx.shape(i)?;
         trailing_block(&s, &out).ok_or_else(|| {
-            GpuError::Kernel(format!(
-                "binary: input {i} {s:?} does not broadcast as a trailing block of {out:?}"
-            ))
+            GpuError::refused(
+                "binary",
+                format!("input {i} {s:?} does not broadcast as a trailing block of {out:?}"),
+            )
         })
     };
     let (na, nb) = (block(0)?, block(1)?);
@@ -157,7 +158,7 @@ fn build_binary(op: Binary, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
 
 fn build_unary(op: Unary, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let code = unary_code(op)
-        .ok_or_else(|| GpuError::Kernel(format!("no GPU kernel for unary {op:?}")))?;
+        .ok_or_else(|| GpuError::refused("unary", format!("no GPU kernel for {op:?}")))?;
     let suffix = cx.suffix(0)?;
     let n = cx.shape(0)?.iter().product();
     Ok(Box::new(UnaryGpu {

@@ -211,7 +211,10 @@ impl GpuOp for LinearGpu {
             io.ins
                 .get(i)
                 .map(|t| t.ptr)
-                .ok_or_else(|| GpuError::Kernel(format!("linear: fused input {i} missing")))
+                .ok_or_else(|| GpuError::MissingInput {
+                    op: "linear".into(),
+                    index: i,
+                })
         };
         // both kernels end their arguments with the residual and the GLU
         let tail = [
@@ -393,7 +396,7 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let w = cx.shape(1)?;
     let k = *x
         .last()
-        .ok_or_else(|| GpuError::Kernel("linear: scalar input".into()))?;
+        .ok_or_else(|| GpuError::refused("linear", "scalar input"))?;
     let m = x[..x.len() - 1].iter().product();
     let n = w[0];
     let bias = cx.inputs.len() > 2;
@@ -458,9 +461,10 @@ fn build_matmul(op: &MatMul, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         } else if bat == 1 {
             Ok(0)
         } else {
-            Err(GpuError::Kernel(format!(
-                "matmul: {what} batch {bat} broadcasts in a way strided GEMM does not cover (output batch {batch})"
-            )))
+            Err(GpuError::refused(
+                "matmul",
+                format!("{what} batch {bat} broadcasts in a way strided GEMM does not cover (output batch {batch})"),
+            ))
         }
     };
     let gemm = Gemm {

@@ -10,7 +10,9 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED};
+use crate::gpu::op::{
+    expect_io, int, launch, long, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED,
+};
 use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::lstm::Lstm;
@@ -24,18 +26,6 @@ const CELL_THREADS: u32 = 256;
 const SEQ_THREADS: u32 = 512;
 /// Threads of a projection block.
 const PROJ_THREADS: u32 = 256;
-
-fn err(msg: String) -> GpuError {
-    GpuError::Kernel(msg)
-}
-
-fn int(what: &str, v: usize) -> Result<i32, GpuError> {
-    i32::try_from(v).map_err(|_| err(format!("{what} {v} is beyond i32")))
-}
-
-fn long(what: &str, v: usize) -> Result<i64, GpuError> {
-    i64::try_from(v).map_err(|_| err(format!("{what} {v} is beyond i64")))
-}
 
 #[derive(Debug)]
 enum Plan {
@@ -222,27 +212,29 @@ fn build_lstm(
     cx: &BuildCx,
 ) -> Result<Box<dyn GpuOp>, GpuError> {
     if cx.inputs.len() != 7 || cx.outputs.len() != 3 {
-        return Err(err(format!(
-            "lstm: {} inputs and {} outputs, expected 7 and 3",
+        return Err(GpuError::arity(
+            "lstm",
+            "7 and 3",
             cx.inputs.len(),
-            cx.outputs.len()
-        )));
+            cx.outputs.len(),
+        ));
     }
     let suffix = cx.suffix(0)?;
     let dt = cx.inputs[0].dtype;
     if cx.inputs.iter().chain(cx.outputs).any(|f| f.dtype != dt) {
-        return Err(err("lstm: mixed dtypes".into()));
+        return Err(GpuError::mixed_dtypes("lstm"));
     }
     let x = cx.shape(0)?;
     if x.len() != 2 || x[1] == 0 || hidden == 0 {
-        return Err(err(format!(
-            "lstm: x {x:?} is not [T, I > 0] or hidden {hidden} is 0"
-        )));
+        return Err(GpuError::refused(
+            "lstm",
+            format!("x {x:?} is not [T, I > 0] or hidden {hidden} is 0"),
+        ));
     }
     let (rows, input) = (x[0], x[1]);
     let h4 = hidden
         .checked_mul(4)
-        .ok_or_else(|| err(format!("lstm: hidden {hidden} too large")))?;
+        .ok_or_else(|| GpuError::refused("lstm", format!("hidden {hidden} too large")))?;
     let want: [&[usize]; 7] = [
         &x,
         &[h4, input],
@@ -255,24 +247,33 @@ fn build_lstm(
     for (i, w) in want.iter().enumerate() {
         let s = cx.shape(i)?;
         if s != *w {
-            return Err(err(format!("lstm: input {i} is {s:?}, expected {w:?}")));
+            return Err(GpuError::refused(
+                "lstm",
+                format!("input {i} is {s:?}, expected {w:?}"),
+            ));
         }
     }
     let outs: [&[usize]; 3] = [&[rows, hidden], &[hidden], &[hidden]];
     for (i, w) in outs.iter().enumerate() {
         let s = cx.out_shape(i)?;
         if s != *w {
-            return Err(err(format!("lstm: output {i} is {s:?}, expected {w:?}")));
+            return Err(GpuError::refused(
+                "lstm",
+                format!("output {i} is {s:?}, expected {w:?}"),
+            ));
         }
     }
     let (input_i, hidden_i) = (int("input size", input)?, int("hidden size", h4)? / 4);
     let plan = if rows == 1 {
         let shared = (input + hidden + 4 * CELL_UNITS) * 4;
         if shared > MAX_SHARED {
-            return Err(err(format!(
-                "lstm: input {input} and hidden {hidden} need {shared} bytes of shared memory \
+            return Err(GpuError::refused(
+                "lstm",
+                format!(
+                    "input {input} and hidden {hidden} need {shared} bytes of shared memory \
                  (at most {MAX_SHARED})"
-            )));
+                ),
+            ));
         }
         Plan::Cell {
             f: cx.lib.function("lstm", &format!("lstm_cell_{suffix}"))?,
@@ -282,13 +283,16 @@ fn build_lstm(
     } else {
         let shared = 6 * hidden * 4;
         if shared > MAX_SHARED {
-            return Err(err(format!(
-                "lstm: hidden {hidden} needs {shared} bytes of shared memory (at most {MAX_SHARED})"
-            )));
+            return Err(GpuError::refused(
+                "lstm",
+                format!(
+                    "hidden {hidden} needs {shared} bytes of shared memory (at most {MAX_SHARED})"
+                ),
+            ));
         }
         let warps = rows
             .checked_mul(h4)
-            .ok_or_else(|| err(format!("lstm: {rows} rows too many")))?;
+            .ok_or_else(|| GpuError::refused("lstm", format!("{rows} rows too many")))?;
         let proj = if rows > 0 {
             let per_block = (PROJ_THREADS / 32) as usize;
             let blocks = warps.div_ceil(per_block).min(65_535) as u32;
@@ -317,29 +321,42 @@ fn build_lstm(
 
 fn build_unfold(op: Unfold, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     if cx.inputs.len() != 1 || cx.outputs.len() != 1 {
-        return Err(err("unfold: expected 1 input and 1 output".into()));
+        return Err(GpuError::arity(
+            "unfold",
+            "1 and 1",
+            cx.inputs.len(),
+            cx.outputs.len(),
+        ));
     }
     let suffix = cx.suffix(0)?;
     if cx.outputs[0].dtype != cx.inputs[0].dtype {
-        return Err(err("unfold: mixed dtypes".into()));
+        return Err(GpuError::mixed_dtypes("unfold"));
     }
     if op.size == 0 || op.step == 0 || op.pad_before >= op.size {
-        return Err(err(format!("unfold: bad parameters {op:?}")));
+        return Err(GpuError::refused(
+            "unfold",
+            format!("bad parameters {op:?}"),
+        ));
     }
     let x = cx.shape(0)?;
     let out = cx.out_shape(0)?;
     let [t] = x[..] else {
-        return Err(err(format!("unfold: input {x:?} is not rank 1")));
+        return Err(GpuError::refused(
+            "unfold",
+            format!("input {x:?} is not rank 1"),
+        ));
     };
     let n = (t + op.pad_before)
         .checked_sub(op.size)
         .map(|r| r / op.step + 1)
-        .ok_or_else(|| err(format!("unfold: {t} samples are fewer than one window")))?;
+        .ok_or_else(|| {
+            GpuError::refused("unfold", format!("{t} samples are fewer than one window"))
+        })?;
     if out != [n, op.size] {
-        return Err(err(format!(
-            "unfold: output {out:?}, expected {:?}",
-            [n, op.size]
-        )));
+        return Err(GpuError::refused(
+            "unfold",
+            format!("output {out:?}, expected {:?}", [n, op.size]),
+        ));
     }
     Ok(Box::new(UnfoldGpu {
         f: cx.lib.function("lstm", &format!("unfold_{suffix}"))?,

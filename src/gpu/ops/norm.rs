@@ -155,7 +155,7 @@ fn kernel_name(base: &str, walk: Walk, suffix: &str) -> String {
 }
 
 fn err(what: &str, why: impl std::fmt::Display) -> GpuError {
-    GpuError::Kernel(format!("{what}: {why}"))
+    GpuError::refused(what, why)
 }
 
 /// The float kernel suffix when inputs `0..ins` share one float storage

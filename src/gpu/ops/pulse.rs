@@ -8,7 +8,7 @@ use crate::gpu::GpuError;
 use crate::pulse::{Delay, FrameLayout, PulsePad};
 
 fn layout(shape: &[usize], axis: usize) -> Result<FrameLayout, GpuError> {
-    FrameLayout::of(shape, axis).map_err(|e| GpuError::Kernel(e.to_string()))
+    FrameLayout::of(shape, axis).map_err(|e| GpuError::refused("pulse layout", e))
 }
 
 #[derive(Debug)]
@@ -126,7 +126,7 @@ fn build_delay(d: &Delay, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let lay = layout(&cx.shape(0)?, d.axis)?;
     let elem = cx.inputs[0].dtype.size_of();
     if ![1, 2, 4, 8].contains(&elem) {
-        return Err(GpuError::Kernel(format!("delay: {elem}-byte elements")));
+        return Err(GpuError::refused("delay", format!("{elem}-byte elements")));
     }
     Ok(Box::new(DelayGpu {
         f: cx.lib.function("pulse", &format!("delay_{elem}"))?,
@@ -142,9 +142,10 @@ fn build_pad(p: &PulsePad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let lay = layout(&cx.shape(0)?, p.axis)?;
     if let Some(e) = p.end {
         if e.parts().2 <= 0 {
-            return Err(GpuError::Kernel(format!(
-                "pulse pad: end {e} divides by a non-positive number"
-            )));
+            return Err(GpuError::refused(
+                "pulse pad",
+                format!("end {e} divides by a non-positive number"),
+            ));
         }
     }
     Ok(Box::new(PulsePadGpu {

@@ -83,10 +83,10 @@ impl GpuOp for CopyGpu {
             if n == 0 {
                 continue;
             }
-            let src = io
-                .ins
-                .get(*input)
-                .ok_or_else(|| GpuError::Kernel("copy: missing input".into()))?;
+            let src = io.ins.get(*input).ok_or_else(|| GpuError::MissingInput {
+                op: "copy".into(),
+                index: *input,
+            })?;
             let mut args = [Arg::U64(0); 4 + 3 * MAX_RANK];
             args[0] = Arg::Ptr(src.ptr + (c.src_offset * self.elem) as u64);
             args[1] = Arg::Ptr(io.outs[0].ptr + (c.dst_offset * self.elem) as u64);
@@ -163,7 +163,7 @@ fn build_pad(p: &Pad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let input = cx.shape(0)?;
     let out = cx.out_shape(0)?;
     if input.len() > MAX_RANK || p.pads.len() != input.len() {
-        return Err(GpuError::Kernel(format!("pad of rank {}", input.len())));
+        return Err(GpuError::refused("pad", format!("rank {}", input.len())));
     }
     let (reflect, value) = match p.mode {
         PadMode::Constant(v) => (false, v),
@@ -173,8 +173,9 @@ fn build_pad(p: &Pad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
                 .zip(&input)
                 .any(|(&(b, a), &n)| b >= n.max(1) || a >= n.max(1))
             {
-                return Err(GpuError::Kernel(
-                    "reflect pad not smaller than its axis".into(),
+                return Err(GpuError::refused(
+                    "pad",
+                    "reflect pad not smaller than its axis",
                 ));
             }
             (true, 0.0)
@@ -192,8 +193,8 @@ fn build_pad(p: &Pad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
 
 fn copier(cx: &BuildCx, copies: Vec<(usize, Copy)>) -> Result<Box<dyn GpuOp>, GpuError> {
     let elem = cx.inputs[0].dtype.size_of();
-    if copies.iter().any(|(_, c)| c.dims.len() > MAX_RANK) {
-        return Err(GpuError::Kernel(format!("copy: rank above {MAX_RANK}")));
+    if let Some((_, c)) = copies.iter().find(|(_, c)| c.dims.len() > MAX_RANK) {
+        return Err(GpuError::too_large("copy: rank", c.dims.len(), MAX_RANK));
     }
     Ok(Box::new(CopyGpu {
         f: cx.lib.function("copy", &format!("strided_copy_{elem}"))?,
@@ -207,7 +208,7 @@ fn build_slice(s: &Slice, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let out = cx.out_shape(0)?;
     let axis = s.axis;
     if axis >= x.len() || out.len() != x.len() {
-        return Err(GpuError::Kernel(format!("slice: axis {axis} of {x:?}")));
+        return Err(GpuError::refused("slice", format!("axis {axis} of {x:?}")));
     }
     // the start the CPU op resolves to, from the output length
     let n = x[axis] as i64;
@@ -217,10 +218,10 @@ fn build_slice(s: &Slice, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         s.start.min(n)
     } as usize;
     if start + out[axis] > x[axis] {
-        return Err(GpuError::Kernel(format!(
-            "slice: {start}+{} beyond {}",
-            out[axis], x[axis]
-        )));
+        return Err(GpuError::refused(
+            "slice",
+            format!("{start}+{} beyond {}", out[axis], x[axis]),
+        ));
     }
     let inner: usize = x[axis + 1..].iter().product();
     let elem = cx.inputs[0].dtype.size_of();
@@ -244,7 +245,7 @@ fn build_permute(axes: &[usize], cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuErro
     let x = cx.shape(0)?;
     let out = cx.out_shape(0)?;
     if axes.len() != x.len() || axes.iter().any(|&a| a >= x.len()) {
-        return Err(GpuError::Kernel(format!("permute {axes:?} of {x:?}")));
+        return Err(GpuError::refused("permute", format!("{axes:?} of {x:?}")));
     }
     let xs = contiguous_strides(&x);
     let copy = Copy {
@@ -260,10 +261,10 @@ fn build_permute(axes: &[usize], cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuErro
 fn move_axis_perm(m: &MoveAxis, cx: &BuildCx) -> Result<Vec<usize>, GpuError> {
     let r = cx.shape(0)?.len();
     if m.from >= r || m.to >= r {
-        return Err(GpuError::Kernel(format!(
-            "move axis {} -> {} of rank {r}",
-            m.from, m.to
-        )));
+        return Err(GpuError::refused(
+            "move axis",
+            format!("{} -> {} of rank {r}", m.from, m.to),
+        ));
     }
     let mut axes: Vec<usize> = (0..r).filter(|&a| a != m.from).collect();
     axes.insert(m.to, m.from);
@@ -275,14 +276,14 @@ fn build_concat(c: &Concat, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let r = out.len() as isize;
     let axis = if c.axis < 0 { c.axis + r } else { c.axis };
     if axis < 0 || axis >= r {
-        return Err(GpuError::Kernel(format!(
-            "concat axis {} of rank {r}",
-            c.axis
-        )));
+        return Err(GpuError::refused(
+            "concat",
+            format!("axis {} of rank {r}", c.axis),
+        ));
     }
     let axis = axis as usize;
     if cx.inputs.iter().any(|f| f.dtype != cx.outputs[0].dtype) {
-        return Err(GpuError::Kernel("concat: mixed dtypes".into()));
+        return Err(GpuError::mixed_dtypes("concat"));
     }
     let os = contiguous_strides(&out);
     let mut at = 0usize;

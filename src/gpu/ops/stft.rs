@@ -4,7 +4,7 @@
 
 use cudarc::driver::CudaFunction;
 
-use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED};
+use crate::gpu::op::{expect_io, int, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx, MAX_SHARED};
 use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::mel::{Log, LogMel};
@@ -25,29 +25,22 @@ const STFT_GROUP: usize = 4;
 /// frames: 291 us a step with one frame a block, ncu).
 const STFT_GROUP_ROWS: usize = 1024;
 
-fn err(msg: String) -> GpuError {
-    GpuError::Kernel(msg)
-}
-
 /// The kernel suffix when `n` inputs and the one output share a float dtype.
 fn common_suffix(cx: &BuildCx, n: usize, what: &str) -> Result<&'static str, GpuError> {
     if cx.inputs.len() != n || cx.outputs.len() != 1 {
-        return Err(err(format!(
-            "{what}: {} inputs and {} outputs ({n} and 1)",
+        return Err(GpuError::arity(
+            what,
+            format!("{n} and 1"),
             cx.inputs.len(),
-            cx.outputs.len()
-        )));
+            cx.outputs.len(),
+        ));
     }
     let suffix = cx.suffix(0)?;
     let dt = cx.inputs[0].dtype;
     if cx.inputs.iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
-        return Err(err(format!("{what}: mixed dtypes")));
+        return Err(GpuError::mixed_dtypes(what));
     }
     Ok(suffix)
-}
-
-fn int(what: &str, v: usize) -> Result<i32, GpuError> {
-    i32::try_from(v).map_err(|_| err(format!("{what} {v} does not fit an int")))
 }
 
 #[derive(Debug)]
@@ -143,7 +136,12 @@ impl GpuOp for LogMelGpu {
         let (sub, mul) = match self.affine {
             Some(i) => match (io.ins.get(i), io.ins.get(i + 1)) {
                 (Some(a), Some(b)) => (a.ptr, b.ptr),
-                _ => return Err(GpuError::Kernel("logmel: fused inputs missing".into())),
+                _ => {
+                    return Err(GpuError::MissingInput {
+                        op: "logmel".into(),
+                        index: i,
+                    })
+                }
             },
             None => (io.outs[0].ptr, io.outs[0].ptr),
         };
@@ -209,25 +207,32 @@ fn build_stft(op: &Stft, cx: &BuildCx) -> Result<StftGpu, GpuError> {
     let (sig, win) = (cx.shape(0)?, cx.shape(1)?);
     let n_fft = op.n_fft();
     if !(1..=2).contains(&sig.len()) || win != [n_fft] {
-        return Err(err(format!(
-            "stft: signal {} and window {} (rank 1-2 and [{n_fft}])",
-            cx.inputs[0], cx.inputs[1]
-        )));
+        return Err(GpuError::refused(
+            "stft",
+            format!(
+                "signal {} and window {} (rank 1-2 and [{n_fft}])",
+                cx.inputs[0], cx.inputs[1]
+            ),
+        ));
     }
     if n_fft > MAX_N_FFT {
-        return Err(err(format!(
-            "stft: n_fft {n_fft} is above the {MAX_N_FFT} a block's shared memory holds"
-        )));
+        return Err(GpuError::refused(
+            "stft",
+            format!("n_fft {n_fft} is above the {MAX_N_FFT} a block's shared memory holds"),
+        ));
     }
     let s = sig[sig.len() - 1];
     let batch = if sig.len() == 2 { sig[0] } else { 1 };
     let pad = if op.center() { n_fft / 2 } else { 0 };
     // the CPU op's own length rules: one reflection must stay in the signal
     if (op.center() && s <= pad) || s + 2 * pad < n_fft {
-        return Err(err(format!(
-            "stft: {s} samples are too few for n_fft {n_fft}{}",
-            if op.center() { " centred" } else { "" }
-        )));
+        return Err(GpuError::refused(
+            "stft",
+            format!(
+                "{s} samples are too few for n_fft {n_fft}{}",
+                if op.center() { " centred" } else { "" }
+            ),
+        ));
     }
     let frames = (s + 2 * pad - n_fft) / op.hop() + 1;
     let bins = op.bins();
@@ -243,9 +248,10 @@ fn build_stft(op: &Stft, cx: &BuildCx) -> Result<StftGpu, GpuError> {
     };
     let out = cx.out_shape(0)?;
     if out != want {
-        return Err(err(format!(
-            "stft: output {out:?}, the STFT gives {want:?}"
-        )));
+        return Err(GpuError::refused(
+            "stft",
+            format!("output {out:?}, the STFT gives {want:?}"),
+        ));
     }
     let rows = batch * frames;
     // the frames and the skewed cos and sin tables (`tw_at` in stft.cu)
@@ -258,7 +264,7 @@ fn build_stft(op: &Stft, cx: &BuildCx) -> Result<StftGpu, GpuError> {
     };
     let blocks = rows.div_ceil(group) * bins.div_ceil(32);
     if blocks > i32::MAX as usize {
-        return Err(err(format!("stft: {blocks} blocks")));
+        return Err(GpuError::refused("stft", format!("{blocks} blocks")));
     }
     let ints = [
         int("stft: signal length", s)?,
@@ -288,20 +294,24 @@ fn build_stft(op: &Stft, cx: &BuildCx) -> Result<StftGpu, GpuError> {
 fn build_logmel(op: &LogMel, cx: &BuildCx) -> Result<LogMelGpu, GpuError> {
     let suffix = common_suffix(cx, 2, "logmel")?;
     if !op.eps.is_finite() {
-        return Err(err(format!("logmel: epsilon {}", op.eps)));
+        return Err(GpuError::refused("logmel", format!("epsilon {}", op.eps)));
     }
     let (p, fb) = (cx.shape(0)?, cx.shape(1)?);
     let (Some(&bins), [fb_bins, mels]) = (p.last(), fb.as_slice()) else {
-        return Err(err(format!(
-            "logmel: power {} and filterbank {} (rank >= 1 and 2)",
-            cx.inputs[0], cx.inputs[1]
-        )));
+        return Err(GpuError::refused(
+            "logmel",
+            format!(
+                "power {} and filterbank {} (rank >= 1 and 2)",
+                cx.inputs[0], cx.inputs[1]
+            ),
+        ));
     };
     let (fb_bins, mels) = (*fb_bins, *mels);
     if bins != fb_bins || bins == 0 || mels == 0 {
-        return Err(err(format!(
-            "logmel: power {p:?} through filterbank {fb:?}"
-        )));
+        return Err(GpuError::refused(
+            "logmel",
+            format!("power {p:?} through filterbank {fb:?}"),
+        ));
     }
     let mut want = p.clone();
     if let Some(l) = want.last_mut() {
@@ -309,14 +319,17 @@ fn build_logmel(op: &LogMel, cx: &BuildCx) -> Result<LogMelGpu, GpuError> {
     }
     let out = cx.out_shape(0)?;
     if out != want {
-        return Err(err(format!("logmel: output {out:?}, expected {want:?}")));
+        return Err(GpuError::refused(
+            "logmel",
+            format!("output {out:?}, expected {want:?}"),
+        ));
     }
     int("logmel: bins", bins)?;
     int("logmel: mels", mels)?;
     let rows: usize = p[..p.len() - 1].iter().product();
     let blocks = rows.div_ceil(MEL_ROWS) * mels.div_ceil(32);
     if blocks > i32::MAX as usize {
-        return Err(err(format!("logmel: {blocks} blocks")));
+        return Err(GpuError::refused("logmel", format!("{blocks} blocks")));
     }
     Ok(LogMelGpu {
         f: cx.lib.function("stft", &format!("logmel_{suffix}"))?,
@@ -332,11 +345,14 @@ fn build_logmel(op: &LogMel, cx: &BuildCx) -> Result<LogMelGpu, GpuError> {
 fn build_log(op: &Log, cx: &BuildCx) -> Result<LogGpu, GpuError> {
     let suffix = common_suffix(cx, 1, "log")?;
     if !op.eps.is_finite() {
-        return Err(err(format!("log: epsilon {}", op.eps)));
+        return Err(GpuError::refused("log", format!("epsilon {}", op.eps)));
     }
     let n = cx.shape(0)?.iter().product();
     if cx.out_shape(0)?.iter().product::<usize>() != n {
-        return Err(err("log: output size differs from the input's".into()));
+        return Err(GpuError::refused(
+            "log",
+            "output size differs from the input's",
+        ));
     }
     Ok(LogGpu {
         f: cx.lib.function("stft", &format!("log_eps_{suffix}"))?,

@@ -188,10 +188,9 @@ impl GpuRunner {
                         return Err(gpu_err(
                             &node.name,
                             node.op.name(),
-                            GpuError::Kernel(format!(
-                                "input {} is not on the device",
-                                self.graph.outlet_name(*o)
-                            )),
+                            GpuError::NotOnDevice {
+                                input: self.graph.outlet_name(*o),
+                            },
                         ))
                     }
                 }
