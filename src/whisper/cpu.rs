@@ -11,7 +11,7 @@ use super::projection::Projection;
 use super::{folder, WhisperConfig};
 use crate::graph::Runner;
 use crate::ops::kv_cache::KvCache;
-use crate::ops::{OpError, Tensor};
+use crate::ops::{DType, OpError, Tensor};
 use crate::weights::Weights;
 use crate::{Error, Result};
 
@@ -20,7 +20,11 @@ use crate::{Error, Result};
 pub struct WhisperModel {
     pub dir: PathBuf,
     pub config: WhisperConfig,
+    /// As stored (f16 for the fetched checkpoints).
     pub weights: Weights,
+    /// Every float tensor widened to f32 once, shared by the graphs of all
+    /// workers (their constants point into it).
+    pub f32_weights: Weights,
 }
 
 impl WhisperModel {
@@ -36,10 +40,23 @@ impl WhisperModel {
         folder::check_files(dir)?;
         let config = WhisperConfig::load(&dir.join("config.json"))?;
         let weights = Weights::load(dir.join("model.safetensors"))?;
+        let f32_weights = Weights::from_tensors(
+            &dir.join("model.safetensors").display().to_string(),
+            weights.names().into_iter().filter_map(|n| {
+                let t = weights.tensor(n)?;
+                let t = if t.dtype().is_float() {
+                    t.cast(DType::F32)
+                } else {
+                    t.clone()
+                };
+                Some((n.to_string(), t))
+            }),
+        );
         Ok(WhisperModel {
             dir: dir.to_path_buf(),
             config,
             weights,
+            f32_weights,
         })
     }
 }
@@ -66,9 +83,9 @@ fn internal(what: String) -> Error {
 impl CpuWhisper {
     /// Builds the graphs of `model`.
     pub fn new(model: &WhisperModel) -> Result<CpuWhisper> {
-        let (cfg, w) = (&model.config, &model.weights);
+        let (cfg, w) = (&model.config, &model.f32_weights);
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
-        let projection = Projection::new(&w.get(
+        let projection = Projection::new(&model.weights.get(
             "model.decoder.embed_tokens.weight",
             &[cfg.vocab_size, cfg.d_model],
         )?)?;
