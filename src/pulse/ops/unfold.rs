@@ -1,5 +1,5 @@
 //! Overlapping windows of a signal (`Unfold`). Its pulse rule
-//! (`rules/unfold.rs`): a Delay gives each pulse the past samples its
+//! (`pulse/rules/unfold.rs`): a Delay gives each pulse the past samples its
 //! windows overlap with.
 //!
 //! Silero VAD's official chunk protocol is one: each 512-sample chunk is
