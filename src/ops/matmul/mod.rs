@@ -2,12 +2,14 @@
 //! PyTorch-layout `Linear` that speech encoders spend most of their time in.
 //!
 //! Both run in f32 on one thread (the caller decides how work is spread over
-//! cores): an AVX2 + FMA kernel that packs into `Scratch` and allocates
-//! nothing, or the `gemm` crate on CPUs without those. f16 and bf16 are
-//! widened into `Scratch` too.
+//! cores): an AVX-512 or AVX2 + FMA kernel that packs into `Scratch` and
+//! allocates nothing, or the `gemm` crate on CPUs without those. f16 and
+//! bf16 are widened into `Scratch` too. `PULSED_NO_AVX512=1` keeps the
+//! AVX2 kernel on CPUs with AVX-512 (to compare the two).
 //!
-//! The AVX2 kernel is in `avx2`, `Linear`'s op in `linear`; `MatMul` and
-//! the product and conversion helpers the other ops share are here.
+//! The kernels are in `avx512` and `avx2`, `Linear`'s op in `linear`;
+//! `MatMul` and the product and conversion helpers the other ops share are
+//! here.
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -19,6 +21,8 @@ use crate::op_common;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod linear;
 
 /// `a · b` over the last two axes, leading (batch) axes broadcast numpy-style.
@@ -64,18 +68,54 @@ fn fits(len: usize, rows: usize, cols: usize, (rs, cs): Strides) -> bool {
     rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
 }
 
-/// Rows of `a` per packed block (two AVX vectors) and columns of `b` per
-/// microkernel call: 12 accumulators, 2 `a` vectors and a broadcast fill
-/// 15 of the 16 AVX registers.
+/// AVX2's rows of `a` per packed block (two AVX vectors) and columns of `b`
+/// per microkernel call: 12 accumulators, 2 `a` vectors and a broadcast
+/// fill 15 of the 16 AVX registers.
 const MR: usize = 16;
 const NR: usize = 6;
-/// Rows and depth of one packed chunk of `a` (128 x 512 f32 = 256 KiB, L2).
+/// Rows and depth of one packed chunk of `a` (128 x 512 f32 = 256 KiB, L2),
+/// for both kernels.
 const MC: usize = 128;
 const KC: usize = 512;
+/// The taller of the two kernels' blocks, so that scratch sized by
+/// `pack_len` fits whichever runs.
+#[cfg(target_arch = "x86_64")]
+const PACK_MR: usize = if avx512::MR > MR { avx512::MR } else { MR };
+#[cfg(not(target_arch = "x86_64"))]
+const PACK_MR: usize = MR;
 
 /// Scratch that `gemm_f32` needs for an `m x k` left operand.
 pub(crate) fn pack_len(m: usize, k: usize) -> usize {
-    m.min(MC).div_ceil(MR) * MR * k.min(KC)
+    m.min(MC).div_ceil(PACK_MR) * PACK_MR * k.min(KC)
+}
+
+/// Which product `gemm_f32` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) enum Kernel {
+    Avx512,
+    Avx2,
+    /// The `gemm` crate.
+    Crate,
+}
+
+/// The best kernel this CPU runs, detected once: AVX-512F, else AVX2 +
+/// FMA, else the `gemm` crate; `PULSED_NO_AVX512=1` skips AVX-512.
+pub(crate) fn kernel() -> Kernel {
+    static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let no_512 = std::env::var_os("PULSED_NO_AVX512").is_some_and(|v| v == "1");
+            if !no_512 && is_x86_feature_detected!("avx512f") {
+                return Kernel::Avx512;
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Kernel::Avx2;
+            }
+        }
+        Kernel::Crate
+    })
 }
 
 /// Scratch that `gemm_rows` needs: the column-major product plus `pack_len`.
@@ -97,11 +137,11 @@ const SWAP_ROWS: usize = 256;
 /// `dst = a · b` (or `dst += a · b` when `accumulate`), with `a` `m×k`,
 /// `b` `k×n`, `dst` `m×n`, each a slice plus its (row, column) strides.
 ///
-/// With AVX2 + FMA and a column-major `dst` (row stride 1) this runs our
-/// own kernel, which packs `a` into `pack` (at least `pack_len(m, k)`) and
-/// allocates nothing; otherwise the `gemm` crate, which allocates a little
-/// on every call. The extents are checked against the slices here, so the
-/// unsafe calls below never reach outside them.
+/// With AVX-512 or AVX2 + FMA and a column-major `dst` (row stride 1) this
+/// runs our own kernel, which packs `a` into `pack` (at least
+/// `pack_len(m, k)`) and allocates nothing; otherwise the `gemm` crate,
+/// which allocates a little on every call. The extents are checked against
+/// the slices here, so the unsafe calls below never reach outside them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_f32(
     m: usize,
@@ -113,6 +153,28 @@ pub(crate) fn gemm_f32(
     as_: Strides,
     b: &[f32],
     bs: Strides,
+    accumulate: bool,
+    pack: &mut [f32],
+) -> OpResult<()> {
+    let operands = (dst, ds, a, as_, b, bs);
+    gemm_f32_on(kernel(), (m, n, k), operands, accumulate, pack)
+}
+
+/// `dst`, `a` and `b` with their strides.
+type Operands<'a> = (
+    &'a mut [f32],
+    Strides,
+    &'a [f32],
+    Strides,
+    &'a [f32],
+    Strides,
+);
+
+/// `gemm_f32` on a given kernel (asserted to be one this CPU runs).
+pub(crate) fn gemm_f32_on(
+    kernel: Kernel,
+    (m, n, k): (usize, usize, usize),
+    (dst, ds, a, as_, b, bs): Operands<'_>,
     accumulate: bool,
     pack: &mut [f32],
 ) -> OpResult<()> {
@@ -138,14 +200,32 @@ pub(crate) fn gemm_f32(
         return Ok(());
     }
     #[cfg(target_arch = "x86_64")]
-    if ds.0 == 1
-        && pack.len() >= pack_len(m, k)
-        && is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
-    {
-        // SAFETY: the CPU features were just detected; `fits` bounds every
+    if ds.0 == 1 && pack.len() >= pack_len(m, k) && kernel == Kernel::Avx512 {
+        assert!(is_x86_feature_detected!("avx512f"));
+        // SAFETY: the CPU feature was just checked; `fits` bounds every
         // index of `dst`, `a` and `b` (row stride 1 for `dst`), `pack` is
         // long enough, and `dst` is a unique borrow, so nothing aliases.
+        unsafe {
+            avx512::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                ds.1,
+                a.as_ptr(),
+                as_,
+                b.as_ptr(),
+                bs,
+                accumulate,
+                pack.as_mut_ptr(),
+            )
+        };
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if ds.0 == 1 && pack.len() >= pack_len(m, k) && kernel == Kernel::Avx2 {
+        assert!(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"));
+        // SAFETY: as above.
         unsafe {
             avx2::gemm(
                 m,
@@ -212,6 +292,27 @@ pub(crate) fn gemm_rows(
     bias: Option<&[f32]>,
     work: &mut [f32],
 ) -> OpResult<()> {
+    gemm_rows_on(
+        kernel(),
+        (m, n, k),
+        (out, ld),
+        (a, as_),
+        (b, bs),
+        bias,
+        work,
+    )
+}
+
+/// `gemm_rows` on a given kernel (asserted to be one this CPU runs).
+pub(crate) fn gemm_rows_on(
+    kernel: Kernel,
+    (m, n, k): (usize, usize, usize),
+    (out, ld): (&mut [f32], usize),
+    (a, as_): (&[f32], Strides),
+    (b, bs): (&[f32], Strides),
+    bias: Option<&[f32]>,
+    work: &mut [f32],
+) -> OpResult<()> {
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -228,7 +329,8 @@ pub(crate) fn gemm_rows(
             }
         }
         let (at, bt) = ((as_.1, as_.0), (bs.1, bs.0));
-        return gemm_f32(n, m, k, out, (1, ld), b, bt, a, at, bias.is_some(), work);
+        let operands = (out, (1, ld), b, bt, a, at);
+        return gemm_f32_on(kernel, (n, m, k), operands, bias.is_some(), work);
     }
     if work.len() < m * n {
         return Err(OpError::Other(format!(
@@ -236,7 +338,7 @@ pub(crate) fn gemm_rows(
         )));
     }
     let (tmp, pack) = work.split_at_mut(m * n);
-    gemm_f32(m, n, k, tmp, (1, m), a, as_, b, bs, false, pack)?;
+    gemm_f32_on(kernel, (m, n, k), (tmp, (1, m), a, as_, b, bs), false, pack)?;
     // blocks of 16 columns keep the 16 source runs in cache while rows advance
     for j0 in (0..n).step_by(16) {
         let j1 = (j0 + 16).min(n);
