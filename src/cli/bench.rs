@@ -35,11 +35,18 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     if a.device == super::device::Device::Cuda {
         return Err("Whisper runs on the CPU for now (--device cpu)".into());
     }
-    let spec = a.model.as_deref().and_then(|m| m.to_str()).unwrap_or_default();
+    let spec = a
+        .model
+        .as_deref()
+        .and_then(|m| m.to_str())
+        .unwrap_or_default();
     let model = WhisperModel::open(spec).map_err(|e| e.to_string())?;
     let mut w = CpuWhisper::new(&model).map_err(|e| e.to_string())?;
     let file = a.file.clone().unwrap_or_else(|| {
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/whisper/librivox_dev00.wav"))
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/whisper/librivox_dev00.wav"
+        ))
     });
     let audio = pulsed::audio::load_wav(&file, 16_000).map_err(|e| e.to_string())?;
     let reps = a.reps.max(1);
@@ -103,7 +110,12 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     w.time_nodes();
     w.encode(&[&window]).map_err(e)?;
     println!("  encoder by op kind (one window):");
-    for (g, op, t) in w.node_times().into_iter().filter(|x| x.0 == "encoder").take(8) {
+    for (g, op, t) in w
+        .node_times()
+        .into_iter()
+        .filter(|x| x.0 == "encoder")
+        .take(8)
+    {
         println!("    {g} {op:<20} {:8.2} ms", t.as_secs_f64() * 1000.0);
     }
     Ok(ExitCode::SUCCESS)
