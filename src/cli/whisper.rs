@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use pulsed::audio::WavStream;
 use pulsed::batch::{Control, FileWorker, Outcome};
 use pulsed::decode::{Transcript, Word};
+use pulsed::vad::Vad;
 use pulsed::whisper::decode::{
-    transcribe_features, DecodeOptions, InitialPrompt, Network, Segment,
+    transcribe_batched, transcribe_features, BatchedOptions, DecodeOptions, InitialPrompt, Network,
+    Segment,
 };
 use pulsed::whisper::features::FeatureStream;
 use pulsed::whisper::{
@@ -47,6 +49,15 @@ pub struct WhisperArgs {
     /// jsonl, srt and vtt; `--word-timestamps false` turns them off).
     #[arg(long)]
     pub word_timestamps: Option<bool>,
+    /// Whisper: faster-whisper's batched pipeline: cut the recording on
+    /// Silero VAD speech into chunks of at most 30 s, encode `--batch-size`
+    /// chunks per encoder call, decode each chunk on its own (no timestamps,
+    /// no previous-text conditioning, unless asked for).
+    #[arg(long)]
+    pub vad: bool,
+    /// Whisper with `--vad`: chunks per encoder call.
+    #[arg(long, default_value_t = 8, requires = "vad")]
+    pub batch_size: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,6 +79,8 @@ pub struct WhisperJob {
     tokenizer: Arc<WhisperTokenizer>,
     gen: Arc<GenerationConfig>,
     opts: DecodeOptions,
+    /// `--vad`: the batched pipeline's settings and its voice detector.
+    batched: Option<(BatchedOptions, Arc<Vad>)>,
     /// The network built while checking the folder, for the first worker.
     first: Mutex<Option<CpuWhisper>>,
 }
@@ -86,7 +99,11 @@ impl WhisperJob {
         let tokenizer = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json"))
             .map_err(|e| e.to_string())?;
         let gen = GenerationConfig::load(&model.dir).map_err(|e| e.to_string())?;
-        let mut opts = DecodeOptions::default();
+        let mut opts = if a.vad {
+            BatchedOptions::decode_defaults()
+        } else {
+            DecodeOptions::default()
+        };
         if let Some(b) = beam {
             if b == 0 {
                 return Err("--beam must be at least 1".into());
@@ -102,8 +119,24 @@ impl WhisperJob {
         if a.no_fallback {
             opts.temperatures = vec![0.0];
         }
-        opts.condition_on_previous_text = !a.no_condition;
-        opts.without_timestamps = a.without_timestamps;
+        if !a.vad {
+            opts.condition_on_previous_text = !a.no_condition;
+        }
+        opts.without_timestamps |= a.without_timestamps;
+        let batched = match a.vad {
+            true if a.batch_size == 0 => return Err("--batch-size must be at least 1".into()),
+            true => {
+                let vad = Vad::load_default().map_err(|e| {
+                    format!("--vad needs Silero VAD (bash scripts/fetch_silero.sh): {e}")
+                })?;
+                let b = BatchedOptions {
+                    batch_size: a.batch_size,
+                    ..BatchedOptions::default()
+                };
+                Some((b, Arc::new(vad)))
+            }
+            false => None,
+        };
         opts.word_timestamps = a.word_timestamps.unwrap_or(format != Format::Text);
         // building the graphs checks every weight's shape: a bad folder is
         // refused here, once, rather than by every file
@@ -113,6 +146,7 @@ impl WhisperJob {
             tokenizer: Arc::new(tokenizer),
             gen: Arc::new(gen),
             opts,
+            batched,
             first: Mutex::new(Some(first)),
         })
     }
@@ -125,6 +159,7 @@ impl WhisperJob {
             None => CpuWhisper::new(&self.model).map_err(|e| e.to_string())?,
         };
         Ok(WhisperWorker {
+            batched: self.batched.clone(),
             net,
             tokenizer: self.tokenizer.clone(),
             gen: self.gen.clone(),
@@ -146,6 +181,7 @@ impl WhisperJob {
 
 /// One worker: its network plus the shared text side.
 pub struct WhisperWorker {
+    batched: Option<(BatchedOptions, Arc<Vad>)>,
     net: CpuWhisper,
     tokenizer: Arc<WhisperTokenizer>,
     gen: Arc<GenerationConfig>,
@@ -162,26 +198,59 @@ impl FileWorker for WhisperWorker {
         control: &Control,
         progress: &mut dyn FnMut(f64),
     ) -> Outcome {
-        let (features, duration_s) = match self.features(path, control) {
-            Ok(Some(f)) => f,
-            Ok(None) => return Outcome::Cancelled,
-            Err(e) => return Outcome::Failed(e),
-        };
-        let net = if self.opts.word_timestamps {
-            Network::Aligned(&mut self.net)
-        } else {
-            Network::Plain(&mut self.net)
-        };
-        let (tok, gen) = (&self.tokenizer, &self.gen);
         let mut segments = Vec::new();
-        let r = transcribe_features(net, tok, gen, &features, duration_s, &self.opts, |s| {
+        let mut on_segment = |s: Segment| {
             if control.is_stopped() {
                 return Err(pulsed::Error::Other(STOPPED.into()));
             }
             progress(s.end);
             segments.push(s);
             Ok(())
-        });
+        };
+        let n_mels = self.net.n_mels();
+        let net = if self.opts.word_timestamps {
+            Network::Aligned(&mut self.net)
+        } else {
+            Network::Plain(&mut self.net)
+        };
+        let (tok, gen, opts) = (&self.tokenizer, &self.gen, &self.opts);
+        let (r, duration_s) = match &self.batched {
+            Some((b, vad)) => {
+                // the batched pipeline needs the whole recording for its VAD
+                let audio = match pulsed::audio::load_wav(path, 16_000) {
+                    Ok(a) => a,
+                    Err(e) => return Outcome::Failed(e.to_string()),
+                };
+                let r = transcribe_batched(
+                    net,
+                    tok,
+                    gen,
+                    &audio.samples,
+                    opts,
+                    b,
+                    vad,
+                    &mut on_segment,
+                );
+                (r, audio.duration_s)
+            }
+            None => {
+                let (features, duration_s) = match Self::features(path, control, n_mels) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => return Outcome::Cancelled,
+                    Err(e) => return Outcome::Failed(e),
+                };
+                let r = transcribe_features(
+                    net,
+                    tok,
+                    gen,
+                    &features,
+                    duration_s,
+                    opts,
+                    &mut on_segment,
+                );
+                (r, duration_s)
+            }
+        };
         match r {
             Ok(info) => {
                 progress(duration_s);
@@ -201,11 +270,15 @@ impl FileWorker for WhisperWorker {
 impl WhisperWorker {
     /// The recording's features, its WAV streamed through the front end
     /// (the audio is never held whole); `None` when stopped.
-    fn features(&self, path: &Path, control: &Control) -> Result<Option<(Vec<f32>, f64)>, String> {
+    fn features(
+        path: &Path,
+        control: &Control,
+        n_mels: usize,
+    ) -> Result<Option<(Vec<f32>, f64)>, String> {
         let mut wav = WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
         let duration_s = wav.source_duration_s();
         let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
-        let mut fs = FeatureStream::new(self.net.n_mels()).map_err(in_file)?;
+        let mut fs = FeatureStream::new(n_mels).map_err(in_file)?;
         let mut samples = 0usize;
         while let Some(chunk) = wav.next_chunk(1 << 16).map_err(|e| e.to_string())? {
             if control.is_stopped() {
