@@ -30,7 +30,9 @@ wall second (VAD, features, encoder and decoder; loading excluded).
   - "runs": the pipeline's speech segments (its own VAD) and output
     segments (tokens, times, scores, words) on fixtures/whisper/
     librivox_dev00.wav and on realdev dev00..dev09 joined by 0.5 s of
-    silence, for a few option sets. Our tests feed the same speech
+    silence, for a few option sets (and, with whisper-base, the clip with
+    its language detected, and with each chunk's own language). Our tests
+    feed the same speech
     segments to our pipeline and compare token for token.
 The VAD section writes times as Python's repr strings: serde_json's
 default float parsing can miss the closest double by one unit in the
@@ -248,6 +250,8 @@ def run_golden(pipeline, audio, kwargs):
         out.append(seg)
     return {
         "kwargs": kwargs,
+        "language": info.language,
+        "language_probability": info.language_probability,
         "speech": [[c["start"], c["end"]] for c in speech],
         "duration": info.duration,
         "segments": out,
@@ -255,6 +259,8 @@ def run_golden(pipeline, audio, kwargs):
 
 
 def golden(name):
+    """tiny.en-style runs with `name`; language runs with whisper-base
+    when its CTranslate2 folder is there."""
     pipeline, extra = load(name)
     runs = {}
     clip = read_wav(os.path.join(ROOT, "fixtures", "whisper", "librivox_dev00.wav"))
@@ -270,10 +276,22 @@ def golden(name):
             pipeline, joined, {**extra, "beam_size": 1, "word_timestamps": True})
     else:
         print(f"no {REALDEV}: the realdev runs are left out")
+    for run in runs.values():
+        run["model"] = name
+    base = "whisper-base"
+    if os.path.isdir(os.path.join(ROOT, "third_party", "whisper", base, "ct2")):
+        pipeline, _ = load(base)
+        # language detected on the joined speech; each chunk's own language
+        runs["base_librivox_detect"] = run_golden(pipeline, clip, {"beam_size": 1})
+        runs["base_librivox_multilingual"] = run_golden(
+            pipeline, clip, {"beam_size": 1, "multilingual": True, "language": "en"})
+        runs["base_librivox_detect"]["model"] = base
+        runs["base_librivox_multilingual"]["model"] = base
+    else:
+        print(f"no {base} CTranslate2 folder: its runs are left out")
     os.makedirs(os.path.dirname(GOLDEN), exist_ok=True)
     data = {
         "made_by": "python3 scripts/whisper/reference_batched.py " + name + " --golden",
-        "model": name,
         "vad": vad_golden(),
         "runs": runs,
     }

@@ -7,7 +7,7 @@
 //! another on the shared decoder cache. Segment times are put back on the
 //! recording's timeline.
 //!
-//! What the pipeline does differently from [`transcribe`](super::transcribe)
+//! What the pipeline does differently from [`transcribe`](super::transcribe())
 //! (each followed here):
 //!
 //! | | batched pipeline |
@@ -105,7 +105,7 @@ impl BatchedOptions {
 ///
 /// Start with [`BatchedOptions::decode_defaults`] for the pipeline's own
 /// defaults. `network`, `tokenizer` and `gen` are as for
-/// [`transcribe`](super::transcribe); word timestamps need
+/// [`transcribe`](super::transcribe()); word timestamps need
 /// [`Network::Aligned`]. A recording without speech gives no segment.
 /// Errors: options that cannot work (beam 0, no temperature, batch size 0,
 /// word timestamps without alignment, VAD options for another rate), a

@@ -201,6 +201,6 @@ mod tests {
         assert_eq!(py_round(2.675, 2), 2.67); // 2.67499999... in binary
         assert_eq!(py_round(0.125, 2), 0.12); // an exact tie: to even
         assert_eq!(py_round(1.0005, 3), 1.0); // 1.000499999...
-        assert_eq!(py_round(3.14159, 3), 3.142);
+        assert_eq!(py_round(1.23456, 3), 1.235);
     }
 }
