@@ -164,6 +164,48 @@ pub struct Summary {
     pub single_stream_reason: Option<String>,
 }
 
+impl Summary {
+    /// Counts one result.
+    fn count(&mut self, r: &FileResult) {
+        match &r.outcome {
+            Outcome::Done { duration_s, .. } => {
+                self.transcribed += 1;
+                self.audio_s += duration_s;
+            }
+            Outcome::Failed(_) => self.failed += 1,
+            Outcome::Cancelled => self.cancelled += 1,
+        }
+    }
+
+    /// Once every worker is done: the files never started, the wall time.
+    pub(super) fn close(&mut self, files: usize, started: Instant) {
+        self.not_started = files - (self.transcribed + self.failed + self.cancelled);
+        self.wall_s = started.elapsed().as_secs_f64();
+    }
+}
+
+/// Counts and hands on every result the workers send; after `on_result`
+/// fails, the run is stopped and later results are only counted. Returns
+/// that failure.
+pub(super) fn receive<E>(
+    rx: mpsc::Receiver<FileResult>,
+    summary: &mut Summary,
+    control: &Control,
+    on_result: &mut impl FnMut(FileResult) -> Result<(), E>,
+) -> Option<E> {
+    let mut first_err = None;
+    for r in rx {
+        summary.count(&r);
+        if first_err.is_none() {
+            if let Err(e) = on_result(r) {
+                control.stop();
+                first_err = Some(e);
+            }
+        }
+    }
+    first_err
+}
+
 /// Transcribes `files` on `opts.jobs` threads and calls `on_result` on the
 /// calling thread as each file finishes (completion order). Long files are
 /// streamed chunk by chunk (in [`Mode::Streamed`]), so memory does not grow
@@ -241,25 +283,9 @@ fn run_with<E>(
             }
         }
         drop(tx);
-        for r in rx {
-            match &r.outcome {
-                Outcome::Done { duration_s, .. } => {
-                    summary.transcribed += 1;
-                    summary.audio_s += duration_s;
-                }
-                Outcome::Failed(_) => summary.failed += 1,
-                Outcome::Cancelled => summary.cancelled += 1,
-            }
-            if first_err.is_none() {
-                if let Err(e) = on_result(r) {
-                    control.stop();
-                    first_err = Some(e);
-                }
-            }
-        }
+        first_err = receive(rx, &mut summary, control, &mut on_result);
     });
-    summary.not_started = files.len() - (summary.transcribed + summary.failed + summary.cancelled);
-    summary.wall_s = started.elapsed().as_secs_f64();
+    summary.close(files.len(), started);
     let fell_back = fell_back.into_inner().unwrap_or_else(|e| e.into_inner());
     summary.single_stream_workers = fell_back.len();
     summary.single_stream_reason = fell_back.into_iter().next();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use super::pool::panic_message;
+use super::pool::{panic_message, receive};
 use super::{BatchOptions, Control, FileResult, Outcome, Summary};
 
 /// One worker's model: transcribes a file, reporting the seconds of audio
@@ -59,25 +59,9 @@ where
             s.spawn(move || worker(files, order, next, control, make, tx));
         }
         drop(tx);
-        for r in rx {
-            match &r.outcome {
-                Outcome::Done { duration_s, .. } => {
-                    summary.transcribed += 1;
-                    summary.audio_s += duration_s;
-                }
-                Outcome::Failed(_) => summary.failed += 1,
-                Outcome::Cancelled => summary.cancelled += 1,
-            }
-            if first_err.is_none() {
-                if let Err(e) = on_result(r) {
-                    control.stop();
-                    first_err = Some(e);
-                }
-            }
-        }
+        first_err = receive(rx, &mut summary, control, &mut on_result);
     });
-    summary.not_started = files.len() - (summary.transcribed + summary.failed + summary.cancelled);
-    summary.wall_s = started.elapsed().as_secs_f64();
+    summary.close(files.len(), started);
     match first_err {
         Some(e) => Err(e),
         None => Ok(summary),

@@ -215,6 +215,28 @@ impl KvCache {
     }
 }
 
+impl CacheState {
+    /// Checks a layer's head count and a query `[B, n, width]` of the
+    /// cache's `B` sequences; returns `(B, n)`.
+    fn check_query(&self, layer: usize, heads: usize, q: &Tensor) -> OpResult<(usize, usize)> {
+        let width = self.width;
+        if layer >= self.layers || heads == 0 || !width.is_multiple_of(heads) {
+            return Err(param(format!(
+                "layer {layer} of {}, {heads} heads over {width} features",
+                self.layers
+            )));
+        }
+        let (b, n) = dims3(q, 0, width)?;
+        if b != self.batch {
+            return Err(OpError::Shape(format!(
+                "{b} sequences fed, the cache holds {}",
+                self.batch
+            )));
+        }
+        Ok((b, n))
+    }
+}
+
 /// `[B, n, width]` f32 facts shared by both attentions.
 fn attention_facts(inputs: &[&TypedFact], count: usize) -> OpResult<Vec<TypedFact>> {
     input_count(inputs, count)?;
@@ -345,13 +367,7 @@ impl Op for CachedSelfAttention {
         input_count(inputs, 3)?;
         let mut st = self.cache.lock();
         let (width, cap, layer) = (st.width, st.capacity, self.layer);
-        if layer >= st.layers || self.heads == 0 || !width.is_multiple_of(self.heads) {
-            return Err(param(format!(
-                "layer {layer} of {}, {} heads over {width} features",
-                st.layers, self.heads
-            )));
-        }
-        let (b, n) = dims3(inputs[0], 0, width)?;
+        let (b, n) = st.check_query(layer, self.heads, inputs[0])?;
         for i in 1..3 {
             if dims3(inputs[i], i, width)? != (b, n) {
                 return Err(OpError::Shape(format!(
@@ -360,12 +376,6 @@ impl Op for CachedSelfAttention {
                     inputs[0].shape()
                 )));
             }
-        }
-        if b != st.batch {
-            return Err(OpError::Shape(format!(
-                "{b} sequences fed, the cache holds {}",
-                st.batch
-            )));
         }
         let past = st.filled[layer];
         if past + n > cap {
@@ -449,19 +459,7 @@ impl Op for CrossAttention {
         input_count(inputs, 1)?;
         let mut st = self.cache.lock();
         let (width, layer, frames) = (st.width, self.layer, st.frames);
-        if layer >= st.layers || self.heads == 0 || !width.is_multiple_of(self.heads) {
-            return Err(param(format!(
-                "layer {layer} of {}, {} heads over {width} features",
-                st.layers, self.heads
-            )));
-        }
-        let (b, n) = dims3(inputs[0], 0, width)?;
-        if b != st.batch {
-            return Err(OpError::Shape(format!(
-                "{b} sequences fed, the cache holds {}",
-                st.batch
-            )));
-        }
+        let (b, n) = st.check_query(layer, self.heads, inputs[0])?;
         if st.cross_k[layer].len() != st.windows * frames * width || frames == 0 {
             return Err(param(format!("layer {layer} has no encoder output")));
         }
