@@ -98,7 +98,7 @@ pub fn transcribe_features(
     check_options(opts, &network)?;
     let sp = *tokenizer.special();
     let n_mels = network.backend().n_mels();
-    if n_mels == 0 || features.is_empty() || features.len() % n_mels != 0 {
+    if n_mels == 0 || features.is_empty() || !features.len().is_multiple_of(n_mels) {
         return Err(WhisperError::BackendShape {
             what: "log-mel features",
             expected: n_mels * ((duration * SAMPLE_RATE as f64) as usize / 160 + 1),
@@ -128,7 +128,7 @@ pub fn transcribe_features(
                 segments: opts.language_detection_segments,
                 threshold: opts.language_detection_threshold,
             };
-            let found = detect_language(network.backend(), &features, frames, seek, &detection)?;
+            let found = detect_language(network.backend(), features, frames, seek, &detection)?;
             let all = found.all.into_iter().map(|(c, p)| (c, p as f64)).collect();
             (found.language, found.probability as f64, Some(all))
         }
@@ -151,7 +151,7 @@ pub fn transcribe_features(
         suppress_begin,
         rng: StdRng::seed_from_u64(opts.seed),
     };
-    run.generate_segments(&mut network, &features, frames, &clips, &mut on_segment)?;
+    run.generate_segments(&mut network, features, frames, &clips, &mut on_segment)?;
     Ok(TranscriptionInfo {
         language,
         language_probability,
