@@ -17,16 +17,30 @@
 //! AVX2 + FMA where the CPU has them, the scalar `f32::exp` and `libm::erff`
 //! elsewhere.
 
-/// `x[i] = exp(x[i] - shift)` for every element; returns their sum.
-pub fn exp_shifted_sum(x: &mut [f32], shift: f32) -> f32 {
+/// `x[i] = exp(x[i] * scale - shift)` for every element, the product
+/// rounded before the subtraction (the numbers of a row scaled first);
+/// returns their sum.
+pub fn exp_shifted_sum(x: &mut [f32], scale: f32, shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the features were just detected.
-            return unsafe { avx2::exp_shifted_sum(x, shift) };
+            return unsafe { avx2::exp_shifted_sum(x, scale, shift) };
         }
     }
-    scalar(x, shift)
+    scalar(x, scale, shift)
+}
+
+/// The largest element, NaN skipped as `f32::max` does; -inf when empty.
+pub fn max(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was just detected.
+            return unsafe { avx2::max(x) };
+        }
+    }
+    x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
 }
 
 /// `out[i] = gelu(x[i])`, exact GELU (with the error function), for the
@@ -50,10 +64,10 @@ pub fn gelu_scalar(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-fn scalar(x: &mut [f32], shift: f32) -> f32 {
+fn scalar(x: &mut [f32], scale: f32, shift: f32) -> f32 {
     let mut sum = 0.0;
     for v in x.iter_mut() {
-        *v = (*v - shift).exp();
+        *v = (*v * scale - shift).exp();
         sum += *v;
     }
     sum
@@ -169,14 +183,14 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn exp_shifted_sum(x: &mut [f32], shift: f32) -> f32 {
-        let s = _mm256_set1_ps(shift);
+    pub(super) unsafe fn exp_shifted_sum(x: &mut [f32], scale: f32, shift: f32) -> f32 {
+        let (k, s) = (_mm256_set1_ps(scale), _mm256_set1_ps(shift));
         let mut acc = _mm256_setzero_ps();
         let mut chunks = x.chunks_exact_mut(8);
         for c in &mut chunks {
             // SAFETY: c holds exactly 8 floats.
             let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
-            let y = unsafe { exp8(_mm256_sub_ps(v, s)) };
+            let y = unsafe { exp8(_mm256_sub_ps(_mm256_mul_ps(v, k), s)) };
             unsafe { _mm256_storeu_ps(c.as_mut_ptr(), y) };
             acc = _mm256_add_ps(acc, y);
         }
@@ -184,8 +198,27 @@ mod avx2 {
         // SAFETY: lanes holds 8 floats.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         let mut sum: f32 = lanes.iter().sum();
-        sum += super::scalar(chunks.into_remainder(), shift);
+        sum += super::scalar(chunks.into_remainder(), scale, shift);
         sum
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn max(x: &[f32]) -> f32 {
+        // four chains: max has a latency of several cycles
+        let mut m = [_mm256_set1_ps(f32::NEG_INFINITY); 4];
+        let mut chunks = x.chunks_exact(32);
+        for c in &mut chunks {
+            for (i, m) in m.iter_mut().enumerate() {
+                // SAFETY: c holds 32 floats; max_ps(v, m) keeps m where v is NaN
+                *m = _mm256_max_ps(unsafe { _mm256_loadu_ps(c.as_ptr().add(8 * i)) }, *m);
+            }
+        }
+        let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+        let mut lanes = [0f32; 8];
+        // SAFETY: lanes holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+        let rest = chunks.remainder().iter().chain(&lanes);
+        rest.fold(f32::NEG_INFINITY, |m, &v| m.max(v))
     }
 }
 
@@ -199,20 +232,48 @@ mod tests {
         xs.extend([f32::NEG_INFINITY, -1e30, -88.0, -87.0, 0.0, 88.0]);
         let want: Vec<f32> = xs.iter().map(|x| (x - 1.5).exp()).collect();
         let mut got = xs.clone();
-        exp_shifted_sum(&mut got, 1.5);
+        exp_shifted_sum(&mut got, 1.0, 1.5);
         for ((g, w), x) in got.iter().zip(&want).zip(&xs) {
             let tol = 3.0 * f32::EPSILON * w.abs() + f32::MIN_POSITIVE;
             assert!(g == w || (g - w).abs() <= tol, "exp({x} - 1.5): {g} vs {w}");
         }
         // the sum overflows with the largest: check it below them
         let mut sub: Vec<f32> = xs.iter().copied().filter(|&x| x < 40.0).collect();
-        let sum = exp_shifted_sum(&mut sub, 1.5);
+        let sum = exp_shifted_sum(&mut sub, 1.0, 1.5);
         let total: f64 = xs
             .iter()
             .filter(|&&x| x < 40.0)
             .map(|&x| (x as f64 - 1.5).exp())
             .sum();
         assert!(((sum as f64) - total).abs() <= 1e-5 * total);
+    }
+
+    /// Scaling inside equals scaling the row first, bit for bit.
+    #[test]
+    fn scaled_exp_equals_scaling_first() {
+        let xs: Vec<f32> = (0..1003)
+            .map(|i| ((i * 37) % 1000) as f32 * 0.0173 - 9.0)
+            .collect();
+        let scale = 0.353_553_38;
+        let mut scaled: Vec<f32> = xs.iter().map(|x| x * scale).collect();
+        let shift = max(&scaled);
+        assert_eq!(shift, max(&xs) * scale);
+        let want = exp_shifted_sum(&mut scaled, 1.0, shift);
+        let mut got = xs.clone();
+        assert_eq!(exp_shifted_sum(&mut got, scale, shift), want);
+        assert_eq!(got, scaled);
+    }
+
+    #[test]
+    fn max_skips_nan() {
+        for len in [0, 1, 7, 32, 45, 100] {
+            let mut xs: Vec<f32> = (0..len).map(|i| ((i * 13) % 17) as f32 - 20.0).collect();
+            let want = xs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            assert_eq!(max(&xs), want);
+            xs.iter_mut().step_by(3).for_each(|v| *v = f32::NAN);
+            let want = xs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            assert_eq!(max(&xs).to_bits(), want.to_bits(), "len {len}");
+        }
     }
 
     /// Every 1/64 from -16 to 16 and a thousand points per unit on [-6, 6],

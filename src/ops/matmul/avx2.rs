@@ -63,12 +63,21 @@ pub unsafe fn gemm(
 }
 
 /// Copies an `mc×kc` block of `a` as `[block][k][16 rows]`, zero rows
-/// past `mc`.
+/// past `mc`; a column-major `a` a run of rows at a time.
 #[inline(always)]
 unsafe fn pack_a(a: *const f32, (ars, acs): (usize, usize), mc: usize, kc: usize, pack: *mut f32) {
     for blk in 0..mc.div_ceil(MR) {
         let p = pack.add(blk * MR * kc);
         let rows = MR.min(mc - blk * MR);
+        if ars == 1 {
+            let src = a.add(blk * MR);
+            for kk in 0..kc {
+                let (s, d) = (src.add(kk * acs), p.add(kk * MR));
+                std::ptr::copy_nonoverlapping(s, d, rows);
+                std::ptr::write_bytes(d.add(rows), 0, MR - rows);
+            }
+            continue;
+        }
         for r in 0..MR {
             if r >= rows {
                 for kk in 0..kc {
