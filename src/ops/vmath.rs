@@ -12,21 +12,49 @@
 //! degree-8 `P`, fitted (Lawson's iteration on Chebyshev nodes) for 1.1e-8
 //! relative error in `h` over `t` in [0, 9.5], below which `e^(-t²)`
 //! underflows. Evaluated in f32 it stays within about 3 ulp of `h`
-//! everywhere; `x - x h` for positive `x` then rounds once.
+//! everywhere.
 //!
-//! AVX2 + FMA where the CPU has them, the scalar `f32::exp` and `libm::erff`
-//! elsewhere.
+//! AVX-512 or AVX2 + FMA where the CPU has them (the same operations, so
+//! the same value for each element), the scalar `f32::exp` and `libm::erff`
+//! elsewhere. `simd` is also what picks the matrix product kernel.
+
+/// The widest vectors in use, detected once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Simd {
+    /// AVX-512F (with AVX2 and FMA).
+    Avx512,
+    /// AVX2 and FMA.
+    Avx2,
+    None,
+}
+
+/// AVX-512 where the CPU has it, unless `PULSED_NO_AVX512=1` (to compare
+/// the two on one machine), else AVX2 + FMA, else none.
+pub(crate) fn simd() -> Simd {
+    static SIMD: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+    *SIMD.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            let no_512 = std::env::var_os("PULSED_NO_AVX512").is_some_and(|v| v == "1");
+            if !no_512 && is_x86_feature_detected!("avx512f") {
+                return Simd::Avx512;
+            }
+            return Simd::Avx2;
+        }
+        Simd::None
+    })
+}
 
 /// `x[i] = exp(x[i] * scale - shift)` for every element, the product
 /// rounded before the subtraction (the numbers of a row scaled first);
 /// returns their sum.
 pub fn exp_shifted_sum(x: &mut [f32], scale: f32, shift: f32) -> f32 {
+    // SAFETY: `simd` names only features the CPU has.
     #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the features were just detected.
-            return unsafe { avx2::exp_shifted_sum(x, scale, shift) };
-        }
+    match simd() {
+        Simd::Avx512 => return unsafe { avx512::exp_shifted_sum(x, scale, shift) },
+        Simd::Avx2 => return unsafe { avx2::exp_shifted_sum(x, scale, shift) },
+        Simd::None => {}
     }
     scalar(x, scale, shift)
 }
@@ -34,11 +62,9 @@ pub fn exp_shifted_sum(x: &mut [f32], scale: f32, shift: f32) -> f32 {
 /// The largest element, NaN skipped as `f32::max` does; -inf when empty.
 pub fn max(x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was just detected.
-            return unsafe { avx2::max(x) };
-        }
+    if simd() != Simd::None {
+        // SAFETY: `simd` names only features the CPU has.
+        return unsafe { avx2::max(x) };
     }
     x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
 }
@@ -46,12 +72,12 @@ pub fn max(x: &[f32]) -> f32 {
 /// `out[i] = gelu(x[i])`, exact GELU (with the error function), for the
 /// first `min(x.len(), out.len())` elements.
 pub fn gelu(x: &[f32], out: &mut [f32]) {
+    // SAFETY: `simd` names only features the CPU has.
     #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the features were just detected.
-            return unsafe { avx2::gelu(x, out) };
-        }
+    match simd() {
+        Simd::Avx512 => return unsafe { avx512::gelu(x, out) },
+        Simd::Avx2 => return unsafe { avx2::gelu(x, out) },
+        Simd::None => {}
     }
     for (o, &v) in out.iter_mut().zip(x) {
         *o = gelu_scalar(v);
@@ -77,14 +103,14 @@ fn scalar(x: &mut [f32], scale: f32, shift: f32) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
+    pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub(super) const LN2_HI: f32 = 0.693_359_4;
+    pub(super) const LN2_LO: f32 = -2.121_944_4e-4;
     /// Below this `exp` is under f32's smallest normal: the result is 0.
-    const LOW: f32 = -87.336_55;
+    pub(super) const LOW: f32 = -87.336_55;
     /// Above this (past ln f32::MAX = 88.72) the result is inf.
-    const HIGH: f32 = 88.8;
-    const P: [f32; 6] = [
+    pub(super) const HIGH: f32 = 88.8;
+    pub(super) const P: [f32; 6] = [
         1.987_569_1e-4,
         1.398_199_9e-3,
         8.333_452e-3,
@@ -123,9 +149,9 @@ mod avx2 {
     }
 
     /// `s = 1 / (1 + GELU_P t)`; 3/8 is exact in f32.
-    const GELU_P: f32 = 0.375;
+    pub(super) const GELU_P: f32 = 0.375;
     /// `P(s)` from degree 0 up (see the module doc).
-    const GELU_C: [f32; 9] = [
+    pub(super) const GELU_C: [f32; 9] = [
         0.105_807_21,
         0.105_316_74,
         0.102_715_23,
@@ -222,6 +248,93 @@ mod avx2 {
     }
 }
 
+/// `avx2`'s functions on 16 lanes, operation for operation.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::avx2::{GELU_C, GELU_P, HIGH, LN2_HI, LN2_LO, LOG2E, LOW, P};
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn exp16(x: __m512) -> __m512 {
+        let under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(LOW), _CMP_LT_OQ);
+        let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(LOW)), _mm512_set1_ps(HIGH));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+        );
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+        let mut p = _mm512_set1_ps(P[0]);
+        for c in &P[1..] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
+        }
+        let r2 = _mm512_mul_ps(r, r);
+        let y = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0)));
+        let bias = _mm512_set1_epi32(127);
+        let n = _mm512_cvtps_epi32(n);
+        let n1 = _mm512_min_epi32(n, bias);
+        let e1 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias));
+        let e2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(n, n1), bias));
+        let y = _mm512_mul_ps(
+            _mm512_mul_ps(y, _mm512_castsi512_ps(e1)),
+            _mm512_castsi512_ps(e2),
+        );
+        _mm512_maskz_mov_ps(!under, y)
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn exp_shifted_sum(x: &mut [f32], scale: f32, shift: f32) -> f32 {
+        let (k, s) = (_mm512_set1_ps(scale), _mm512_set1_ps(shift));
+        let mut acc = _mm512_setzero_ps();
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            // SAFETY: c holds exactly 16 floats.
+            let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            let y = exp16(_mm512_sub_ps(_mm512_mul_ps(v, k), s));
+            unsafe { _mm512_storeu_ps(c.as_mut_ptr(), y) };
+            acc = _mm512_add_ps(acc, y);
+        }
+        // the rest as `avx2` has it: 8 lanes, then one at a time
+        let rest = unsafe { super::avx2::exp_shifted_sum(chunks.into_remainder(), scale, shift) };
+        _mm512_reduce_add_ps(acc) + rest
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn gelu16(x: __m512) -> __m512 {
+        let one = _mm512_set1_ps(1.0);
+        let t = _mm512_mul_ps(
+            _mm512_abs_ps(x),
+            _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2),
+        );
+        let s = _mm512_div_ps(one, _mm512_fmadd_ps(t, _mm512_set1_ps(GELU_P), one));
+        let mut p = _mm512_set1_ps(GELU_C[8]);
+        for c in GELU_C[..8].iter().rev() {
+            p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(*c));
+        }
+        let tc = _mm512_min_ps(t, _mm512_set1_ps(10.0));
+        let t2 = _mm512_mul_ps(tc, tc);
+        let lo = _mm512_fmsub_ps(tc, tc, t2);
+        let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), t2));
+        let e = _mm512_fnmadd_ps(e, lo, e);
+        let h = _mm512_mul_ps(_mm512_mul_ps(e, s), p);
+        let pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+        let phi = _mm512_mask_blend_ps(pos, h, _mm512_sub_ps(one, h));
+        _mm512_mul_ps(x, phi)
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn gelu(x: &[f32], out: &mut [f32]) {
+        let n = x.len().min(out.len());
+        for i in (0..n).step_by(16) {
+            let mask = ((1u32 << (n - i).min(16)) - 1) as __mmask16;
+            // SAFETY: the mask keeps every lane inside both slices.
+            unsafe {
+                let v = _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i));
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), mask, gelu16(v));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +386,41 @@ mod tests {
             xs.iter_mut().step_by(3).for_each(|v| *v = f32::NAN);
             let want = xs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             assert_eq!(max(&xs).to_bits(), want.to_bits(), "len {len}");
+        }
+    }
+
+    /// The AVX-512 lanes give the AVX2 lanes' value for every element.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_equals_avx2() {
+        if simd() != Simd::Avx512 {
+            return;
+        }
+        let xs = gelu_inputs();
+        let (mut g16, mut g8) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
+        // SAFETY: `simd` found AVX-512F, AVX2 and FMA.
+        unsafe {
+            avx512::gelu(&xs, &mut g16);
+            avx2::gelu(&xs, &mut g8);
+        }
+        for ((x, a), b) in xs.iter().zip(&g16).zip(&g8) {
+            assert_eq!(a.to_bits(), b.to_bits(), "gelu({x})");
+        }
+        for len in [1003, 16, 15, 7] {
+            let xs: Vec<f32> = (0..len)
+                .map(|i| ((i * 37) % 1000) as f32 * 0.18 - 100.0)
+                .collect();
+            let (mut e16, mut e8) = (xs.clone(), xs.clone());
+            // SAFETY: as above.
+            let (s16, s8) = unsafe {
+                let s16 = avx512::exp_shifted_sum(&mut e16, 0.9, 1.5);
+                (s16, avx2::exp_shifted_sum(&mut e8, 0.9, 1.5))
+            };
+            for ((x, a), b) in xs.iter().zip(&e16).zip(&e8) {
+                assert_eq!(a.to_bits(), b.to_bits(), "exp({x} * 0.9 - 1.5)");
+            }
+            // the sums differ in order only
+            assert!((s16 - s8).abs() <= 1e-6 * s8, "{s16} vs {s8}");
         }
     }
 

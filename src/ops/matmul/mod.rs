@@ -16,6 +16,7 @@ use half::{bf16, f16};
 
 use super::broadcast::{broadcast_dims, broadcast_shapes, broadcast_strides, MAX_RANK};
 use super::checks::{float, input_count, rank_at_least, same_dtype};
+use super::vmath::Simd;
 use super::{contig, outputs_len, DType, Dim, Op, OpError, OpResult, Scratch, Tensor, TypedFact};
 use crate::op_common;
 
@@ -99,23 +100,14 @@ pub(crate) enum Kernel {
     Crate,
 }
 
-/// The best kernel this CPU runs, detected once: AVX-512F, else AVX2 +
-/// FMA, else the `gemm` crate; `PULSED_NO_AVX512=1` skips AVX-512.
+/// The kernel for the vectors `vmath::simd` picked: AVX-512, else AVX2 +
+/// FMA, else the `gemm` crate (`PULSED_NO_AVX512=1` skips AVX-512).
 pub(crate) fn kernel() -> Kernel {
-    static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
-    *KERNEL.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let no_512 = std::env::var_os("PULSED_NO_AVX512").is_some_and(|v| v == "1");
-            if !no_512 && is_x86_feature_detected!("avx512f") {
-                return Kernel::Avx512;
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return Kernel::Avx2;
-            }
-        }
-        Kernel::Crate
-    })
+    match super::vmath::simd() {
+        Simd::Avx512 => Kernel::Avx512,
+        Simd::Avx2 => Kernel::Avx2,
+        Simd::None => Kernel::Crate,
+    }
 }
 
 /// Scratch that `gemm_rows` needs: the column-major product plus `pack_len`.
