@@ -544,15 +544,16 @@ mod tests {
             .contiguous()
     }
 
-    #[test]
-    fn self_attention_fed_in_pieces_equals_causal_attention() {
-        let (b, n, h, width) = (2, 7, 3, 12);
+    /// Feeds `n` tokens of `b` sequences in pieces cut at `cuts` and checks
+    /// every output row against causal attention over all `n` at once, and
+    /// every output's shape against the op's facts.
+    fn check_pieces(b: usize, n: usize, h: usize, dh: usize, cuts: &[usize], seed: u32) {
+        let width = h * dh;
         let (q, k, v) = (
-            t(&[b, n, width], 1),
-            t(&[b, n, width], 2),
-            t(&[b, n, width], 3),
+            t(&[b, n, width], seed),
+            t(&[b, n, width], seed + 1),
+            t(&[b, n, width], seed + 2),
         );
-        // reference: causal attention over all n at once
         let mask: Vec<bool> = (0..n * n).map(|x| x % n <= x / n).collect();
         let mask = Tensor::from_vec(vec![n, n], mask).unwrap();
         let reference = eval_op(
@@ -565,49 +566,77 @@ mod tests {
         .unwrap()
         .contiguous()
         .reshape(&[b, n, width])
-        .unwrap();
-        let cache = KvCache::new(1, width, 16);
+        .unwrap()
+        .to_f32_vec();
+        let cache = KvCache::new(1, width, n + 3);
         cache
             .set_cross(0, &t(&[1, 4, width], 9), &t(&[1, 4, width], 10))
             .unwrap();
-        cache.start(&[0, 0]).unwrap();
+        cache.start(&vec![0; b]).unwrap();
         let op = CachedSelfAttention {
             layer: 0,
             heads: h,
             cache: cache.clone(),
         };
-        // the first 3 tokens at once, then one by one
-        let mut got = Vec::new();
-        for (lo, hi) in [(0, 3), (3, 4), (4, 5), (5, 6), (6, 7)] {
+        let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (n + 1)).collect();
+        bounds.extend([0, n]);
+        bounds.sort_unstable();
+        bounds.dedup();
+        for w in bounds.windows(2) {
+            let (lo, hi) = (w[0], w[1]);
             let part = |x: &Tensor| x.narrow(1, lo, hi - lo).unwrap().contiguous();
-            let y = eval_op(&op, &[&part(&q), &part(&k), &part(&v)])
+            let ins = [part(&q), part(&k), part(&v)];
+            let facts: Vec<TypedFact> = ins
+                .iter()
+                .map(|x| {
+                    TypedFact::dt_shape(
+                        DType::F32,
+                        &x.shape()
+                            .iter()
+                            .map(|&d| crate::ops::Dim::n(d as i64))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .collect();
+            let want = op.output_facts(&facts.iter().collect::<Vec<_>>()).unwrap();
+            let y = eval_op(&op, &[&ins[0], &ins[1], &ins[2]])
                 .unwrap()
                 .remove(0);
-            got.push(y);
-        }
-        assert_eq!(cache.len(), n);
-        for s in 0..b {
-            let mut row = 0;
-            for y in &got {
-                for i in 0..y.shape()[1] {
-                    let g = y
-                        .narrow(0, s, 1)
-                        .unwrap()
-                        .narrow(1, i, 1)
-                        .unwrap()
-                        .to_f32_vec();
-                    let r = reference
-                        .narrow(0, s, 1)
-                        .unwrap()
-                        .narrow(1, row, 1)
-                        .unwrap()
-                        .to_f32_vec();
-                    for (a, c) in g.iter().zip(&r) {
-                        assert!((a - c).abs() < 1e-5, "seq {s} row {row}: {a} vs {c}");
+            assert_eq!(
+                want[0]
+                    .shape
+                    .iter()
+                    .map(|d| d.as_const().unwrap() as usize)
+                    .collect::<Vec<_>>(),
+                y.shape()
+            );
+            let y = y.to_f32_vec();
+            for s in 0..b {
+                for i in lo..hi {
+                    let g = &y[(s * (hi - lo) + i - lo) * width..][..width];
+                    let r = &reference[(s * n + i) * width..][..width];
+                    for (a, c) in g.iter().zip(r) {
+                        assert!((a - c).abs() < 1e-5, "seq {s} row {i}: {a} vs {c}");
                     }
-                    row += 1;
                 }
             }
+        }
+        assert_eq!(cache.len(), n);
+    }
+
+    #[test]
+    fn self_attention_fed_in_pieces_equals_causal_attention() {
+        // the first 3 tokens at once, then one by one
+        check_pieces(2, 7, 3, 4, &[3, 4, 5, 6], 1);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_split_equals_causal_attention(
+            b in 1usize..4, n in 1usize..12, h in 1usize..4, dh in 1usize..10,
+            cuts in proptest::collection::vec(0usize..12, 0..5), seed in 1u32..1000,
+        ) {
+            check_pieces(b, n, h, dh, &cuts, seed);
         }
     }
 
