@@ -20,6 +20,7 @@
 
 /// The widest vectors in use, detected once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) enum Simd {
     /// AVX-512F (with AVX2 and FMA).
     Avx512,

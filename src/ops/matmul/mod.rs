@@ -235,6 +235,8 @@ pub(crate) fn gemm_f32_on(
         };
         return Ok(());
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernel; // only the gemm crate here
     // SAFETY: as above; gemm reads and writes exactly the checked extents.
     unsafe {
         gemm::gemm(
