@@ -235,8 +235,9 @@ pub(crate) fn gemm_f32_on(
         };
         return Ok(());
     }
+    // only the gemm crate off x86_64
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = kernel; // only the gemm crate here
+    let _ = kernel;
     // SAFETY: as above; gemm reads and writes exactly the checked extents.
     unsafe {
         gemm::gemm(
