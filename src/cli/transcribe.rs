@@ -333,6 +333,11 @@ fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, 
             "Whisper runs on the CPU for now (--device cpu); its GPU path is not built yet".into(),
         );
     }
+    if a.bench {
+        return Err(
+            "--bench is for the shipped model; time Whisper with `pulsed bench --model`".into(),
+        );
+    }
     let job = super::whisper::WhisperJob::open(
         a.model.as_deref().unwrap_or(Path::new("")),
         a.beam,
@@ -345,11 +350,6 @@ fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, 
         longest_first: true,
         streams: 1,
     };
-    if a.bench {
-        return Err(
-            "--bench is for the shipped model; time Whisper with `pulsed bench --model`".into(),
-        );
-    }
     eprintln!("pulsed: whisper {} on the CPU", job.describe());
     let make = || job.worker();
     write_results(

@@ -1,0 +1,198 @@
+//! The cache ops against plain causal attention; reordering, capacity, recording.
+
+use super::*;
+use crate::ops::attention::Attention;
+use crate::ops::eval_op;
+
+fn rand(n: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2654435761).max(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32) - 0.5
+        })
+        .collect()
+}
+
+fn t(shape: &[usize], seed: u32) -> Tensor {
+    Tensor::from_vec(shape.to_vec(), rand(shape.iter().product(), seed)).unwrap()
+}
+
+/// `[B, n, H*dh]` to `[B, H, n, dh]` for the reference attention.
+fn heads(x: &Tensor, h: usize) -> Tensor {
+    let s = x.shape();
+    x.reshape(&[s[0], s[1], h, s[2] / h])
+        .unwrap()
+        .permute(&[0, 2, 1, 3])
+        .unwrap()
+        .contiguous()
+}
+
+/// Feeds `n` tokens of `b` sequences in pieces cut at `cuts` and checks
+/// every output row against causal attention over all `n` at once, and
+/// every output's shape against the op's facts.
+fn check_pieces(b: usize, n: usize, h: usize, dh: usize, cuts: &[usize], seed: u32) {
+    let width = h * dh;
+    let (q, k, v) = (
+        t(&[b, n, width], seed),
+        t(&[b, n, width], seed + 1),
+        t(&[b, n, width], seed + 2),
+    );
+    let mask: Vec<bool> = (0..n * n).map(|x| x % n <= x / n).collect();
+    let mask = Tensor::from_vec(vec![n, n], mask).unwrap();
+    let reference = eval_op(
+        &Attention { scale: None },
+        &[&heads(&q, h), &heads(&k, h), &heads(&v, h), &mask],
+    )
+    .unwrap()
+    .remove(0)
+    .permute(&[0, 2, 1, 3])
+    .unwrap()
+    .contiguous()
+    .reshape(&[b, n, width])
+    .unwrap()
+    .to_f32_vec();
+    let cache = KvCache::new(1, width, n + 3);
+    cache
+        .set_cross(0, &t(&[1, 4, width], 9), &t(&[1, 4, width], 10))
+        .unwrap();
+    cache.start(&vec![0; b]).unwrap();
+    let op = CachedSelfAttention {
+        layer: 0,
+        heads: h,
+        cache: cache.clone(),
+    };
+    let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (n + 1)).collect();
+    bounds.extend([0, n]);
+    bounds.sort_unstable();
+    bounds.dedup();
+    for w in bounds.windows(2) {
+        let (lo, hi) = (w[0], w[1]);
+        let part = |x: &Tensor| x.narrow(1, lo, hi - lo).unwrap().contiguous();
+        let ins = [part(&q), part(&k), part(&v)];
+        let facts: Vec<TypedFact> = ins
+            .iter()
+            .map(|x| {
+                TypedFact::dt_shape(
+                    DType::F32,
+                    &x.shape()
+                        .iter()
+                        .map(|&d| crate::ops::Dim::n(d as i64))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let want = op.output_facts(&facts.iter().collect::<Vec<_>>()).unwrap();
+        let y = eval_op(&op, &[&ins[0], &ins[1], &ins[2]])
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            want[0]
+                .shape
+                .iter()
+                .map(|d| d.as_const().unwrap() as usize)
+                .collect::<Vec<_>>(),
+            y.shape()
+        );
+        let y = y.to_f32_vec();
+        for s in 0..b {
+            for i in lo..hi {
+                let g = &y[(s * (hi - lo) + i - lo) * width..][..width];
+                let r = &reference[(s * n + i) * width..][..width];
+                for (a, c) in g.iter().zip(r) {
+                    assert!((a - c).abs() < 1e-5, "seq {s} row {i}: {a} vs {c}");
+                }
+            }
+        }
+    }
+    assert_eq!(cache.len(), n);
+}
+
+#[test]
+fn self_attention_fed_in_pieces_equals_causal_attention() {
+    // the first 3 tokens at once, then one by one
+    check_pieces(2, 7, 3, 4, &[3, 4, 5, 6], 1);
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_split_equals_causal_attention(
+        b in 1usize..4, n in 1usize..12, h in 1usize..4, dh in 1usize..10,
+        cuts in proptest::collection::vec(0usize..12, 0..5), seed in 1u32..1000,
+    ) {
+        check_pieces(b, n, h, dh, &cuts, seed);
+    }
+}
+
+#[test]
+fn reorder_moves_sequences_and_windows() {
+    let width = 4;
+    let cache = KvCache::new(1, width, 8);
+    let ck = Tensor::from_vec(vec![2, 1, width], vec![1f32; 8]).unwrap();
+    // window 1's values are 2, window 0's are 1
+    let cv = Tensor::from_vec(vec![2, 1, width], [[1f32; 4], [2f32; 4]].concat()).unwrap();
+    cache.set_cross(0, &ck, &cv).unwrap();
+    cache.start(&[0, 1]).unwrap();
+    let cross = CrossAttention {
+        layer: 0,
+        heads: 2,
+        cache: cache.clone(),
+    };
+    let q = t(&[2, 1, width], 5);
+    let y = eval_op(&cross, &[&q]).unwrap().remove(0).to_f32_vec();
+    assert_eq!(y, [[1f32; 4], [2f32; 4]].concat());
+    cache.reorder(&[1, 1, 0]).unwrap();
+    assert_eq!(cache.batch(), 3);
+    let q = t(&[3, 1, width], 6);
+    let y = eval_op(&cross, &[&q]).unwrap().remove(0).to_f32_vec();
+    assert_eq!(y, [[2f32; 4], [2f32; 4], [1f32; 4]].concat());
+    assert!(cache.reorder(&[3]).is_err());
+    // a batch that does not match the cache is an error, not a wild read
+    assert!(eval_op(&cross, &[&t(&[1, 1, width], 7)]).is_err());
+}
+
+#[test]
+fn capacity_is_enforced() {
+    let width = 4;
+    let cache = KvCache::new(1, width, 2);
+    cache
+        .set_cross(0, &t(&[1, 3, width], 1), &t(&[1, 3, width], 2))
+        .unwrap();
+    cache.start(&[0]).unwrap();
+    let op = CachedSelfAttention {
+        layer: 0,
+        heads: 1,
+        cache,
+    };
+    let x = t(&[1, 3, width], 3);
+    assert!(eval_op(&op, &[&x, &x, &x]).is_err());
+    let x = t(&[1, 2, width], 3);
+    assert!(eval_op(&op, &[&x, &x, &x]).is_ok());
+}
+
+#[test]
+fn records_alignment_heads() {
+    let width = 4;
+    let cache = KvCache::new(2, width, 4);
+    for l in 0..2 {
+        cache
+            .set_cross(l, &t(&[1, 5, width], 1), &t(&[1, 5, width], 2))
+            .unwrap();
+    }
+    cache.start(&[0]).unwrap();
+    cache.record(Some(vec![(1, 0)]));
+    let op = CrossAttention {
+        layer: 1,
+        heads: 2,
+        cache: cache.clone(),
+    };
+    eval_op(&op, &[&t(&[1, 3, width], 4)]).unwrap();
+    let rec = cache.recorded();
+    assert_eq!(rec.len(), 1);
+    assert_eq!(rec[0].len(), 3 * 5);
+    for row in rec[0].chunks(5) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+}
