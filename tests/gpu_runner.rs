@@ -466,13 +466,15 @@ fn forcing_each_op_kind_to_the_cpu_keeps_cpu_equal_outputs() {
     let Some(d) = dev() else { return };
     let (_, model) = shipped(Head::LogProbs, 5120);
     let all = gpu_runner(&d, &model, Precision::F32, "");
-    let mut kinds: Vec<&str> = all
-        .translation()
-        .placements
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.is_gpu())
-        .map(|(id, _)| model.graph.nodes[id].op.name())
+    // the source nodes' kinds, those fused away included (the translation
+    // is of the device graph, where a fused node stands for several)
+    let tr = all.translation();
+    let mut kinds: Vec<&str> = (0..model.graph.nodes.len())
+        .filter(|&id| match tr.source_placement(id) {
+            Some(p) => p.is_gpu(),
+            None => true,
+        })
+        .map(|id| model.graph.nodes[id].op.name())
         .collect();
     kinds.sort_unstable();
     kinds.dedup();
@@ -481,13 +483,13 @@ fn forcing_each_op_kind_to_the_cpu_keeps_cpu_equal_outputs() {
     for kind in kinds {
         let r = gpu_runner(&d, &model, Precision::F32, kind);
         assert!(
-            r.translation()
-                .placements
-                .iter()
-                .enumerate()
-                .all(|(id, p)| {
-                    model.graph.nodes[id].op.name() != kind || matches!(p, Placement::Cpu(_))
-                }),
+            (0..model.graph.nodes.len()).all(|id| {
+                model.graph.nodes[id].op.name() != kind
+                    || matches!(
+                        r.translation().source_placement(id),
+                        Some(Placement::Cpu(_))
+                    )
+            }),
             "{kind} not forced"
         );
         let c = compare_pulsed(model.clone(), Box::new(r), a, 1e-4, false).expect("compare");
@@ -951,7 +953,9 @@ fn a_norm_written_by_the_linear_before_it_equals_cpu() {
         fused_graph_equals_cpu(&d, &label, g, &input, |count, described| {
             let ctx = format!("{rows} rows: {described:#?}");
             assert_eq!(count("the layer norm after it"), k, "{ctx}");
-            assert_eq!(count("written by l's launch"), k, "{ctx}");
+            // the norm is no node of its own on the GPU: written by the
+            // Linear before it, or normalised by the one after it
+            assert_eq!(count("layer_norm"), 0, "{ctx}");
         });
     }
 }
@@ -1000,12 +1004,13 @@ fn sibling_linears_equal_cpu() {
         b.output("y", y);
         let g = Arc::new(b.build().unwrap());
         let input = random(&[rows, c], 5, 2.0);
-        let (sib, written) = if joined { (1, 2) } else { (0, 0) };
+        let (sib, launches) = if joined { (1, 1) } else { (0, 3) };
         let label = format!("siblings {rows}x{c}");
         fused_graph_equals_cpu(&d, &label, g, &input, |count, described| {
             let ctx = format!("{rows} rows: {described:#?}");
             assert_eq!(count("+ 2 siblings"), sib, "{ctx}");
-            assert_eq!(count("written by v"), written, "{ctx}");
+            let linears = count("skinny linear") + count("cuBLAS GEMM");
+            assert_eq!(linears, launches, "{ctx}");
         });
     }
 }

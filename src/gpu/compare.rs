@@ -1,6 +1,13 @@
 //! CPU-vs-GPU comparison of a pulsed model, chunk by chunk and node by
 //! node: the library side of `pulsed compare` and of the GPU model tests.
 //! The GPU runs on its own outputs (cumulative mode), so drift shows.
+//!
+//! Nodes are the source graph's (the CPU's). The GPU runs a device graph in
+//! which the fusion rewrites (`gpu::rewrite`) replaced groups of nodes by
+//! one fused node: a fused node's output is compared with the CPU output of
+//! the last node it absorbed on that output (a Linear with its activation
+//! and residual add, with the Add's), and reseeded with it; the values in
+//! between exist only on the CPU and are skipped.
 
 use std::sync::Arc;
 

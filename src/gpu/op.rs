@@ -76,8 +76,8 @@ pub struct Io<'a> {
     pub scratch: u64,
 }
 
-/// `Any` for every GPU op, so that an op can recognise others of its kind
-/// ([`GpuOp::fuse_siblings`]); use [`downcast`].
+/// `Any` for every GPU op, so that a rewrite (`gpu::rewrite`) can read the
+/// GPU forms it fuses; use [`downcast`].
 pub trait AsAny {
     fn as_any(&self) -> &dyn Any;
 }
@@ -118,89 +118,6 @@ pub trait GpuOp: fmt::Debug + Send + AsAny {
     /// memory (a reshape): no launch, the planner aliases the buffers.
     fn alias(&self) -> Option<(usize, usize)> {
         None
-    }
-
-    /// Takes on an element-wise activation (an `elementwise.cu` unary code)
-    /// applied to its output 0, if it can; the translator then turns the
-    /// activation node into a view of this node's output.
-    fn fuse_activation(&mut self, _code: i32) -> bool {
-        false
-    }
-
-    /// Takes on `residual + output0 * alpha`, the residual being launched as
-    /// its input number `input` (after the node's own inputs), if it can.
-    fn fuse_residual(&mut self, _alpha: f32, _input: usize) -> bool {
-        false
-    }
-
-    /// Takes on GLU over its output's two halves of the last axis
-    /// (`a * sigmoid(b)`), writing only the result, if it can.
-    fn fuse_glu(&mut self) -> bool {
-        false
-    }
-
-    /// Takes on a layer norm (over the last axis, with `eps`) of its input 0,
-    /// reading the raw input, gamma and beta as inputs `input`, `input + 1`
-    /// and `input + 2` (after the node's own), if it can.
-    fn fuse_norm(&mut self, _eps: f32, _input: usize) -> bool {
-        false
-    }
-
-    /// Takes on `(output0 - a) * b` with `a` and `b` vectors over the last
-    /// axis (a feature normalisation), read as inputs `input` and
-    /// `input + 1` (after the node's own), if it can.
-    fn fuse_affine(&mut self, _input: usize) -> bool {
-        false
-    }
-
-    /// Takes on the Delays (no delay, `ring` frames of overlap, time-major)
-    /// that make its streamed window: inputs 1 and 2 (keys and values) of a
-    /// pulsed attention, input 0 of a convolution. It reads their undelayed
-    /// inputs as inputs `input`, `input + 1`, ... (after the node's own),
-    /// keeps their rings in its own state and updates them, if it can.
-    fn fuse_delays(&mut self, _ring: usize, _input: usize) -> bool {
-        false
-    }
-
-    /// Takes on a layer norm over the last axis of its output 0 (with `eps`,
-    /// gamma and beta read as inputs `input` and `input + 1`, after the
-    /// node's own), then the activation `act` (an `elementwise.cu` unary
-    /// code, -1 for none), if it can.
-    fn fuse_norm_after(&mut self, _eps: f32, _act: i32, _input: usize) -> bool {
-        false
-    }
-
-    /// Also writes a layer norm (over the last axis, with `eps`) of its
-    /// output 0 into another node's buffer, reading gamma, beta and that
-    /// buffer as inputs `input`, `input + 1` and `input + 2` (after the
-    /// node's own), if it can.
-    fn fuse_norm_copy(&mut self, _eps: f32, _input: usize) -> bool {
-        false
-    }
-
-    /// Computes, in its own launch, the outputs of `siblings`: ops of its
-    /// kind and shape reading the same inputs (attention's q, k and v
-    /// Linears), if it can. For each sibling in turn it reads that
-    /// sibling's own inputs after input 0 (a Linear's weights and bias),
-    /// then the sibling's output buffer, which it writes, as inputs
-    /// `input`, `input + 1`, ... (after the node's own).
-    fn fuse_siblings(&mut self, _siblings: &[&dyn GpuOp], _input: usize) -> bool {
-        false
-    }
-}
-
-/// The GPU form of a node whose output another node's launch writes
-/// ([`GpuOp::fuse_siblings`]): its own buffer, no kernel.
-#[derive(Debug)]
-pub struct WrittenBy(pub String);
-
-impl GpuOp for WrittenBy {
-    fn describe(&self) -> String {
-        format!("written by {}'s launch (no kernel)", self.0)
-    }
-
-    fn launch(&self, _: &LaunchCx, _: &Io) -> Result<(), GpuError> {
-        Ok(())
     }
 }
 

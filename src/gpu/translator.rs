@@ -8,6 +8,10 @@
 //! Anything else runs its CPU op with explicit transfers; a translation never
 //! fails because of one node. `PULSED_TRANSLATE_DEBUG=1` prints every
 //! rejected node with the reason.
+//!
+//! Then the rewrites (`gpu::rewrite`) fuse groups of GPU nodes into fused
+//! nodes: the translation is of the device graph they give, which maps back
+//! to the source graph outlet by outlet.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,7 +20,7 @@ use super::device::GpuDevice;
 use super::op::{BuildCx, GpuOp};
 use super::tensor::Precision;
 use super::GpuError;
-use crate::graph::Graph;
+use crate::graph::{Graph, OutletId};
 use crate::ops::{Const, OpError, Source, Tensor, TypedFact};
 
 /// Environment variable: comma-separated node names, op kinds (`Conv1d`) or
@@ -85,19 +89,38 @@ impl Placement {
     }
 }
 
-/// The translator's choice for every node, in node order.
+/// The device graph (the source graph after the fusion rewrites) and where
+/// each of its nodes runs, in node order.
 #[derive(Debug)]
 pub struct Translation {
+    /// The graph the runner runs: the source graph's nodes, with each fused
+    /// group replaced by one fused node.
+    pub graph: Arc<Graph>,
     pub placements: Vec<Placement>,
     /// Concrete node facts as the graph will run (logical dtypes).
     pub facts: Vec<Vec<TypedFact>>,
+    /// Execution order of the device graph's nodes.
+    pub order: Vec<usize>,
     pub precision: Precision,
-    /// For a node whose output an activation was fused into: that node
-    /// (its own output then no longer exists on the device).
-    pub fused_into: Vec<Option<usize>>,
-    /// Inputs a node's GPU form reads besides the node's own (a fused
-    /// residual), launched after them.
-    pub extra_inputs: Vec<Vec<crate::graph::OutletId>>,
+    /// For each source outlet, the device outlet computing it; `None` for
+    /// an intermediate value of a fused node (gone on the device).
+    pub outlets: Vec<Vec<Option<OutletId>>>,
+    /// For each device outlet, the source outlet it computes.
+    pub sources: Vec<Vec<OutletId>>,
+}
+
+impl Translation {
+    /// The device outlet computing the source outlet `o`, if any.
+    pub fn device_outlet(&self, o: OutletId) -> Option<OutletId> {
+        *self.outlets.get(o.node)?.get(o.slot)?
+    }
+
+    /// Where the source node `id` runs: the placement of the device node
+    /// computing its output 0 (`None` when it was fused away).
+    pub fn source_placement(&self, id: usize) -> Option<&Placement> {
+        let o = self.device_outlet(OutletId::new(id, 0))?;
+        self.placements.get(o.node)
+    }
 }
 
 /// Which nodes a user forced to the CPU.
@@ -136,7 +159,7 @@ pub struct TranslateOptions {
     pub force_cpu: ForceCpu,
     /// Print rejected nodes (defaults from [`DEBUG_ENV`]).
     pub debug: bool,
-    /// Wraps each node's GPU form as it is built, before fusion (tests
+    /// Wraps each node's GPU form as it is built, before the rewrites (tests
     /// inject faults with it: [`super::test_util::fault`]).
     pub wrap: Option<WrapGpuOp>,
 }
@@ -221,13 +244,15 @@ pub fn translate(
         };
         placements.push(placement);
     }
-    let (fused_into, extra_inputs) = super::fusion::fuse(graph, &facts, &mut placements);
+    let r = super::rewrite::rewrite(graph, facts, placements);
     Ok(Translation {
-        placements,
-        facts,
+        graph: Arc::new(r.graph),
+        placements: r.placements,
+        facts: r.facts,
+        order: r.order,
         precision: p,
-        fused_into,
-        extra_inputs,
+        outlets: r.outlets,
+        sources: r.sources,
     })
 }
 

@@ -38,16 +38,18 @@ fn shared_bytes(what: &str, d: usize, keys: usize) -> Result<u32, GpuError> {
     Ok(bytes as u32)
 }
 
-#[derive(Debug)]
-struct LimitedGpu {
+/// A limited attention's GPU form. The rewrites (`gpu::rewrite`) fuse into
+/// a pulsed one the Delays of its keys and values ([`LimitedGpu::with_delays`]):
+/// inputs 1 and 2 are then the new frames, and the rings are its state.
+#[derive(Debug, Clone)]
+pub(crate) struct LimitedGpu {
     f: CudaFunction,
     grid: Grid,
     /// Query rows per block of `limited_attention_tile` (one block per head
     /// and row group), or `None` for one block per query row.
     tile_rows: Option<i32>,
-    /// The K and V Delays taken on (`fuse_delays`): their ring's frames and
-    /// the index of their first undelayed input.
-    rings: Option<(usize, usize)>,
+    /// The ring frames of the K and V Delays fused into it.
+    rings: Option<usize>,
     elem: usize,
     pulsed: bool,
     heads: usize,
@@ -60,6 +62,22 @@ struct LimitedGpu {
     scale: f32,
     pulse: i64,
     delay: i64,
+}
+
+impl LimitedGpu {
+    /// With the K and V Delays (no delay, `ring` frames of overlap) kept in
+    /// its state: the tiled pulsed kernel only, whose window is the ring
+    /// and this pulse's frames.
+    pub(crate) fn with_delays(&self, ring: usize) -> Option<LimitedGpu> {
+        let fits = self.tile_rows.is_some()
+            && self.pulsed
+            && ring as i64 + self.tq as i64 == self.tk
+            && self.rings.is_none();
+        fits.then(|| LimitedGpu {
+            rings: Some(ring),
+            ..self.clone()
+        })
+    }
 }
 
 impl GpuOp for LimitedGpu {
@@ -82,20 +100,9 @@ impl GpuOp for LimitedGpu {
 
     fn state_bytes(&self) -> usize {
         // two rings (this step's and the next's) each of K and V
-        self.rings.map_or(0, |(ring, _)| {
+        self.rings.map_or(0, |ring| {
             4 * self.batch * ring * self.width as usize * self.elem
         })
-    }
-
-    fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
-        let fits = self.tile_rows.is_some()
-            && self.pulsed
-            && ring as i64 + self.tq as i64 == self.tk
-            && self.rings.is_none();
-        if fits {
-            self.rings = Some((ring, input));
-        }
-        fits
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
@@ -120,22 +127,8 @@ impl GpuOp for LimitedGpu {
             args[5..].copy_from_slice(&rest);
             return launch(cx, &self.f, self.grid, &args);
         };
-        // fused delays: the new frames and the rings instead of the windows
-        let (k, v, ring) = match self.rings {
-            Some((ring, i)) => {
-                let new = |j: usize| {
-                    io.ins
-                        .get(j)
-                        .map(|t| t.ptr)
-                        .ok_or_else(|| GpuError::MissingInput {
-                            op: "limited attention".into(),
-                            index: j,
-                        })
-                };
-                (new(i)?, new(i + 1)?, ring as i64)
-            }
-            None => (k, v, 0),
-        };
+        // fused delays: k and v are the new frames, the rings are state
+        let ring = self.rings.unwrap_or(0) as i64;
         let mut args = [Arg::U64(0); 16];
         args[..5].copy_from_slice(&[q, k, v, out, step].map(Arg::Ptr));
         args[5] = Arg::I32(self.tq);

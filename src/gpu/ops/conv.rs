@@ -54,8 +54,13 @@ fn small(what: &str, v: usize) -> Result<i32, GpuError> {
 
 /// One kernel launch of fixed geometry: the tensors' addresses (x, w, bias,
 /// y) go first, then scalars fixed at build.
-#[derive(Debug)]
-struct ConvGpu {
+///
+/// The rewrites (`gpu::rewrite`) fuse into a time-major depthwise conv the
+/// Delay before it (input 0 is then the undelayed frames, the ring is
+/// state), the layer norm after it (its gamma and beta are the inputs after
+/// the conv's own) and an activation; `with_*` gives that fused form.
+#[derive(Debug, Clone)]
+pub(crate) struct ConvGpu {
     what: String,
     f: CudaFunction,
     grid: Grid,
@@ -66,21 +71,20 @@ struct ConvGpu {
     /// scalars; `None` for kernels that take none.
     act: Option<i32>,
     /// The depthwise kernel's window (it takes a ring, a ring length and the
-    /// step after the activation), and once fused (`fuse_delays`) the
-    /// Delay's ring frames and the index of the undelayed input.
+    /// step after the activation), with the fused Delay's ring if any.
     window: Option<Window>,
     /// For a time-major depthwise conv: the kernel that also takes the layer
-    /// norm after it, and once fused (`fuse_norm_after`) the norm's eps, the
-    /// activation after it and the index of gamma (then beta).
+    /// norm after it, and once fused the norm's eps and the activation
+    /// after it.
     norm_f: Option<CudaFunction>,
-    norm: Option<(f32, i32, usize)>,
+    norm: Option<(f32, i32)>,
     /// Many frames: `f` is `conv1d_im2col` (into scratch), then this GEMM,
     /// then the Linear's epilogue for bias and activation.
     gemm: Option<Im2colGemm>,
 }
 
 /// The GEMM over im2col's columns and the Linear's epilogue after it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Im2colGemm {
     gemm: Gemm,
     /// Slices of k computed apart (after the columns in scratch) and summed
@@ -97,8 +101,8 @@ impl Im2colGemm {
 }
 
 /// A depthwise convolution's input window ([n, t_in, c] when time-major),
-/// its output frames, and the Delay fused into it, if any (time-major
-/// only).
+/// its output frames, and the ring of frames of the Delay fused into it, if
+/// any (time-major only).
 #[derive(Debug, Clone, Copy)]
 struct Window {
     n: usize,
@@ -107,13 +111,57 @@ struct Window {
     elem: usize,
     last: bool,
     t_out: usize,
-    ring: Option<(usize, usize)>,
+    ring: Option<usize>,
+}
+
+impl ConvGpu {
+    /// With an activation after it, for kernels that take one.
+    pub(crate) fn with_activation(&self, code: i32) -> Option<ConvGpu> {
+        if self.act != Some(-1) {
+            return None;
+        }
+        let mut c = self.clone();
+        c.act = Some(code);
+        Some(c)
+    }
+
+    /// With the layer norm over the channels after it (eps), then the
+    /// activation `act` (-1 for none): a time-major depthwise conv only.
+    pub(crate) fn with_norm_after(&self, eps: f32, act: i32) -> Option<ConvGpu> {
+        if self.norm_f.is_none() || self.norm.is_some() || self.act != Some(-1) {
+            return None;
+        }
+        let mut c = self.clone();
+        c.norm = Some((eps, act));
+        Some(c)
+    }
+
+    /// With the Delay before it (no delay, `ring` frames of overlap) kept
+    /// in its state: input 0 becomes that Delay's input.
+    pub(crate) fn with_delay(&self, ring: usize) -> Option<ConvGpu> {
+        let mut c = self.clone();
+        match &mut c.window {
+            Some(w)
+                if w.last
+                    && w.ring.is_none()
+                    && ring < w.t_in
+                    && w.n
+                        .checked_mul(ring)
+                        .and_then(|v| v.checked_mul(w.c))
+                        .is_some_and(|v| v <= i32::MAX as usize) =>
+            {
+                w.ring = Some(ring);
+                Some(c)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl GpuOp for ConvGpu {
     fn describe(&self) -> String {
         let mut d = self.what.clone();
-        if let Some((ring, _)) = self.window.and_then(|w| w.ring) {
+        if let Some(ring) = self.window.and_then(|w| w.ring) {
             d += &format!(" + input Delay fused (ring of {ring} frames)");
         }
         if self.norm.is_some() {
@@ -125,22 +173,6 @@ impl GpuOp for ConvGpu {
         d
     }
 
-    fn fuse_norm_after(&mut self, eps: f32, act: i32, input: usize) -> bool {
-        if self.norm_f.is_none() || self.norm.is_some() || self.act != Some(-1) {
-            return false;
-        }
-        self.norm = Some((eps, act, input));
-        true
-    }
-
-    fn fuse_activation(&mut self, code: i32) -> bool {
-        if self.act != Some(-1) {
-            return false;
-        }
-        self.act = Some(code);
-        true
-    }
-
     fn state_bytes(&self) -> usize {
         // two rings: this step's and the next's
         match self.window {
@@ -148,7 +180,7 @@ impl GpuOp for ConvGpu {
                 n,
                 c,
                 elem,
-                ring: Some((ring, _)),
+                ring: Some(ring),
                 ..
             }) => 2 * n * ring * c * elem,
             _ => 0,
@@ -167,44 +199,16 @@ impl GpuOp for ConvGpu {
         })
     }
 
-    fn fuse_delays(&mut self, ring: usize, input: usize) -> bool {
-        match &mut self.window {
-            Some(w)
-                if w.last
-                    && w.ring.is_none()
-                    && ring < w.t_in
-                    && w.n
-                        .checked_mul(ring)
-                        .and_then(|v| v.checked_mul(w.c))
-                        .is_some_and(|v| v <= i32::MAX as usize) =>
-            {
-                w.ring = Some((ring, input));
-                true
-            }
-            _ => false,
-        }
-    }
-
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
         expect_io("conv", io, 2 + self.has_bias as usize, 1)?;
         if self.empty {
             return Ok(());
         }
+        let own = 2 + self.has_bias as usize;
         let bias = if self.has_bias { io.ins[2].ptr } else { 0 };
-        let extra = |i: usize| {
-            io.ins
-                .get(i)
-                .map(|t| t.ptr)
-                .ok_or_else(|| GpuError::MissingInput {
-                    op: "conv".into(),
-                    index: i,
-                })
-        };
         // with the Delay fused, x is the new frames and the rings are state
-        let (x, ring) = match self.window.and_then(|w| w.ring) {
-            Some((ring, i)) => (extra(i)?, ring),
-            None => (io.ins[0].ptr, 0),
-        };
+        let x = io.ins[0].ptr;
+        let ring = self.window.and_then(|w| w.ring).unwrap_or(0);
         if let Some(ig) = &self.gemm {
             let (g, y) = (&ig.gemm, io.outs[0].ptr);
             let mut args = [Arg::U64(0); 10];
@@ -254,13 +258,19 @@ impl GpuOp for ConvGpu {
         // takes besides: the activation (a fused norm's comes after the
         // norm, in the conv's slot), the rings, the norm
         let act = match self.norm {
-            Some((_, act, _)) => Some(Arg::I32(act)),
+            Some((_, act)) => Some(Arg::I32(act)),
             None => self.act.map(Arg::I32),
         };
         let ring_args = [Arg::Ptr(io.state), Arg::I32(ring as i32), Arg::Ptr(cx.step)];
         let (f, grid, norm_args) = match (self.norm, &self.norm_f, self.window) {
-            (Some((eps, _, g)), Some(f), Some(w)) => {
-                let norm = [Arg::Ptr(extra(g)?), Arg::Ptr(extra(g + 1)?), Arg::F32(eps)];
+            (Some((eps, _)), Some(f), Some(w)) => {
+                // the norm's gamma and beta follow the conv's own inputs
+                expect_io("conv", io, own + 2, 1)?;
+                let norm = [
+                    Arg::Ptr(io.ins[own].ptr),
+                    Arg::Ptr(io.ins[own + 1].ptr),
+                    Arg::F32(eps),
+                ];
                 // a block per frame, a thread per channel
                 let threads = w.c.next_multiple_of(32) as u32;
                 (f, Grid::blocks((w.n * w.t_out) as u32, threads), Some(norm))

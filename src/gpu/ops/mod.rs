@@ -8,6 +8,7 @@ pub mod conv;
 pub mod ctc;
 pub mod elementwise;
 pub mod linear;
+pub mod linear_fused;
 pub mod lstm;
 pub mod norm;
 pub mod pulse;

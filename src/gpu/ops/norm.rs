@@ -40,8 +40,8 @@ enum Walk {
 /// One launch of a `kernels/norm.cu` kernel; the arguments are the op's
 /// inputs (`nulls` null pointers after the first `ins`), its output, the
 /// split, `extra` and, for row kernels, whether rows are block-wide.
-#[derive(Debug)]
-struct AxisGpu {
+#[derive(Debug, Clone)]
+pub(crate) struct AxisGpu {
     what: String,
     f: CudaFunction,
     ins: usize,
@@ -121,15 +121,16 @@ impl GpuOp for AxisGpu {
         }
         launch(cx, &self.f, self.grid(), &args[..k])
     }
+}
 
-    fn fuse_activation(&mut self, code: i32) -> bool {
-        match self.act {
-            Some(-1) => {
-                self.act = Some(code);
-                true
-            }
-            _ => false,
-        }
+impl AxisGpu {
+    /// With an activation after it (an `elementwise.cu` unary code), for
+    /// the kernels that take one (layer norm); the rewrites fuse it.
+    pub(crate) fn with_activation(&self, code: i32) -> Option<AxisGpu> {
+        (self.act == Some(-1)).then(|| AxisGpu {
+            act: Some(code),
+            ..self.clone()
+        })
     }
 }
 

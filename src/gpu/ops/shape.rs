@@ -34,11 +34,6 @@ impl GpuOp for View {
     }
 }
 
-/// A view of a node's input 0 (no kernel), for the translator's fusions.
-pub fn view() -> Box<dyn GpuOp> {
-    view_of(0)
-}
-
 /// A view of a node's input `input` (no kernel).
 pub fn view_of(input: usize) -> Box<dyn GpuOp> {
     Box::new(View { offset: 0, input })

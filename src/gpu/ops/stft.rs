@@ -93,16 +93,29 @@ impl GpuOp for StftGpu {
     }
 }
 
-#[derive(Debug)]
-struct LogMelGpu {
+/// LogMel's GPU form; fused with a fixed feature normalisation after it
+/// (`gpu::rewrite`), `(y - a) * b` with `a` and `b` read as inputs 2 and 3.
+#[derive(Debug, Clone)]
+pub(crate) struct LogMelGpu {
     f: CudaFunction,
     grid: Grid,
     rows: usize,
     bins: usize,
     mels: usize,
     eps: f32,
-    /// A fused `(y - a) * b`: the index of `a` among the inputs (`b` next).
-    affine: Option<usize>,
+    /// Whether `(y - a) * b` is fused.
+    affine: bool,
+}
+
+impl LogMelGpu {
+    /// With `(y - a) * b` after it (`a`, `b` vectors over the mels, read as
+    /// inputs 2 and 3).
+    pub(crate) fn with_affine(&self) -> Option<LogMelGpu> {
+        (!self.affine).then(|| LogMelGpu {
+            affine: true,
+            ..self.clone()
+        })
+    }
 }
 
 impl GpuOp for LogMelGpu {
@@ -112,7 +125,7 @@ impl GpuOp for LogMelGpu {
             self.rows,
             self.bins,
             self.mels,
-            if self.affine.is_some() {
+            if self.affine {
                 " + fused normalisation"
             } else {
                 ""
@@ -120,30 +133,14 @@ impl GpuOp for LogMelGpu {
         )
     }
 
-    fn fuse_affine(&mut self, input: usize) -> bool {
-        if self.affine.is_some() {
-            return false;
-        }
-        self.affine = Some(input);
-        true
-    }
-
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
-        expect_io("logmel", io, 2 + 2 * self.affine.is_some() as usize, 1)?;
+        expect_io("logmel", io, 2 + 2 * self.affine as usize, 1)?;
         if self.rows == 0 {
             return Ok(());
         }
         let (sub, mul) = match self.affine {
-            Some(i) => match (io.ins.get(i), io.ins.get(i + 1)) {
-                (Some(a), Some(b)) => (a.ptr, b.ptr),
-                _ => {
-                    return Err(GpuError::MissingInput {
-                        op: "logmel".into(),
-                        index: i,
-                    })
-                }
-            },
-            None => (io.outs[0].ptr, io.outs[0].ptr),
+            true => (io.ins[2].ptr, io.ins[3].ptr),
+            false => (io.outs[0].ptr, io.outs[0].ptr),
         };
         launch(
             cx,
@@ -159,7 +156,7 @@ impl GpuOp for LogMelGpu {
                 Arg::F32(self.eps),
                 Arg::Ptr(sub),
                 Arg::Ptr(mul),
-                Arg::I32(self.affine.is_some() as i32),
+                Arg::I32(self.affine as i32),
             ],
         )
     }
@@ -338,7 +335,7 @@ fn build_logmel(op: &LogMel, cx: &BuildCx) -> Result<LogMelGpu, GpuError> {
         bins,
         mels,
         eps: op.eps,
-        affine: None,
+        affine: false,
     })
 }
 

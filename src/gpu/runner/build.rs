@@ -51,8 +51,7 @@ fn uses(graph: &Graph, order: &[usize], tr: &Translation, keep_values: bool) -> 
         pos[id] = t;
     }
     for &id in order {
-        // a fused op's extra inputs are read when it runs
-        for o in graph.nodes[id].inputs.iter().chain(&tr.extra_inputs[id]) {
+        for o in &graph.nodes[id].inputs {
             if on_gpu(id) {
                 if !on_gpu(o.node) {
                     needs_device[o.node][o.slot] = true;
@@ -157,11 +156,8 @@ fn place_activations(
                     continue;
                 }
             }
-            // a node another node's launch writes (fusion) is live from
-            // that launch on, when it comes first
-            let first = match (&tr.placements[id], tr.fused_into[id]) {
-                (Placement::Input, _) => 0,
-                (_, Some(w)) => pos[id].min(pos[w]),
+            let first = match &tr.placements[id] {
+                Placement::Input => 0,
                 _ => pos[id],
             };
             interval_of[id][slot] = Some(intervals.len());
@@ -260,17 +256,22 @@ fn staging_bytes(graph: &Graph, dev_values: &PerOutlet<Option<DevTensor>>) -> us
 
 impl GpuRunner {
     /// Translates and plans `graph` (facts concrete, or made concrete by
-    /// `s`, the stream length of a whole-utterance run).
+    /// `s`, the stream length of a whole-utterance run). The runner runs
+    /// the translation's device graph (fused nodes in place of the groups
+    /// they compute); [`StepRunner::value`](crate::graph::StepRunner::value)
+    /// still takes `graph`'s outlets.
     pub fn new(
         dev: Arc<GpuDevice>,
         graph: impl Into<Arc<Graph>>,
         s: Option<i64>,
         opts: &GpuRunnerOptions,
     ) -> Result<GpuRunner> {
-        let graph: Arc<Graph> = graph.into();
-        graph.validate()?;
-        let order = graph.topo_order()?;
-        let tr = translate(&graph, &dev, s, &opts.translate)?;
+        let source: Arc<Graph> = graph.into();
+        source.validate()?;
+        source.topo_order()?;
+        let tr = translate(&source, &dev, s, &opts.translate)?;
+        let graph = tr.graph.clone();
+        let order = tr.order.clone();
         let n = graph.nodes.len();
         let uses = uses(&graph, &order, &tr, opts.keep_values);
         let mut dev_values = per_outlet(&graph, None);

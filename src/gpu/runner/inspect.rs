@@ -66,10 +66,12 @@ impl GpuRunner {
     }
 
     /// One eager step in which every GPU node is fed the CPU's values: after
-    /// each GPU node its outputs are read back (returned, in node order) and
-    /// replaced by `cpu`'s values of the same step, so an error stays in the
-    /// node that made it. `cpu` must have run this step already; the runner
-    /// must have been made with `keep_values`.
+    /// each GPU node its outputs are read back (returned with the source
+    /// outlets they compute, in execution order) and replaced by `cpu`'s
+    /// values of those outlets, so an error stays in the node that made it.
+    /// A fused node is compared, and reseeded, as the last node it absorbed
+    /// on each output. `cpu` must have run this step already (on the source
+    /// graph); the runner must have been made with `keep_values`.
     pub fn step_reseeded(
         &mut self,
         inputs: &[&Tensor],
@@ -87,9 +89,9 @@ impl GpuRunner {
                             self.launch_nodes(&[id], false)?;
                             self.dev.ctx.synchronize()?;
                             for slot in 0..self.graph.nodes[id].facts.len() {
-                                let o = OutletId::new(id, slot);
-                                let Some(v) = StepRunner::value(self, o) else {
-                                    continue; // fused away
+                                let o = self.tr.sources[id][slot];
+                                let Some(v) = self.device_value(OutletId::new(id, slot)) else {
+                                    continue;
                                 };
                                 got.push((o, v));
                                 let (Some(c), Some(t)) =

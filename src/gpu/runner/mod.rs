@@ -121,11 +121,13 @@ fn gpu_err(node: &str, op: &'static str, e: GpuError) -> Error {
 }
 
 impl GpuRunner {
-    /// The translation (placement of every node).
+    /// The translation (placement of every node of the device graph).
     pub fn translation(&self) -> &Translation {
         &self.tr
     }
 
+    /// The device graph it runs (fused nodes in place of the groups they
+    /// compute), which [`Self::translation`] indexes.
     pub fn graph(&self) -> &Graph {
         &self.graph
     }
@@ -181,7 +183,7 @@ impl GpuRunner {
                 continue;
             };
             ins.clear();
-            for o in node.inputs.iter().chain(&self.tr.extra_inputs[id]) {
+            for o in &node.inputs {
                 match &self.dev_values[o.node][o.slot] {
                     Some(t) => ins.push(t.clone()),
                     None => {
@@ -463,10 +465,20 @@ impl StepRunner for GpuRunner {
         }
     }
 
+    /// The value of the source graph's outlet `o`: the output of the device
+    /// node computing it, `None` when it was fused away.
     fn value(&self, o: OutletId) -> Option<Tensor> {
-        if self.tr.fused_into.get(o.node)?.is_some() {
-            return None; // an activation was fused into it: its output is gone
-        }
+        self.device_value(self.tr.device_outlet(o)?)
+    }
+
+    fn device(&self) -> &'static str {
+        "cuda"
+    }
+}
+
+impl GpuRunner {
+    /// The value of the device graph's outlet `o` after a step.
+    fn device_value(&self, o: OutletId) -> Option<Tensor> {
         if let Some(t) = self.dev_values.get(o.node)?.get(o.slot)?.clone() {
             if self.tr.placements[o.node].is_gpu()
                 || matches!(self.tr.placements[o.node], Placement::Input)
@@ -483,9 +495,5 @@ impl StepRunner for GpuRunner {
             }
         }
         Some(self.host_values.get(o.node)?.get(o.slot)?.clone())
-    }
-
-    fn device(&self) -> &'static str {
-        "cuda"
     }
 }
