@@ -163,6 +163,14 @@ pub(crate) fn alignment_weights(
         }
     }
     mean.iter_mut().for_each(|m| *m /= n_heads as f32);
+    // A row whose attention on the content frames underflowed to zero (a
+    // short window whose heads look at the padding) divides by zero above;
+    // the path must still cross every token, so such weights count as 0.
+    for m in &mut mean {
+        if !m.is_finite() {
+            *m = 0.0;
+        }
+    }
     mean
 }
 
@@ -373,5 +381,16 @@ mod tests {
         for (a, b) in w.iter().zip(expect) {
             assert!((a - b).abs() < 1e-5, "{w:?}");
         }
+    }
+
+    #[test]
+    fn weights_stay_finite_when_the_content_frames_get_no_attention() {
+        // the first token looks only at the padding frames
+        let attn = [0.0, 0.0, 0.5, 0.5, 0.1, 0.3, 0.5, 0.1];
+        let w = alignment_weights(&attn, 1, 2, 4, 2, 1);
+        assert!(w.iter().all(|v| v.is_finite()), "{w:?}");
+        let path = negative_dtw(&w, 2, 2);
+        let rows: std::collections::BTreeSet<usize> = path.iter().map(|p| p.0).collect();
+        assert_eq!(rows.len(), 2, "the path crosses every token: {path:?}");
     }
 }
