@@ -29,6 +29,12 @@ pub struct Args {
     lm: super::lm::LmArgs,
     #[command(flatten)]
     whisper: super::whisper::WhisperArgs,
+    /// Whisper: the live path instead (`pulsed mic`'s LocalAgreement policy
+    /// with Silero VAD, each file fed in 20 ms blocks and decoded at every
+    /// step as if compute were free); also prints the latency from each
+    /// word's end to the audio position where it was committed.
+    #[arg(long)]
+    live: bool,
     /// Whisper: parallel workers (default: one per core).
     #[arg(long, short)]
     jobs: Option<usize>,
@@ -167,7 +173,13 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let items = read_manifest(&a.manifest)?;
     let base = a.manifest.parent().unwrap_or(Path::new("."));
     if super::whisper::is_whisper(a.model.as_deref()) {
+        if a.live {
+            return run_live(&a, &items, base);
+        }
         return run_whisper(&a, &items, base);
+    }
+    if a.live {
+        return Err("--live is for Whisper checkpoints (--model whisper-*)".into());
     }
     let mode = if a.whole {
         Mode::Whole
@@ -236,6 +248,61 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
         summary.audio_s / summary.wall_s.max(1e-9),
         opts.jobs.min(items.len())
     );
+    report(a, items, &hyps)
+}
+
+/// `--live`: each file through the live policy; the final lines joined.
+fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let spec = a.model.as_deref().and_then(|m| m.to_str()).unwrap_or("");
+    let model = pulsed::whisper::WhisperModel::open(spec).map_err(|e| e.to_string())?;
+    let vad = pulsed::vad::Vad::load_default()
+        .map_err(|e| format!("--live needs Silero VAD (bash scripts/fetch_silero.sh): {e}"))?;
+    let mut opts = WhisperLiveOptions::default();
+    if let Some(b) = a.beam {
+        opts.decode.beam_size = b.max(1);
+    }
+    eprintln!(
+        "pulsed: live whisper {} on the CPU, step {} s, beam {}",
+        model.dir.display(),
+        opts.step_s,
+        opts.decode.beam_size
+    );
+    let t0 = std::time::Instant::now();
+    let (mut hyps, mut latencies, mut audio_s) = (Vec::new(), Vec::new(), 0.0);
+    for it in items {
+        let path = base.join(&it.file);
+        let audio = pulsed::audio::load_wav(&path, 16_000).map_err(|e| e.to_string())?;
+        audio_s += audio.duration_s;
+        let mut live =
+            WhisperLive::new(&model, Some(&vad), opts.clone()).map_err(|e| e.to_string())?;
+        let mut updates = Vec::new();
+        let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+        for block in audio.samples.chunks(320) {
+            updates.extend(live.push(block).map_err(in_file)?);
+        }
+        updates.extend(live.finish().map_err(in_file)?);
+        let mut text = Vec::new();
+        for u in updates.iter().filter(|u| u.is_final) {
+            text.push(u.text.clone());
+            for (w, at) in u.words.iter().zip(&u.committed_at_s) {
+                latencies.push(at - w.end_s);
+            }
+        }
+        hyps.push(text.join(" "));
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    eprintln!("pulsed: {audio_s:.1} s of audio in {wall:.1} s");
+    latencies.sort_by(f64::total_cmp);
+    if let (Some(max), false) = (latencies.last(), latencies.is_empty()) {
+        let med = latencies[(latencies.len() - 1) / 2];
+        println!(
+            "latency from a word's end to the audio position where it was committed: median {:.0} ms, max {:.0} ms over {} words (compute time not included)",
+            med * 1000.0,
+            max * 1000.0,
+            latencies.len()
+        );
+    }
     report(a, items, &hyps)
 }
 

@@ -1,5 +1,7 @@
 //! `pulsed mic`: live transcription from the default microphone, or from a
-//! WAV fed at real-time pace through the same path (`--input F --realtime`).
+//! WAV fed at real-time pace through the same path (`--input F --realtime`),
+//! with the streaming conformer or a Whisper checkpoint (`--model
+//! whisper-tiny.en`: LocalAgreement over a rolling buffer, on the CPU).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -8,7 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
-use pulsed::live::{feed_wav_realtime, LiveEvent, LiveOptions, LiveTranscriber};
+use pulsed::live::{
+    feed_wav_realtime, LiveEvent, LiveOptions, LiveTranscriber, WhisperLive, WhisperLiveOptions,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -18,6 +22,8 @@ pub struct Args {
     /// With --input: deliver the audio at real-time pace, as a sound card would.
     #[arg(long, requires = "input")]
     realtime: bool,
+    /// Model folder (default: the shipped conformer), or a Whisper
+    /// checkpoint (folder or short name, e.g. `whisper-tiny.en`).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Input samples per pulse (a multiple of 640).
@@ -25,7 +31,8 @@ pub struct Args {
     pulse: usize,
     /// CTC prefix beam search of this width, with the model's word language
     /// model (greedy when absent); partial text may then revise itself, and
-    /// each final line is the best hypothesis of its utterance.
+    /// each final line is the best hypothesis of its utterance. Whisper: the
+    /// beam of each decoding (default 5; 1 is greedy).
     #[arg(long)]
     beam: Option<usize>,
     #[command(flatten)]
@@ -33,12 +40,21 @@ pub struct Args {
     /// Output format: text or jsonl.
     #[arg(long, default_value = "text")]
     format: pulsed::output::Format,
-    /// Seconds of trailing silence (CTC blanks) that end an utterance.
+    /// Seconds of trailing silence that end an utterance (CTC blanks; with
+    /// Whisper, Silero VAD's silence).
     #[arg(long, default_value_t = 0.6)]
     end_silence: f64,
-    /// End utterances on CTC blanks alone, without Silero VAD.
+    /// End utterances on CTC blanks alone, without Silero VAD (Whisper:
+    /// decode all the audio, silence too, as one utterance).
     #[arg(long)]
     no_vad: bool,
+    /// Whisper: seconds of new audio between two decodings of the buffer.
+    #[arg(long, default_value_t = 1.0)]
+    step: f64,
+    /// Whisper: a buffer longer than this (seconds) is cut at the end of a
+    /// committed segment.
+    #[arg(long, default_value_t = 15.0)]
+    trim: f64,
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: super::device::Device,
@@ -51,6 +67,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     use pulsed::output::Format;
     if !matches!(a.format, Format::Text | Format::Jsonl) {
         return Err(format!("pulsed mic writes text or jsonl, not {}", a.format));
+    }
+    if super::whisper::is_whisper(a.model.as_deref()) {
+        return run_whisper(a);
     }
     let opts = RecognizerOptions {
         mode: Mode::Streamed { pulse: a.pulse },
@@ -68,8 +87,67 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         end_silence_s: a.end_silence,
         ..LiveOptions::default()
     };
-    let (mut lt, mut input) = LiveTranscriber::start(rec, live).map_err(|e| e.to_string())?;
-    let feeder = match a.input {
+    let (lt, input) = LiveTranscriber::start(rec, live).map_err(|e| e.to_string())?;
+    drive(lt, input, rate, &a, false)
+}
+
+/// `--model whisper-*`: the checkpoint under the LocalAgreement policy.
+fn run_whisper(a: Args) -> Result<ExitCode, String> {
+    if a.device == super::device::Device::Cuda {
+        return Err("pulsed mic --model whisper-*: runs on the CPU only (use --device cpu)".into());
+    }
+    let spec = a
+        .model
+        .as_deref()
+        .and_then(|m| m.to_str())
+        .ok_or("--model: not a UTF-8 path")?;
+    let vad = if a.no_vad {
+        None
+    } else {
+        Some(pulsed::vad::Vad::load_default().map_err(|e| {
+            format!(
+                "live Whisper needs Silero VAD (bash scripts/fetch_silero.sh), or --no-vad: {e}"
+            )
+        })?)
+    };
+    let mut decode = pulsed::whisper::decode::DecodeOptions::default();
+    match a.beam {
+        Some(0) => return Err("--beam must be at least 1".into()),
+        Some(b) => decode.beam_size = b,
+        None => {}
+    }
+    let opts = WhisperLiveOptions {
+        step_s: a.step,
+        trim_s: a.trim,
+        max_buffer_s: a.trim.max(25.0),
+        end_silence_s: a.end_silence,
+        // a file fed as fast as possible is decoded at every step, as if
+        // compute were free; live audio is decoded where it stands
+        paced: a.input.is_some() && !a.realtime,
+        decode,
+        ..WhisperLiveOptions::default()
+    };
+    let live = WhisperLive::open(spec, vad.as_ref(), opts).map_err(|e| e.to_string())?;
+    let rate = live.sample_rate();
+    let buffer = LiveOptions {
+        buffer_s: 30.0, // decodings take a while: room for the audio meanwhile
+        ..LiveOptions::default()
+    };
+    let (lt, input) = LiveTranscriber::start_whisper(live, buffer).map_err(|e| e.to_string())?;
+    drive(lt, input, rate, &a, true)
+}
+
+/// Feeds the input (a WAV, or the microphone) and prints the events.
+fn drive(
+    mut lt: LiveTranscriber,
+    mut input: pulsed::live::AudioInput,
+    rate: u32,
+    a: &Args,
+    committed_latency: bool,
+) -> Result<ExitCode, String> {
+    use pulsed::output::Format;
+    let jsonl = a.format == Format::Jsonl;
+    let feeder = match a.input.clone() {
         Some(path) => {
             let realtime = a.realtime;
             std::thread::spawn(move || {
@@ -78,9 +156,12 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
                     .map_err(|e| e.to_string())
             })
         }
-        None => return microphone(lt, input, rate, a.format == Format::Jsonl),
+        None => {
+            let printer = Printer::new(jsonl, true, committed_latency);
+            return microphone(lt, input, rate, printer);
+        }
     };
-    let mut printer = Printer::new(a.format == Format::Jsonl);
+    let mut printer = Printer::new(jsonl, a.realtime, committed_latency);
     while !feeder.is_finished() {
         if let Ok(ev) = lt
             .events()
@@ -96,8 +177,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     while let Ok(ev) = lt.events().try_recv() {
         printer.show(&ev, lt.started());
     }
-    printer.summary();
     fed?;
+    printer.summary();
     Ok(if printer.failed {
         ExitCode::from(1)
     } else {
@@ -110,7 +191,7 @@ fn microphone(
     _: LiveTranscriber,
     _: pulsed::live::AudioInput,
     _: u32,
-    _: bool,
+    _: Printer,
 ) -> Result<ExitCode, String> {
     Err("this build has no microphone support: rebuild with `--features mic` (needs `apt-get install libasound2-dev pkg-config`), or use --input FILE.wav --realtime".into())
 }
@@ -120,11 +201,10 @@ fn microphone(
     lt: LiveTranscriber,
     input: pulsed::live::AudioInput,
     rate: u32,
-    jsonl: bool,
+    mut printer: Printer,
 ) -> Result<ExitCode, String> {
     let _stream = pulsed::live::capture_default_input(input, rate).map_err(|e| e.to_string())?;
     eprintln!("listening on the default input device; Ctrl-C to stop");
-    let mut printer = Printer::new(jsonl);
     for ev in lt.events().iter() {
         printer.show(&ev, lt.started());
     }
@@ -132,24 +212,33 @@ fn microphone(
 }
 
 /// Prints events and measures, for each final word, the time from its end
-/// in the audio (its last CTC frame) to the moment its complete text first
-/// appeared (in a partial or the final line).
+/// in the audio (its last CTC frame, or Whisper's word timestamp) to the
+/// moment its complete text first appeared (in a partial or the final
+/// line), or, with `committed_latency`, first appeared committed (a stable
+/// word of a partial, or the final line).
 struct Printer {
     jsonl: bool,
     tty: bool,
+    /// Audio arrives at real-time pace (a microphone, `--realtime`):
+    /// latencies mean something.
+    timed: bool,
+    committed_latency: bool,
     latencies_ms: Vec<f64>,
-    /// Words of the current utterance: text as last shown, and when that text first appeared.
-    shown: Vec<(String, Instant)>,
+    /// Words of the current utterance: text as last shown, when that text
+    /// first appeared, and when it first appeared committed.
+    shown: Vec<(String, Instant, Option<Instant>)>,
     last_text: String,
     overruns: u64,
     failed: bool,
 }
 
 impl Printer {
-    fn new(jsonl: bool) -> Printer {
+    fn new(jsonl: bool, timed: bool, committed_latency: bool) -> Printer {
         Printer {
             jsonl,
             tty: std::io::stderr().is_terminal(),
+            timed,
+            committed_latency,
             latencies_ms: Vec::new(),
             shown: Vec::new(),
             last_text: String::new(),
@@ -160,23 +249,42 @@ impl Printer {
 
     fn show(&mut self, ev: &LiveEvent, started: Option<Instant>) {
         match ev {
-            LiveEvent::Partial { text, words, at } | LiveEvent::Final { text, words, at } => {
-                let fin = matches!(ev, LiveEvent::Final { .. });
+            LiveEvent::Partial {
+                text, words, at, ..
+            }
+            | LiveEvent::Final { text, words, at } => {
+                let (fin, stable) = match ev {
+                    LiveEvent::Partial { stable, .. } => (false, *stable),
+                    _ => (true, words.len()),
+                };
                 if !fin && *text == self.last_text {
                     return;
                 }
                 self.last_text.clone_from(text);
                 for (i, w) in words.iter().enumerate() {
-                    match self.shown.get_mut(i) {
-                        Some(s) if s.0 == w.text => {}
-                        Some(s) => *s = (w.text.clone(), *at),
-                        None => self.shown.push((w.text.clone(), *at)),
+                    let s = match self.shown.get_mut(i) {
+                        Some(s) if s.0 == w.text => s,
+                        Some(s) => {
+                            *s = (w.text.clone(), *at, None);
+                            s
+                        }
+                        None => {
+                            self.shown.push((w.text.clone(), *at, None));
+                            self.shown.last_mut().expect("just pushed")
+                        }
+                    };
+                    if i < stable && s.2.is_none() {
+                        s.2 = Some(*at);
                     }
                 }
                 let mut lat = Vec::new();
-                if let (true, Some(t0)) = (fin, started) {
-                    for (w, (_, seen)) in words.iter().zip(&self.shown) {
-                        lat.push((seen.duration_since(t0).as_secs_f64() - w.end_s) * 1000.0);
+                if let (true, true, Some(t0)) = (fin, self.timed, started) {
+                    for (w, (_, seen, committed)) in words.iter().zip(&self.shown) {
+                        let t = match committed {
+                            Some(c) if self.committed_latency => c,
+                            _ => seen,
+                        };
+                        lat.push((t.duration_since(t0).as_secs_f64() - w.end_s) * 1000.0);
                     }
                     self.latencies_ms.extend(&lat);
                 }
@@ -187,7 +295,10 @@ impl Printer {
                 if self.jsonl {
                     let kind = if fin { "final" } else { "partial" };
                     let mut line = serde_json::json!({"type": kind, "text": text, "start": round3(start), "end": round3(end)});
-                    if fin {
+                    if !fin && self.committed_latency {
+                        line["stable"] = stable.into();
+                    }
+                    if fin && self.timed {
                         line["word_latency_ms"] =
                             lat.iter().map(|v| v.round()).collect::<Vec<_>>().into();
                     }
@@ -218,6 +329,10 @@ impl Printer {
     }
 
     fn summary(&self) {
+        if !self.timed {
+            eprintln!("latency: not measured (the input was not fed at real-time pace; --realtime measures it)");
+            return;
+        }
         let mut l = self.latencies_ms.clone();
         if l.is_empty() {
             eprintln!("latency: no words recognised");
@@ -225,8 +340,13 @@ impl Printer {
         }
         l.sort_by(f64::total_cmp);
         let q = |p: f64| l[((l.len() - 1) as f64 * p).round() as usize];
+        let what = if self.committed_latency {
+            "committed text"
+        } else {
+            "text"
+        };
         eprintln!(
-            "latency from a word's end in the audio to its text: median {:.0} ms, p90 {:.0} ms, max {:.0} ms over {} words; overruns: {} samples dropped",
+            "latency from a word's end in the audio to its {what}: median {:.0} ms, p90 {:.0} ms, max {:.0} ms over {} words; overruns: {} samples dropped",
             q(0.5),
             q(0.9),
             l[l.len() - 1],

@@ -1,12 +1,16 @@
 //! Live transcription: an audio source writes samples into a lock-free ring
 //! buffer (its callback never blocks or allocates), an inference thread runs
-//! the streaming recogniser on them, and results go to the printer over a
+//! a recogniser and its commit policy on them (the streaming CTC conformer,
+//! or Whisper with LocalAgreement), and results go to the printer over a
 //! channel: partial text while someone speaks, final text at each end of speech.
 
+mod agreement;
+mod conformer;
 mod endpoint;
 #[cfg(feature = "mic")]
 mod mic;
 mod source;
+mod whisper;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,18 +25,23 @@ use crate::asr::Recognizer;
 use crate::decode::Word;
 use crate::{Error, Result};
 
+pub use agreement::{word_key, LocalAgreement};
 pub use endpoint::Endpointer;
 #[cfg(feature = "mic")]
 pub use mic::{capture_default_input, MicCapture};
 pub use source::{feed_wav_realtime, FeedReport};
+pub use whisper::{cut_point, Cut, Update, WhisperLive, WhisperLiveOptions};
 
 /// What the inference thread reports.
 #[derive(Debug, Clone)]
 pub enum LiveEvent {
-    /// The words of the current utterance so far (may still change).
+    /// The words of the current utterance so far; all but the first
+    /// `stable` may still change (the conformer path gives 0, Whisper's
+    /// LocalAgreement the committed words).
     Partial {
         text: String,
         words: Vec<Word>,
+        stable: usize,
         at: Instant,
     },
     /// An utterance ended: its final words, with times from the stream start.
@@ -64,6 +73,25 @@ impl AudioInput {
             self.dropped
                 .fetch_add((samples.len() - n) as u64, Ordering::Relaxed);
         }
+    }
+
+    /// Writes all samples, waiting while the ring buffer is full (a file
+    /// fed as fast as the inference thread takes it: nothing is dropped);
+    /// false when the inference thread has stopped.
+    pub fn write_waiting(&mut self, samples: &[f32]) -> bool {
+        let _ = self.started.set(Instant::now());
+        let mut rest = samples;
+        while !rest.is_empty() {
+            let n = self.prod.push_slice(rest);
+            rest = &rest[n..];
+            if n == 0 {
+                if !self.prod.read_is_held() {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        true
     }
 
     /// When the first sample arrived (the stream's time zero).
@@ -102,36 +130,54 @@ impl Default for LiveOptions {
     }
 }
 
+/// What the inference thread runs: a recogniser and its policy for
+/// committing text, fed the samples as they come.
+trait LiveEngine: Send {
+    /// Most samples one push takes: the conformer reports after every few
+    /// thousand (its endpointing looks once per push); Whisper takes all
+    /// that waits, so that a late decoding works on the latest audio.
+    fn max_push(&self) -> usize;
+    /// Takes samples; adds the events they caused.
+    fn push(&mut self, samples: &[f32], events: &mut Vec<LiveEvent>) -> Result<()>;
+    /// The stream ended: the utterance in progress becomes final.
+    fn finish(&mut self, events: &mut Vec<LiveEvent>) -> Result<()>;
+}
+
 impl LiveTranscriber {
-    /// Starts the inference thread; feed audio (mono, at the recogniser's
-    /// rate) through the returned [`AudioInput`].
+    /// Starts the inference thread over the streaming conformer; feed audio
+    /// (mono, at the recogniser's rate) through the returned [`AudioInput`].
     pub fn start(rec: Arc<Recognizer>, opts: LiveOptions) -> Result<(LiveTranscriber, AudioInput)> {
-        let cap = ((opts.buffer_s * rec.sample_rate() as f64) as usize)
-            .max(rec.sample_rate() as usize / 10);
+        let engine = conformer::Conformer::new(&rec, &opts)?;
+        LiveTranscriber::spawn(Box::new(engine), rec.sample_rate(), opts.buffer_s)
+    }
+
+    /// Starts the inference thread over a Whisper policy (its VAD and
+    /// options are its own; only `opts.buffer_s` applies); feed 16 kHz mono.
+    pub fn start_whisper(
+        live: WhisperLive,
+        opts: LiveOptions,
+    ) -> Result<(LiveTranscriber, AudioInput)> {
+        let rate = live.sample_rate();
+        LiveTranscriber::spawn(Box::new(live), rate, opts.buffer_s)
+    }
+
+    fn spawn(
+        engine: Box<dyn LiveEngine>,
+        rate: u32,
+        buffer_s: f64,
+    ) -> Result<(LiveTranscriber, AudioInput)> {
+        let cap = ((buffer_s * rate as f64) as usize).max(rate as usize / 10);
         let (prod, cons) = HeapRb::<f32>::new(cap).split();
         let (tx, rx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let started = Arc::new(std::sync::OnceLock::new());
-        let stream = rec.stream()?;
-        let endpointer =
-            Endpointer::new((opts.end_silence_s / rec.frame_seconds()).ceil() as usize);
-        let vad = match &opts.vad {
-            Some(v) => Some((
-                v.session()?,
-                crate::vad::Segmenter::new(crate::vad::SegmentOptions::default()),
-            )),
-            None => None,
-        };
         let worker = Worker {
             cons,
             tx,
             stop: stop.clone(),
             dropped: dropped.clone(),
-            stream,
-            endpointer,
-            vad,
-            last_partial: String::new(),
+            engine,
         };
         let thread = std::thread::Builder::new()
             .name("pulsed-inference".into())
@@ -184,10 +230,7 @@ struct Worker {
     tx: Sender<LiveEvent>,
     stop: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
-    stream: crate::asr::StreamTranscriber,
-    endpointer: Endpointer,
-    vad: Option<(crate::vad::VadSession, crate::vad::Segmenter)>,
-    last_partial: String,
+    engine: Box<dyn LiveEngine>,
 }
 
 impl Worker {
@@ -199,20 +242,24 @@ impl Worker {
 
     fn work(&mut self) -> Result<()> {
         let mut buf = vec![0f32; 4096];
+        let mut got = Vec::new();
+        let mut events = Vec::new();
         let mut reported = 0u64;
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
-            let n = self.cons.pop_slice(&mut buf);
-            if n > 0 {
-                if let Some((session, seg)) = &mut self.vad {
-                    for p in session.push(&buf[..n])? {
-                        seg.push(p);
-                    }
+            got.clear();
+            let most = self.engine.max_push();
+            loop {
+                let want = buf.len().min(most - got.len());
+                let n = self.cons.pop_slice(&mut buf[..want]);
+                got.extend_from_slice(&buf[..n]);
+                if n < buf.len() || got.len() == most {
+                    break;
                 }
-                let changed = self.stream.push(&buf[..n])?;
-                if changed || self.endpointer.pending() {
-                    self.report(false)?;
-                }
+            }
+            if !got.is_empty() {
+                self.engine.push(&got, &mut events)?;
+                self.send(&mut events);
             }
             let dropped = self.dropped.load(Ordering::Relaxed);
             if dropped != reported {
@@ -222,48 +269,19 @@ impl Worker {
                 });
             }
             if stopping && self.cons.is_empty() {
-                self.stream.finish()?;
-                return self.report(true);
+                self.engine.finish(&mut events)?;
+                self.send(&mut events);
+                return Ok(());
             }
-            if n == 0 {
+            if got.is_empty() {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
     }
 
-    /// Sends the uncommitted words as partial text, or as final text when
-    /// the endpointer sees the end of an utterance (or the stream ended).
-    fn report(&mut self, end: bool) -> Result<()> {
-        let t = self.stream.partial();
-        let frames = self.stream.frames();
-        let last_speech = self.stream.last_token_frame();
-        let words = self.endpointer.uncommitted(&t.words).to_vec();
-        let at = Instant::now();
-        let vad_silent = self.vad.as_ref().is_none_or(|(_, seg)| !seg.in_speech());
-        let ended = end || (vad_silent && self.endpointer.utterance_ended(frames, last_speech));
-        if words.is_empty() {
-            return Ok(());
+    fn send(&self, events: &mut Vec<LiveEvent>) {
+        for e in events.drain(..) {
+            let _ = self.tx.send(e);
         }
-        let text = words
-            .iter()
-            .map(|w| w.text.as_str())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let event = if ended {
-            self.endpointer.commit(words.len());
-            // beam search must not revise what was just given out as final
-            if self.stream.cut() {
-                self.endpointer.restart();
-            }
-            self.last_partial.clear();
-            LiveEvent::Final { text, words, at }
-        } else if text == self.last_partial {
-            return Ok(()); // nothing new to show
-        } else {
-            self.last_partial.clone_from(&text);
-            LiveEvent::Partial { text, words, at }
-        };
-        let _ = self.tx.send(event);
-        Ok(())
     }
 }

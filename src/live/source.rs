@@ -18,7 +18,8 @@ pub struct FeedReport {
 
 /// Feeds a WAV (resampled to `rate`) into `input` in blocks of `block_ms`,
 /// sleeping so that audio arrives no faster than real time (as a sound card
-/// would deliver it); `realtime = false` feeds as fast as possible.
+/// would deliver it); `realtime = false` feeds as fast as the inference
+/// thread takes it (waiting when the ring buffer is full, dropping nothing).
 pub fn feed_wav_realtime(
     path: &Path,
     rate: u32,
@@ -37,7 +38,11 @@ pub fn feed_wav_realtime(
                 std::thread::sleep(wait);
             }
         }
-        input.write(&chunk);
+        if realtime {
+            input.write(&chunk);
+        } else if !input.write_waiting(&chunk) {
+            break; // the inference thread stopped (it reports why)
+        }
         samples += chunk.len() as u64;
     }
     if realtime {

@@ -1,0 +1,562 @@
+//! Live Whisper (whisper_streaming's policy, Macháček et al. 2023): audio
+//! goes into a rolling buffer; every `step_s` of new audio the whole buffer
+//! is decoded again (word timestamps on, the committed text before the
+//! buffer as the prompt); [`LocalAgreement`] commits the words two
+//! consecutive hypotheses agree on; once the buffer is longer than
+//! `trim_s` it is cut at the end of a segment whose words are all
+//! committed. Silero VAD skips silence and cuts utterances: at the end of
+//! speech the buffer is decoded once more and its whole hypothesis becomes
+//! final.
+//!
+//! The policy is a plain object fed samples ([`WhisperLive::push`]): the
+//! live thread drives it, and so do `pulsed eval --live` and the tests.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::agreement::LocalAgreement;
+use super::LiveEvent;
+use crate::decode::Word;
+use crate::vad::{SegmentOptions, Segmenter, Vad, VadSession, CHUNK};
+use crate::whisper::decode::{transcribe, DecodeOptions, InitialPrompt, Network, SAMPLE_RATE};
+use crate::whisper::{CpuWhisper, GenerationConfig, WhisperModel, WhisperTokenizer};
+use crate::Result;
+
+/// A segment Whisper itself thinks is silence is left out of a hypothesis
+/// (whisper_streaming's cut-off).
+const NO_SPEECH_CUTOFF: f64 = 0.9;
+/// Committed words kept for the prompt.
+const HISTORY_WORDS: usize = 100;
+
+/// How the policy steps, cuts and ends utterances.
+#[derive(Debug, Clone)]
+pub struct WhisperLiveOptions {
+    /// New audio (seconds) between two decodings of the buffer.
+    pub step_s: f64,
+    /// A buffer longer than this is cut at a committed segment's end.
+    pub trim_s: f64,
+    /// A buffer longer than this is cut at the last committed word even
+    /// inside a segment (or, with nothing committed, its text made final).
+    pub max_buffer_s: f64,
+    /// VAD silence (seconds) that ends an utterance.
+    pub end_silence_s: f64,
+    /// Audio kept before the VAD's start of speech.
+    pub pre_roll_s: f64,
+    /// Most characters of committed text in the prompt.
+    pub prompt_chars: usize,
+    /// Decode at every step of audio even when behind (a simulation of
+    /// unlimited compute: the result does not depend on the machine's speed);
+    /// `false` decodes once per push, over all the audio it brought.
+    pub paced: bool,
+    /// Decoding of each buffer (word timestamps are always on).
+    pub decode: DecodeOptions,
+}
+
+impl Default for WhisperLiveOptions {
+    fn default() -> Self {
+        WhisperLiveOptions {
+            step_s: 1.0,
+            trim_s: 15.0,
+            max_buffer_s: 25.0,
+            end_silence_s: 0.6,
+            pre_roll_s: 0.5,
+            prompt_chars: 200,
+            paced: true,
+            decode: DecodeOptions::default(),
+        }
+    }
+}
+
+/// What the policy reports after a step or an end of utterance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    /// The utterance's text so far, as Whisper spells it.
+    pub text: String,
+    /// Its words (stream seconds): the committed ones, then the current
+    /// unconfirmed hypothesis.
+    pub words: Vec<Word>,
+    /// How many leading words are committed (all of them when final).
+    pub stable: usize,
+    /// The utterance ended.
+    pub is_final: bool,
+    /// For each committed word, the stream position (seconds of audio
+    /// taken) when it was committed.
+    pub committed_at_s: Vec<f64>,
+}
+
+/// The streaming policy over one Whisper network.
+pub struct WhisperLive {
+    net: CpuWhisper,
+    tokenizer: Arc<WhisperTokenizer>,
+    gen: Arc<GenerationConfig>,
+    o: WhisperLiveOptions,
+    vad: Option<(VadSession, Segmenter)>,
+    /// The rolling buffer and the stream sample its first one is.
+    buffer: Vec<f32>,
+    buffer_start: u64,
+    /// Samples taken so far.
+    fed: u64,
+    /// Samples taken since the last decoding (in an utterance).
+    since_decode: usize,
+    in_utterance: bool,
+    agreement: LocalAgreement,
+    /// The current utterance's committed words, and when each was committed.
+    utterance: Vec<Word>,
+    committed_at: Vec<f64>,
+    /// Committed words of this and earlier utterances, for the prompt.
+    history: VecDeque<Word>,
+    /// Text of the last partial update (so an unchanged one is not repeated).
+    last_partial: String,
+}
+
+impl WhisperLive {
+    /// A policy over a loaded checkpoint; `vad` (Silero) ends utterances and
+    /// skips silence, `None` treats the whole stream as one utterance.
+    pub fn new(
+        model: &WhisperModel,
+        vad: Option<&Vad>,
+        o: WhisperLiveOptions,
+    ) -> Result<WhisperLive> {
+        let tokenizer = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json"))?;
+        let gen = GenerationConfig::load(&model.dir)?;
+        let vad = match vad {
+            Some(v) => {
+                let seg = SegmentOptions {
+                    min_silence_ms: (o.end_silence_s * 1000.0).round().max(0.0) as u32,
+                    ..SegmentOptions::default()
+                };
+                Some((v.session()?, Segmenter::new(seg)))
+            }
+            None => None,
+        };
+        if !(o.step_s > 0.0 && o.trim_s > 0.0 && o.max_buffer_s >= o.trim_s) {
+            return Err(crate::Error::Other(format!(
+                "live Whisper: needs step > 0 and 0 < trim <= max buffer (got step {} s, trim {} s, max {} s)",
+                o.step_s, o.trim_s, o.max_buffer_s
+            )));
+        }
+        Ok(WhisperLive {
+            net: CpuWhisper::new(model)?,
+            tokenizer: Arc::new(tokenizer),
+            gen: Arc::new(gen),
+            in_utterance: vad.is_none(),
+            vad,
+            o,
+            buffer: Vec::new(),
+            buffer_start: 0,
+            fed: 0,
+            since_decode: 0,
+            agreement: LocalAgreement::new(),
+            utterance: Vec::new(),
+            committed_at: Vec::new(),
+            history: VecDeque::new(),
+            last_partial: String::new(),
+        })
+    }
+
+    /// Loads the checkpoint `spec` names (see [`WhisperModel::open`]).
+    pub fn open(spec: &str, vad: Option<&Vad>, o: WhisperLiveOptions) -> Result<WhisperLive> {
+        WhisperLive::new(&WhisperModel::open(spec)?, vad, o)
+    }
+
+    /// The rate samples are taken at.
+    pub fn sample_rate(&self) -> u32 {
+        SAMPLE_RATE as u32
+    }
+
+    /// Seconds of audio in the rolling buffer.
+    pub fn buffer_s(&self) -> f64 {
+        self.buffer.len() as f64 / SAMPLE_RATE as f64
+    }
+
+    /// Takes samples (16 kHz mono); returns the updates they caused.
+    pub fn push(&mut self, samples: &[f32]) -> Result<Vec<Update>> {
+        if let Some((i, v)) = samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(crate::Error::Other(format!(
+                "sample {i} is not finite ({v})"
+            )));
+        }
+        let step = (self.o.step_s * SAMPLE_RATE as f64).round().max(1.0) as usize;
+        let mut out = Vec::new();
+        let mut rest = samples;
+        while !rest.is_empty() {
+            // pieces end on the VAD's chunk grid, where its state can change
+            let room = CHUNK - (self.fed % CHUNK as u64) as usize;
+            let (piece, tail) = rest.split_at(room.min(rest.len()));
+            rest = tail;
+            self.take(piece)?;
+            if let Some((_, seg)) = &self.vad {
+                let speaking = seg.in_speech();
+                if !self.in_utterance && speaking {
+                    self.in_utterance = true;
+                    self.since_decode = self.buffer.len();
+                } else if self.in_utterance && !speaking {
+                    out.extend(self.end_utterance()?);
+                    continue;
+                }
+            }
+            let due = self.in_utterance && self.since_decode >= step;
+            if due && (self.o.paced || rest.is_empty()) {
+                out.extend(self.step()?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stream ended: the utterance in progress becomes final.
+    pub fn finish(&mut self) -> Result<Vec<Update>> {
+        if let Some((session, seg)) = &mut self.vad {
+            for p in session.flush()? {
+                seg.push(p);
+            }
+        }
+        if self.in_utterance {
+            return Ok(self.end_utterance()?.into_iter().collect());
+        }
+        Ok(Vec::new())
+    }
+
+    fn take(&mut self, piece: &[f32]) -> Result<()> {
+        if let Some((session, seg)) = &mut self.vad {
+            for p in session.push(piece)? {
+                seg.push(p);
+            }
+        }
+        self.buffer.extend_from_slice(piece);
+        self.fed += piece.len() as u64;
+        if self.in_utterance {
+            self.since_decode += piece.len();
+        } else {
+            let keep = (self.o.pre_roll_s * SAMPLE_RATE as f64) as usize;
+            let drop = self.buffer.len().saturating_sub(keep);
+            self.buffer.drain(..drop);
+            self.buffer_start += drop as u64;
+        }
+        Ok(())
+    }
+
+    /// Decodes the buffer, commits what two hypotheses agree on, trims.
+    fn step(&mut self) -> Result<Option<Update>> {
+        let (hypothesis, segment_ends) = self.decode()?;
+        let committed = self.agreement.commit(hypothesis);
+        self.keep(committed);
+        self.trim(&segment_ends);
+        let words: Vec<Word> = self
+            .utterance
+            .iter()
+            .chain(self.agreement.tentative())
+            .cloned()
+            .collect();
+        let text = text_of(&words);
+        if words.is_empty() || text == self.last_partial {
+            return Ok(None);
+        }
+        self.last_partial.clone_from(&text);
+        Ok(Some(Update {
+            text,
+            words: trimmed(words),
+            stable: self.utterance.len(),
+            is_final: false,
+            committed_at_s: self.committed_at.clone(),
+        }))
+    }
+
+    /// Decodes what is new, makes the whole hypothesis final and starts
+    /// waiting for the next utterance.
+    fn end_utterance(&mut self) -> Result<Option<Update>> {
+        if self.since_decode > 0 {
+            let (hypothesis, _) = self.decode()?;
+            let committed = self.agreement.commit(hypothesis);
+            self.keep(committed);
+        }
+        let rest = self.agreement.commit_all();
+        self.keep(rest);
+        self.agreement = LocalAgreement::new();
+        self.in_utterance = self.vad.is_none();
+        self.since_decode = 0;
+        self.last_partial.clear();
+        let keep = (self.o.pre_roll_s * SAMPLE_RATE as f64) as usize;
+        let drop = self.buffer.len().saturating_sub(keep);
+        self.buffer.drain(..drop);
+        self.buffer_start += drop as u64;
+        let words = std::mem::take(&mut self.utterance);
+        let committed_at_s = std::mem::take(&mut self.committed_at);
+        if words.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Update {
+            text: text_of(&words),
+            stable: words.len(),
+            words: trimmed(words),
+            is_final: true,
+            committed_at_s,
+        }))
+    }
+
+    /// Adds newly committed words to the utterance and the prompt history.
+    fn keep(&mut self, words: Vec<Word>) {
+        let now = self.fed as f64 / SAMPLE_RATE as f64;
+        for w in words {
+            self.history.push_back(w.clone());
+            if self.history.len() > HISTORY_WORDS {
+                self.history.pop_front();
+            }
+            self.committed_at.push(now);
+            self.utterance.push(w);
+        }
+    }
+
+    /// The buffer's hypothesis (words in stream seconds) and its segments' ends.
+    fn decode(&mut self) -> Result<(Vec<Word>, Vec<f64>)> {
+        self.since_decode = 0;
+        if self.buffer.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let offset = self.buffer_start as f64 / SAMPLE_RATE as f64;
+        let mut opts = self.o.decode.clone();
+        opts.word_timestamps = true;
+        let prompt = prompt_text(&self.history, offset, self.o.prompt_chars);
+        opts.initial_prompt = (!prompt.is_empty()).then_some(InitialPrompt::Text(prompt));
+        let mut segments = Vec::new();
+        transcribe(
+            Network::Aligned(&mut self.net),
+            &self.tokenizer,
+            &self.gen,
+            &self.buffer,
+            &opts,
+            |s| {
+                segments.push(s);
+                Ok(())
+            },
+        )?;
+        let mut words = Vec::new();
+        let mut ends = Vec::new();
+        for s in segments
+            .iter()
+            .filter(|s| s.no_speech_prob <= NO_SPEECH_CUTOFF)
+        {
+            ends.push(s.end + offset);
+            // each word keeps its leading space (none after a hyphen)
+            let said = s
+                .words
+                .iter()
+                .flatten()
+                .filter(|w| !w.word.trim().is_empty());
+            words.extend(said.map(|w| Word {
+                text: w.word.clone(),
+                start_s: w.start + offset,
+                end_s: w.end + offset,
+                confidence: w.probability as f32,
+            }));
+        }
+        Ok((words, ends))
+    }
+
+    /// Cuts the buffer once it is longer than `trim_s` (see [`cut_point`]).
+    fn trim(&mut self, segment_ends: &[f64]) {
+        let start = self.buffer_start as f64 / SAMPLE_RATE as f64;
+        let committed = self
+            .agreement
+            .has_committed()
+            .then(|| self.agreement.last_committed_end());
+        let cut = cut_point(
+            self.buffer_s(),
+            start,
+            segment_ends,
+            committed,
+            (self.o.trim_s, self.o.max_buffer_s),
+        );
+        let cut = match cut {
+            Some(Cut::At(t)) => t,
+            Some(Cut::CommitAll) => {
+                // nothing agreed for a whole buffer: take what there is
+                let rest = self.agreement.commit_all();
+                let end = rest.last().map(|w| w.end_s);
+                self.keep(rest);
+                end.unwrap_or(start + self.buffer_s() - self.o.step_s)
+            }
+            None => return,
+        };
+        let n =
+            (((cut - start) * SAMPLE_RATE as f64).round().max(0.0) as usize).min(self.buffer.len());
+        self.buffer.drain(..n);
+        self.buffer_start += n as u64;
+        self.agreement
+            .forget_before(self.buffer_start as f64 / SAMPLE_RATE as f64);
+    }
+}
+
+impl super::LiveEngine for WhisperLive {
+    fn max_push(&self) -> usize {
+        usize::MAX
+    }
+
+    fn push(&mut self, samples: &[f32], events: &mut Vec<LiveEvent>) -> Result<()> {
+        let updates = WhisperLive::push(self, samples)?;
+        events.extend(updates.into_iter().map(Update::into_event));
+        Ok(())
+    }
+
+    fn finish(&mut self, events: &mut Vec<LiveEvent>) -> Result<()> {
+        let updates = WhisperLive::finish(self)?;
+        events.extend(updates.into_iter().map(Update::into_event));
+        Ok(())
+    }
+}
+
+impl Update {
+    /// As the live thread reports it (stamped now).
+    pub fn into_event(self) -> LiveEvent {
+        let (text, at) = (self.text, Instant::now());
+        if self.is_final {
+            LiveEvent::Final {
+                text,
+                words: self.words,
+                at,
+            }
+        } else {
+            LiveEvent::Partial {
+                text,
+                words: self.words,
+                stable: self.stable,
+                at,
+            }
+        }
+    }
+}
+
+/// Where to cut the rolling buffer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Cut {
+    /// At this stream time (seconds).
+    At(f64),
+    /// Commit the whole hypothesis and cut after it.
+    CommitAll,
+}
+
+/// whisper_streaming's segment trimming: a buffer of `len_s` seconds
+/// starting at `start_s`, longer than `trim_s`, is cut at the latest end of
+/// a segment other than the last that is no later than the last committed
+/// word's end. Past `max_s` with no such segment it is cut at the last
+/// committed word, or, with none committed in it, everything is committed.
+pub fn cut_point(
+    len_s: f64,
+    start_s: f64,
+    segment_ends: &[f64],
+    last_committed_end: Option<f64>,
+    (trim_s, max_s): (f64, f64),
+) -> Option<Cut> {
+    if len_s <= trim_s {
+        return None;
+    }
+    let t = last_committed_end.filter(|&t| t > start_s);
+    if let Some(t) = t {
+        let closed = &segment_ends[..segment_ends.len().saturating_sub(1)];
+        if let Some(&e) = closed.iter().rev().find(|&&e| e <= t && e > start_s) {
+            return Some(Cut::At(e));
+        }
+    }
+    if len_s <= max_s {
+        return None;
+    }
+    Some(t.map_or(Cut::CommitAll, Cut::At))
+}
+
+/// The prompt: committed words that end before the buffer starts, the last
+/// ones up to about `chars` characters.
+fn prompt_text(history: &VecDeque<Word>, buffer_start_s: f64, chars: usize) -> String {
+    let mut picked = Vec::new();
+    let mut len = 0;
+    for w in history.iter().rev().filter(|w| w.end_s <= buffer_start_s) {
+        if len >= chars {
+            break;
+        }
+        len += w.text.len();
+        picked.push(w.clone());
+    }
+    picked.reverse();
+    text_of(&picked)
+}
+
+/// Whisper's words (each with its leading space) as text.
+fn text_of(words: &[Word]) -> String {
+    words
+        .iter()
+        .map(|w| w.text.as_str())
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// The words with their spaces trimmed, as the other paths give them.
+fn trimmed(mut words: Vec<Word>) -> Vec<Word> {
+    for w in &mut words {
+        w.text = w.text.trim().to_string();
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: (f64, f64) = (15.0, 25.0);
+
+    #[test]
+    fn a_short_buffer_is_never_cut() {
+        assert_eq!(
+            cut_point(14.0, 0.0, &[3.0, 8.0, 14.0], Some(13.0), LIMITS),
+            None
+        );
+    }
+
+    #[test]
+    fn cut_at_the_latest_closed_segment_the_commits_reach() {
+        // segments end at 3, 8, 12 and 16 s; words committed up to 10 s
+        let ends = [3.0, 8.0, 12.0, 16.0];
+        assert_eq!(
+            cut_point(16.0, 0.0, &ends, Some(10.0), LIMITS),
+            Some(Cut::At(8.0))
+        );
+        // committed through 12.5 s: the third segment is done too
+        assert_eq!(
+            cut_point(16.0, 0.0, &ends, Some(12.5), LIMITS),
+            Some(Cut::At(12.0))
+        );
+        // the last segment is never a cut point, even when committed
+        assert_eq!(cut_point(16.0, 0.0, &[16.0], Some(16.0), LIMITS), None);
+        // nothing committed in this buffer: no cut yet
+        assert_eq!(cut_point(16.0, 5.0, &ends, Some(4.0), LIMITS), None);
+        assert_eq!(cut_point(16.0, 0.0, &ends, None, LIMITS), None);
+    }
+
+    #[test]
+    fn a_buffer_past_the_maximum_is_cut_anyway() {
+        // one long segment: cut at the last committed word
+        assert_eq!(
+            cut_point(26.0, 1.0, &[27.0], Some(20.0), LIMITS),
+            Some(Cut::At(20.0))
+        );
+        // nothing committed in 25 s: the hypothesis is taken as it is
+        assert_eq!(
+            cut_point(26.0, 1.0, &[27.0], None, LIMITS),
+            Some(Cut::CommitAll)
+        );
+    }
+
+    #[test]
+    fn the_prompt_is_the_committed_text_before_the_buffer() {
+        let w = |t: &str, end: f64| Word {
+            text: t.into(),
+            start_s: end - 0.3,
+            end_s: end,
+            confidence: 1.0,
+        };
+        let h: VecDeque<Word> = [w(" one", 1.0), w(" two", 2.0), w(" three", 3.0)].into();
+        assert_eq!(prompt_text(&h, 2.5, 200), "one two");
+        assert_eq!(prompt_text(&h, 9.0, 200), "one two three");
+        assert_eq!(prompt_text(&h, 9.0, 7), "two three");
+        assert_eq!(prompt_text(&h, 0.5, 200), "");
+    }
+}

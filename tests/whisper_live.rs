@@ -1,0 +1,187 @@
+//! Live Whisper as a user runs it: `pulsed mic --model whisper-tiny.en
+//! --input F` (LocalAgreement over a rolling buffer, Silero VAD cutting
+//! utterances) gives the offline transcript's text, never revises committed
+//! words, measures latency at real-time pace, and refuses bad input in one
+//! line. Needs the checkpoint and Silero's weights (`scripts/test.sh`
+//! fetches both).
+
+mod common;
+
+use std::path::Path;
+
+use common::{pulsed, temp_dir};
+use pulsed::asr::metrics::{normalize, ErrorCounts};
+use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
+use serde_json::Value;
+
+const CLIP: &str = "fixtures/whisper/librivox_dev00.wav";
+
+fn clip() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(CLIP)
+        .display()
+        .to_string()
+}
+
+/// faster-whisper's text of the clip (beam 5, the defaults).
+fn offline_text() -> String {
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/whisper/whisper-tiny.en_dev00.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    v["runs"]["beam5_timestamps"]["text"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn word_errors(reference: &str, hypothesis: &str) -> usize {
+    let mut e = ErrorCounts::default();
+    e.add(&normalize(reference), &normalize(hypothesis));
+    e.word_edits
+}
+
+fn lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn words_of(line: &Value) -> Vec<String> {
+    line["text"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .map(pulsed::live::word_key)
+        .collect()
+}
+
+#[test]
+fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
+    let c = clip();
+    let (code, out, err) = pulsed(&[
+        "mic",
+        "--model",
+        "whisper-tiny.en",
+        "--input",
+        &c,
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let events = lines(&out);
+    let finals: Vec<&Value> = events.iter().filter(|e| e["type"] == "final").collect();
+    let text: Vec<&str> = finals.iter().map(|f| f["text"].as_str().unwrap()).collect();
+    let text = text.join(" ");
+    assert!(
+        word_errors(&offline_text(), &text) <= 1,
+        "live {text:?} vs offline {:?}",
+        offline_text()
+    );
+    assert!(events.iter().any(|e| e["type"] == "partial"), "{out}");
+    // what a partial gave as committed stays, word for word, in every
+    // later line of its utterance
+    for (i, e) in events.iter().enumerate() {
+        let Some(stable) = e["stable"].as_u64() else {
+            continue;
+        };
+        let committed = &words_of(e)[..stable as usize];
+        for later in &events[i + 1..] {
+            assert!(words_of(later).starts_with(committed), "{e} then {later}");
+            if later["type"] == "final" {
+                break;
+            }
+        }
+    }
+    assert!(err.contains("latency: not measured"), "{err}");
+}
+
+#[test]
+fn at_real_time_pace_each_final_word_has_a_latency() {
+    let c = clip();
+    let (code, out, err) = pulsed(&[
+        "mic",
+        "--model",
+        "whisper-tiny.en",
+        "--input",
+        &c,
+        "--realtime",
+        "--format",
+        "jsonl",
+        "--beam",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let events = lines(&out);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "final", "{out}");
+    // one latency per word ("ill-disposed" is two of Whisper's words)
+    let n = words_of(last).len();
+    let latencies = last["word_latency_ms"].as_array().unwrap();
+    assert!(n > 0 && latencies.len() >= n, "{last}");
+    assert!(
+        err.contains("latency from a word's end in the audio to its committed text"),
+        "{err}"
+    );
+}
+
+/// The clip, 2 s of silence, the clip again, through the policy itself:
+/// the VAD ends the first utterance in the silence, so there are two
+/// finals, each the clip's text, the second timed after the pause.
+#[test]
+fn the_vad_cuts_utterances_and_each_becomes_final() {
+    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000)
+        .unwrap()
+        .samples;
+    let clip_s = audio.len() as f64 / 16_000.0;
+    let mut stream = audio.clone();
+    stream.extend(std::iter::repeat_n(0.0, 32_000));
+    stream.extend(&audio);
+    let vad = pulsed::vad::Vad::load_default().unwrap();
+    let mut opts = WhisperLiveOptions::default();
+    opts.decode.beam_size = 1;
+    let mut live = WhisperLive::open("whisper-tiny.en", Some(&vad), opts).unwrap();
+    let mut updates: Vec<Update> = Vec::new();
+    for block in stream.chunks(1000) {
+        updates.extend(live.push(block).unwrap());
+        assert!(live.buffer_s() < 15.0 + 1.0);
+    }
+    updates.extend(live.finish().unwrap());
+    let finals: Vec<&Update> = updates.iter().filter(|u| u.is_final).collect();
+    assert_eq!(finals.len(), 2, "{updates:?}");
+    for f in &finals {
+        assert!(word_errors(&offline_text(), &f.text) <= 2, "{:?}", f.text);
+        assert_eq!(f.stable, f.words.len());
+        assert_eq!(f.committed_at_s.len(), f.words.len());
+        // a word is committed after it is said
+        for (w, at) in f.words.iter().zip(&f.committed_at_s) {
+            assert!(*at >= w.end_s - 0.5, "{w:?} committed at {at}");
+        }
+    }
+    assert!(finals[1].words[0].start_s > clip_s + 1.0, "{:?}", finals[1]);
+}
+
+#[test]
+fn bad_input_is_refused_in_one_line() {
+    let c = clip();
+    let (code, _, err) = pulsed(&["mic", "--model", "whisper-no-such-size", "--input", &c]);
+    assert_ne!(code, 0);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("whisper-no-such-size"), "{err}");
+
+    let d = temp_dir("whisper-live-badwav");
+    let bad = d.join("bad.wav");
+    std::fs::write(&bad, b"RIFF\x10\x00\x00\x00WAVEjunk").unwrap();
+    let (code, out, err) = pulsed(&[
+        "mic",
+        "--model",
+        "whisper-tiny.en",
+        "--input",
+        bad.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(out.is_empty(), "{out}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("pulsed:")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(errors[0].contains("bad.wav"), "{err}");
+}
