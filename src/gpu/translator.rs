@@ -107,6 +107,9 @@ pub struct Translation {
     pub outlets: Vec<Vec<Option<OutletId>>>,
     /// For each device outlet, the source outlet it computes.
     pub sources: Vec<Vec<OutletId>>,
+    /// For each device node, the source node it is (a fused node: the one
+    /// it replaced in place).
+    pub origins: Vec<usize>,
 }
 
 impl Translation {
@@ -253,6 +256,7 @@ pub fn translate(
         precision: p,
         outlets: r.outlets,
         sources: r.sources,
+        origins: r.origins,
     })
 }
 

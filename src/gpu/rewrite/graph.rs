@@ -69,6 +69,9 @@ pub struct Rewritten {
     pub outlets: Vec<Vec<Option<OutletId>>>,
     /// For each device outlet, the source outlet it computes.
     pub sources: Vec<Vec<OutletId>>,
+    /// For each device node, the source node it is (a fused node: the one
+    /// it replaced in place, whose launch it took on).
+    pub origins: Vec<usize>,
 }
 
 impl<'a> Rewriter<'a> {
@@ -357,6 +360,7 @@ impl<'a> Rewriter<'a> {
             order: (0..live.len()).collect(),
             outlets: Vec::new(),
             sources: Vec::with_capacity(live.len()),
+            origins: Vec::with_capacity(live.len()),
         };
         for (n, &i) in live.iter().enumerate() {
             let mut w = slots[i].take().expect("each live node once");
@@ -368,6 +372,7 @@ impl<'a> Rewriter<'a> {
             out.placements.push(w.placement);
             out.facts.push(w.facts);
             out.sources.push(w.stands_for);
+            out.origins.push(w.origin);
         }
         out.outlets = outlets;
         out

@@ -204,6 +204,7 @@ fn a_fusion_rewires_readers_and_maps_outlets() {
     assert_eq!(d.outlets[up][0], None, "up's own output is gone");
     assert_eq!(d.graph.nodes[fused.node].op.name(), "FusedLinear");
     assert_eq!(d.sources[fused.node], vec![OutletId::new(act, 0)]);
+    assert_eq!(d.origins[fused.node], up);
     assert_eq!(d.placements[fused.node].to_string(), "GPU  linear+act");
     // execution order is node order, and every input comes first
     assert_eq!(d.order, (0..d.graph.nodes.len()).collect::<Vec<_>>());

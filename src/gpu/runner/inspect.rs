@@ -14,6 +14,8 @@ impl GpuRunner {
     /// Runs one step with kernels launched one by one, and returns every
     /// non-constant node with its time in seconds: GPU time between CUDA
     /// events around its launches, wall time for CPU nodes (a profile).
+    /// Nodes are the source graph's: a fused node's time is given to the
+    /// node it replaced in place (a Linear's, with its fused epilogue).
     pub fn profile_step(&mut self, inputs: &[&Tensor]) -> Result<Vec<(usize, f64)>> {
         use cudarc::driver::sys::CUevent_flags;
         self.copy_inputs(inputs)?;
@@ -62,6 +64,9 @@ impl GpuRunner {
             times.push((id, ms as f64 / 1e3));
         }
         self.finish_step()?;
+        for t in &mut times {
+            t.0 = self.tr.origins[t.0];
+        }
         Ok(times)
     }
 
