@@ -5,7 +5,8 @@
 
 use cudarc::driver::CudaFunction;
 
-use super::linear_fused::{describe, launch_linear, scratch_bytes, Epilogue};
+use super::linear_fused::{describe, scratch_bytes, Epilogue};
+use super::linear_launch::launch_linear;
 use crate::gpu::blas::{k_splits, Gemm};
 use crate::gpu::op::{expect_io, BuildCx, GpuOp, Io, LaunchCx};
 use crate::gpu::ops::Builders;

@@ -9,6 +9,7 @@ pub mod ctc;
 pub mod elementwise;
 pub mod linear;
 pub mod linear_fused;
+mod linear_launch;
 pub mod lstm;
 pub mod norm;
 pub mod pulse;
