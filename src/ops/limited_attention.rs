@@ -22,52 +22,57 @@ impl LimitedAttention {
     /// Checks the inputs; gives the width and the time axis (0, or 1 after
     /// a batch axis).
     pub(crate) fn check(&self, inputs: &[&TypedFact]) -> OpResult<(usize, usize)> {
-        input_count(inputs, 3)?;
-        let r = inputs[0].rank();
-        if r != 2 && r != 3 {
-            return Err(OpError::Rank {
-                input: 0,
-                expected: "2 or 3".into(),
-                got: r,
-            });
-        }
-        for (i, f) in inputs.iter().enumerate() {
-            rank(f, i, r)?;
-            float(f, i)?;
-            same_dtype(inputs[0], f, i)?;
-        }
-        let t = r - 2;
-        if r == 3
-            && (inputs[1].shape[0] != inputs[0].shape[0]
-                || inputs[2].shape[0] != inputs[0].shape[0])
-        {
-            return Err(OpError::Shape(format!(
-                "q, k, v batches differ: {} {} {}",
-                inputs[0], inputs[1], inputs[2]
-            )));
-        }
-        let d = inputs[0].shape[t + 1];
-        if inputs[1].shape[t + 1] != d || inputs[2].shape[t + 1] != d {
-            return Err(OpError::Shape(format!(
-                "q, k, v widths differ: {} {} {}",
-                inputs[0], inputs[1], inputs[2]
-            )));
-        }
-        if inputs[1].shape[t] != inputs[2].shape[t] {
-            return Err(OpError::Shape(format!(
-                "k and v lengths differ: {} vs {}",
-                inputs[1], inputs[2]
-            )));
-        }
-        let d = super::checks::concrete(&d, "model width")?;
-        if self.heads == 0 || d % self.heads != 0 {
-            return Err(OpError::Param(format!(
-                "width {d} is not a multiple of {} heads",
-                self.heads
-            )));
-        }
-        Ok((d, t))
+        check_qkv(self.heads, inputs)
     }
+}
+
+/// Checks self-attention inputs `q, k, v` for `heads` heads; gives the width
+/// and the time axis (0, or 1 after a batch axis).
+pub(crate) fn check_qkv(heads: usize, inputs: &[&TypedFact]) -> OpResult<(usize, usize)> {
+    input_count(inputs, 3)?;
+    let r = inputs[0].rank();
+    if r != 2 && r != 3 {
+        return Err(OpError::Rank {
+            input: 0,
+            expected: "2 or 3".into(),
+            got: r,
+        });
+    }
+    for (i, f) in inputs.iter().enumerate() {
+        rank(f, i, r)?;
+        float(f, i)?;
+        same_dtype(inputs[0], f, i)?;
+    }
+    let t = r - 2;
+    if r == 3
+        && (inputs[1].shape[0] != inputs[0].shape[0] || inputs[2].shape[0] != inputs[0].shape[0])
+    {
+        return Err(OpError::Shape(format!(
+            "q, k, v batches differ: {} {} {}",
+            inputs[0], inputs[1], inputs[2]
+        )));
+    }
+    let d = inputs[0].shape[t + 1];
+    if inputs[1].shape[t + 1] != d || inputs[2].shape[t + 1] != d {
+        return Err(OpError::Shape(format!(
+            "q, k, v widths differ: {} {} {}",
+            inputs[0], inputs[1], inputs[2]
+        )));
+    }
+    if inputs[1].shape[t] != inputs[2].shape[t] {
+        return Err(OpError::Shape(format!(
+            "k and v lengths differ: {} vs {}",
+            inputs[1], inputs[2]
+        )));
+    }
+    let d = super::checks::concrete(&d, "model width")?;
+    if heads == 0 || d % heads != 0 {
+        return Err(OpError::Param(format!(
+            "width {d} is not a multiple of {} heads",
+            heads
+        )));
+    }
+    Ok((d, t))
 }
 
 impl Op for LimitedAttention {

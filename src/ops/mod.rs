@@ -8,6 +8,7 @@ mod elementwise;
 // Op families, one file each.
 pub mod attention;
 pub mod cast;
+pub mod chunked_attention;
 pub mod concat;
 pub mod conv;
 pub mod ctc_head;

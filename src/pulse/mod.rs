@@ -15,8 +15,8 @@ pub use batched::{BatchChunk, BatchError, BatchedSession};
 pub use fact::{PulsedFact, StreamInfo};
 pub use model::PulsedModel;
 pub use ops::{
-    AffineChunkTrim, Delay, FrameLayout, PulsePad, PulsedLimitedAttention, PulsedLstm,
-    PulsedSameAxisConcat, ReflectPulsePad, StreamPosition, Unfold,
+    AffineChunkTrim, Delay, FrameLayout, PulsePad, PulsedChunkedAttention, PulsedLimitedAttention,
+    PulsedLstm, PulsedSameAxisConcat, ReflectPulsePad, StreamPosition, Unfold,
 };
 pub use pulsifier::pulsify;
 pub use session::{Chunk, SessionError, StreamingSession};

@@ -26,6 +26,19 @@ pub struct WhisperConfig {
     pub activation_function: String,
     #[serde(default)]
     pub scale_embedding: bool,
+    /// Encoder self-attention restricted to chunks (a streaming encoder);
+    /// absent in the released checkpoints, which attend to the whole window.
+    #[serde(default, rename = "pulsed_encoder_context")]
+    pub encoder_context: Option<EncoderContext>,
+}
+
+/// Which encoder frames each frame sees, in encoder frames (20 ms): its
+/// chunk of `chunk` frames, `left` frames before and `right` after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct EncoderContext {
+    pub chunk: usize,
+    pub left: usize,
+    pub right: usize,
 }
 
 fn gelu() -> String {

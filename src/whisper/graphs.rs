@@ -173,8 +173,12 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
     for l in 0..cfg.encoder_layers {
         let p = format!("model.encoder.layers.{l}");
         let heads = cfg.encoder_attention_heads;
+        let kind = match cfg.encoder_context {
+            Some(c) => SelfAttention::Chunked(c),
+            None => SelfAttention::Whole,
+        };
         x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
-            n.self_attention(&format!("{p}.self_attn"), h, heads, SelfAttention::Whole)
+            n.self_attention(&format!("{p}.self_attn"), h, heads, kind)
         })?;
         x = n.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
             n.mlp(&p, h, cfg.encoder_ffn_dim)

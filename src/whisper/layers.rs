@@ -1,8 +1,10 @@
 //! The layers Whisper's encoder and decoder are made of, written with the
 //! graph builder over weights named as `transformers` names them.
 
+use super::config::EncoderContext;
 use crate::graph::{GraphBuilder, OutletId};
 use crate::ops::attention::Attention;
+use crate::ops::chunked_attention::ChunkedAttention;
 use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
 use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
@@ -29,6 +31,8 @@ pub enum SelfAttention<'c> {
     Whole,
     /// Appended to a decoder cache, causal.
     Cached(&'c KvCache, usize),
+    /// Restricted to chunks (a streaming encoder).
+    Chunked(EncoderContext),
 }
 
 impl Net<'_> {
@@ -108,6 +112,15 @@ impl Net<'_> {
                 let name = format!("{attn}.attention");
                 let a = self.b.op(&name, Attention { scale: None }, &[q, k, v])?;
                 self.merge(&name, a)?
+            }
+            SelfAttention::Chunked(c) => {
+                let op = ChunkedAttention {
+                    heads,
+                    chunk: c.chunk,
+                    left: c.left,
+                    right: c.right,
+                };
+                self.b.op(&format!("{attn}.attention"), op, &[q, k, v])?
             }
             SelfAttention::Cached(cache, layer) => {
                 let op = CachedSelfAttention {

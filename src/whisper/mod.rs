@@ -17,7 +17,7 @@ mod projection;
 pub mod tokenizer;
 
 pub use backend::{AlignmentSource, WhisperBackend};
-pub use config::WhisperConfig;
+pub use config::{EncoderContext, WhisperConfig};
 pub use cpu::{CpuWhisper, WhisperModel};
 pub use error::WhisperError;
 pub use folder::LoadError;

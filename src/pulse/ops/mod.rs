@@ -4,6 +4,7 @@
 //! The transform that puts them in a graph is `pulsifier.rs` and `rules/`.
 
 mod attention;
+mod chunked_attention;
 mod concat;
 mod delay;
 mod frames;
@@ -15,6 +16,7 @@ mod trim;
 mod unfold;
 
 pub use attention::PulsedLimitedAttention;
+pub use chunked_attention::PulsedChunkedAttention;
 pub use concat::PulsedSameAxisConcat;
 pub use delay::Delay;
 pub use frames::FrameLayout;

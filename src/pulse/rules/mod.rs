@@ -12,6 +12,7 @@
 //! rule tries them in the order it documents.
 
 mod attention;
+mod chunked_attention;
 mod concat;
 mod conv;
 mod lstm;
@@ -63,6 +64,7 @@ fn rules() -> &'static Rules {
     RULES.get_or_init(|| {
         let mut r = Rules::default();
         attention::register(&mut r);
+        chunked_attention::register(&mut r);
         concat::register(&mut r);
         conv::register(&mut r);
         lstm::register(&mut r);
