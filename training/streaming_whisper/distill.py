@@ -1,0 +1,258 @@
+"""Distil Whisper's whole-window encoder (teacher) into the same encoder with
+chunked self-attention (student), on synthetic speech with acoustic
+augmentation. No transcripts are used: the targets are the teacher's outputs,
+so the student learns to do without the frames it may no longer see.
+
+Every step draws one attention context (chunk, right) from CONTEXTS, as WeNet's
+dynamic chunk training does, so one student serves several latencies.
+
+usage (GPU machine, see run_gpu.sh): python3 distill.py --teacher DIR --text DIR
+    --work DIR --out DIR --deadline SEC
+"""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import data  # noqa: E402  (training/data.py: espeak synthesis, AudioSet)
+import synth  # noqa: E402
+from encoder import Encoder, log_mel, mel_filters  # noqa: E402
+
+WINDOW = 480000  # 30 s at 16 kHz
+LEFT = 1500      # the whole window before a chunk
+# (chunk, right) in encoder frames (20 ms); right applies in every layer
+CONTEXTS = [(8, 0), (12, 0), (16, 0), (16, 1), (16, 2), (16, 3), (16, 4), (8, 1), (8, 2), (24, 0), (32, 0)]
+T0 = time.time()
+
+
+def log(*a):
+    print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
+
+
+def build(text_dir, work, device, n, procs):
+    train = [t for t in open(os.path.join(text_dir, "train.txt")).read().split("\n") if t]
+    held = [t for t in open(os.path.join(text_dir, "heldout.txt")).read().split("\n") if t]
+    rng = random.Random(7)
+    for name, texts, variants, count in (("distill_train", train, synth.TRAIN_VARIANTS, n),
+                                         ("distill_held", held, synth.HELDOUT_VARIANTS, 256)):
+        if os.path.exists(os.path.join(work, name + ".json")):
+            continue
+        items, meta = [], []
+        for _ in range(count):
+            t = rng.choice(texts)
+            p = synth.random_params(rng, variants)
+            items.append((t,) + p)
+            meta.append({"text": t, "voice": p[0], "rate": p[1]})
+        data.build_set(name, items, meta, work, device, procs)
+
+
+def reverb(x, gen):
+    """Convolves each row with a random exponentially decaying room response."""
+    b, n = x.shape
+    dev = x.device
+    L = 8000
+    rt60 = torch.empty(b, device=dev).uniform_(0.15, 0.8)
+    t = torch.arange(L, device=dev)[None, :] / 16000.0
+    ir = torch.randn(b, L, device=dev, generator=gen) * torch.exp(-6.9 * t / rt60[:, None])
+    ir[:, 0] = 1.0
+    ir = ir / ir.norm(dim=1, keepdim=True)
+    m = 1 << math.ceil(math.log2(n + L))
+    y = torch.fft.irfft(torch.fft.rfft(x, m) * torch.fft.rfft(ir, m), m)[:, :n]
+    return y * (x.std(dim=1, keepdim=True) / (y.std(dim=1, keepdim=True) + 1e-8))
+
+
+def band_limit(x):
+    """Telephone band (300-3400 Hz) by a mask on the spectrum."""
+    n = x.shape[1]
+    f = torch.fft.rfft(x)
+    hz = torch.arange(f.shape[1], device=x.device) * 16000.0 / n
+    return torch.fft.irfft(f * ((hz > 300) & (hz < 3400)), n)
+
+
+def batch(ds, b, gen, rng, device, augment_on=True):
+    """b windows of 30 s: 1-3 utterances each, random lead and gaps, augmented."""
+    out = torch.zeros(b, WINDOW, device=device)
+    lens = torch.zeros(b, dtype=torch.long, device=device)
+    for r in range(b):
+        pos = rng.randint(0, 16000)
+        for _ in range(rng.choices([1, 2, 3], [0.5, 0.3, 0.2])[0]):
+            i = rng.randrange(len(ds))
+            n = int(ds.len_cpu[i])
+            if pos + n > WINDOW:
+                break
+            o = int(ds.meta[i]["off"])
+            out[r, pos:pos + n] = ds.audio[o:o + n].float() / 32768.0
+            pos += n + rng.randint(1600, 16000)
+        lens[r] = min(pos, WINDOW)
+    if augment_on:
+        k = torch.rand(b, device=device, generator=gen)
+        rv = k < 0.4
+        if rv.any():
+            out[rv] = reverb(out[rv], gen)
+        bl = (k > 0.85)
+        if bl.any():
+            out[bl] = band_limit(out[bl])
+        from train import augment
+        out = augment(out, lens, gen)
+    valid = torch.arange(WINDOW, device=device)[None, :] < lens[:, None]
+    return out * valid, lens
+
+
+def features(wav, lens, filters):
+    """What pulsed (as faster-whisper) feeds the encoder: log-mel of the
+    audio, frames past its end zero (padding in the feature domain)."""
+    mel = log_mel(wav, filters)
+    frames = torch.arange(mel.shape[2], device=mel.device)[None, None, :]
+    return mel * (frames < (lens // 160)[:, None, None])
+
+
+def loss_fn(s_out, s_hid, t_out, t_hid):
+    main = ((s_out - t_out) ** 2).mean() / t_out.var()
+    aux = sum(((s - t) ** 2).mean() / t.var() for s, t in zip(s_hid, t_hid)) / len(t_hid)
+    return main + 0.25 * aux, main
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--teacher", required=True, help="dir: encoder.safetensors + config.json")
+    ap.add_argument("--text", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--utts", type=int, default=40000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--total-steps", type=int, default=10 ** 9, help="stop after this many steps")
+    ap.add_argument("--deadline", type=float, default=500)
+    ap.add_argument("--procs", type=int, default=None)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--prepare-only", action="store_true", help="build the data and stop")
+    ap.add_argument("--init", default=None, help="dir of student-*.safetensors to start from")
+    ap.add_argument("--contexts", default=None, help="chunk:right,... (default: CONTEXTS)")
+    ap.add_argument("--held-batch", type=int, default=16)
+    ap.add_argument("--freeze-below", type=int, default=0, help="train only layers >= this (0: all + stem)")
+    args = ap.parse_args()
+    from safetensors.torch import load_file, save_file
+
+    device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    build(args.text, args.work, device, args.utts, args.procs)
+    if args.prepare_only:
+        log("data built")
+        return
+    train = data.AudioSet(args.work, "distill_train", device)
+    held = data.AudioSet(args.work, "distill_held", device)
+    log(f"data: train {len(train)} utts {train.hours():.1f} h, held {len(held)}")
+
+    cfg = json.load(open(os.path.join(args.teacher, "config.json")))
+    w = load_file(os.path.join(args.teacher, "encoder.safetensors"))
+    teacher = Encoder(cfg).load(w).to(device).eval()
+    student = Encoder(cfg).load(w).to(device)
+    if args.init:
+        import glob
+        init = {}
+        for f in sorted(glob.glob(os.path.join(args.init, "student-*.safetensors"))):
+            init.update(load_file(f))
+        student.load(init)
+        log("student starts from", args.init)
+    ckpt = os.path.join(args.work, "student.pt")
+    state = {"step": 0}
+    if os.path.exists(ckpt):
+        ck = torch.load(ckpt, map_location=device)
+        student.load_state_dict(ck["model"])
+        state = ck["state"]
+        log("resumed", state)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    params = []
+    for n, p in student.named_parameters():
+        keep = args.freeze_below == 0 or (n.startswith("layers.") and int(n.split(".")[1]) >= args.freeze_below) \
+            or n.startswith("ln_post")
+        p.requires_grad_(keep)
+        if keep:
+            params.append(p)
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    if os.path.exists(ckpt) and "opt" in ck:
+        opt.load_state_dict(ck["opt"])
+    filters = mel_filters(cfg["num_mel_bins"]).to(device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(args.seed + state["step"])
+    rng = random.Random(args.seed * 7 + 11 + state["step"])
+
+    def held_loss(ctx):
+        hr = random.Random(3)
+        hg = torch.Generator(device=device)
+        hg.manual_seed(3)
+        tot = 0.0
+        with torch.no_grad():
+            for _ in range(4):
+                wav, lens = batch(held, args.held_batch, hg, hr, device, augment_on=True)
+                mel = features(wav, lens, filters)
+                t_out, _ = teacher(mel)
+                with torch.autocast(device.type, dtype=torch.bfloat16):
+                    s_out, _ = student(mel, (ctx[0], LEFT, ctx[1]))
+                tot += float(((s_out.float() - t_out) ** 2).mean() / t_out.var())
+        return tot / 4
+
+    log("held loss before:", {f"{c}": round(held_loss(c), 4) for c in [(16, 0), (16, 3), (12, 0), (8, 1)]})
+    contexts = CONTEXTS if not args.contexts else [tuple(int(v) for v in c.split(":")) for c in args.contexts.split(",")]
+    t_train, first = time.time(), state["step"]
+    ema = None
+    while time.time() - T0 < args.deadline - 60 and state["step"] < args.total_steps:
+        step = state["step"]
+        # the schedule runs on the wall time left until the deadline (less
+        # the time for the held-out check and saving)
+        p = min(1.0, (time.time() - t_train) / max(1.0, args.deadline - 60 - (t_train - T0)))
+        lr = args.lr * min(1.0, (step + 1) / 150) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ctx = rng.choice(contexts)
+        ctx = (ctx[0], LEFT, ctx[1])
+        with torch.no_grad():
+            wav, lens = batch(train, args.batch, gen, rng, device)
+            mel = features(wav, lens, filters)
+            t_out, t_hid = teacher(mel)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            s_out, s_hid = student(mel, ctx)
+        loss, main_l = loss_fn(s_out.float(), [h.float() for h in s_hid], t_out, t_hid)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        state["step"] = step + 1
+        main_l = float(main_l.detach())
+        ema = main_l if ema is None else 0.98 * ema + 0.02 * main_l
+        if step % 100 == 0:
+            log(f"step {step} ctx {ctx} lr {lr:.2e} loss {float(loss):.4f} main ema {ema:.4f} "
+                f"{(time.time() - t_train) / (step + 1 - first):.3f} s/step")
+    log("held loss after:", {f"{c}": round(held_loss(c), 4) for c in [(16, 0), (16, 3), (12, 0), (8, 1)]})
+    torch.save({"model": student.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+    names = student.names()
+    items = sorted(names.items())
+    half = [dict(), dict()]
+    size = 0
+    for k, v in items:
+        t = v.detach().to(torch.float16).cpu().contiguous()
+        half[0 if size < 8.3e6 else 1][k] = t
+        size += t.numel() * 2
+    for i, h in enumerate(half):
+        save_file(h, os.path.join(args.out, f"student-{i}.safetensors"))
+    json.dump({"state": state, "contexts": contexts, "left": LEFT, "args": vars(args)},
+              open(os.path.join(args.out, "state.json"), "w"), indent=1)
+    log("saved", state)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Moves encoder weights between a pulsed Whisper folder and the training side
+(standard library + numpy; no torch needed).
+
+  python3 folder.py teacher MODEL_DIR OUT_DIR
+      OUT_DIR/encoder.safetensors (the model.encoder.* tensors) + config.json
+  python3 folder.py student MODEL_DIR SHARDS_DIR OUT_DIR CHUNK LEFT RIGHT
+      a whole Whisper folder: MODEL_DIR's files with the encoder tensors taken
+      from SHARDS_DIR/student-*.safetensors and config.json telling pulsed the
+      encoder's attention context (`pulsed_encoder_context`)
+"""
+import glob
+import json
+import os
+import shutil
+import struct
+import sys
+
+
+def read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        body = f.read()
+    head.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in head.items()}
+
+
+def write(path, tensors):
+    head, off, parts = {}, 0, []
+    for k in sorted(tensors):
+        dt, shape, b = tensors[k]
+        head[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
+        parts.append(b)
+        off += len(b)
+    h = json.dumps(head, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in parts:
+            f.write(b)
+
+
+def teacher(model, out):
+    os.makedirs(out, exist_ok=True)
+    t = read(os.path.join(model, "model.safetensors"))
+    write(os.path.join(out, "encoder.safetensors"), {k: v for k, v in t.items() if k.startswith("model.encoder.")})
+    shutil.copy(os.path.join(model, "config.json"), out)
+
+
+def student(model, shards, out, chunk, left, right):
+    os.makedirs(out, exist_ok=True)
+    t = read(os.path.join(model, "model.safetensors"))
+    new = {}
+    for s in sorted(glob.glob(os.path.join(shards, "student-*.safetensors"))):
+        new.update(read(s))
+    missing = [k for k in t if k.startswith("model.encoder.") and k not in new]
+    if missing:
+        sys.exit(f"the shards lack {len(missing)} encoder tensors, e.g. {missing[0]}")
+    for k, v in new.items():
+        if k not in t or t[k][1] != v[1]:
+            sys.exit(f"{k}: not in the model or of another shape")
+        t[k] = v
+    write(os.path.join(out, "model.safetensors"), t)
+    for f in os.listdir(model):
+        if f not in ("model.safetensors", "config.json"):
+            shutil.copy(os.path.join(model, f), out)
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    cfg["pulsed_encoder_context"] = {"chunk": chunk, "left": left, "right": right}
+    json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if a[:1] == ["teacher"] and len(a) == 3:
+        teacher(a[1], a[2])
+    elif a[:1] == ["student"] and len(a) == 7:
+        student(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]))
+    else:
+        sys.exit(__doc__)
