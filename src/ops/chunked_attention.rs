@@ -109,7 +109,7 @@ mod tests {
                 (s % 2001) as f32 / 1000.0 - 1.0
             })
             .collect();
-        Tensor::from_vec(shape, v).unwrap()
+        Tensor::from_vec(shape.to_vec(), v).unwrap()
     }
 
     fn run(op: &dyn Op, ins: &[&Tensor]) -> Tensor {
@@ -159,7 +159,7 @@ mod tests {
                     }
                 }
             }
-            Tensor::from_vec(&[heads, t, dh], o).unwrap()
+            Tensor::from_vec(vec![heads, t, dh], o).unwrap()
         };
         let want = run(
             &Attention { scale: None },
