@@ -262,6 +262,9 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     if let Some(b) = a.beam {
         opts.decode.beam_size = b.max(1);
     }
+    if a.whisper.no_fallback {
+        opts.decode.temperatures = vec![0.0];
+    }
     eprintln!(
         "pulsed: live whisper {} on the CPU, step {} s, beam {}",
         model.dir.display(),

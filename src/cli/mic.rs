@@ -55,6 +55,11 @@ pub struct Args {
     /// committed segment.
     #[arg(long, default_value_t = 15.0)]
     trim: f64,
+    /// Whisper: decode at temperature 0 only (no fallback to sampling when
+    /// a decoding is too repetitive or unlikely): each step's time is
+    /// bounded, for slow machines.
+    #[arg(long)]
+    no_fallback: bool,
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: super::device::Device,
@@ -115,6 +120,9 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         Some(0) => return Err("--beam must be at least 1".into()),
         Some(b) => decode.beam_size = b,
         None => {}
+    }
+    if a.no_fallback {
+        decode.temperatures = vec![0.0];
     }
     let opts = WhisperLiveOptions {
         step_s: a.step,
@@ -297,6 +305,13 @@ impl Printer {
                     let mut line = serde_json::json!({"type": kind, "text": text, "start": round3(start), "end": round3(end)});
                     if !fin && self.committed_latency {
                         line["stable"] = stable.into();
+                    }
+                    if fin {
+                        let w: Vec<_> = words
+                            .iter()
+                            .map(|w| serde_json::json!({"word": w.text, "start": round3(w.start_s), "end": round3(w.end_s)}))
+                            .collect();
+                        line["words"] = w.into();
                     }
                     if fin && self.timed {
                         line["word_latency_ms"] =

@@ -332,9 +332,12 @@ impl WhisperLive {
         )?;
         let mut words = Vec::new();
         let mut ends = Vec::new();
+        // a too repetitive segment (a decoding loop, which the fallback to
+        // sampling would have retried) is left out: the next step tries again
+        let repetitive = |r: f64| opts.compression_ratio_threshold.is_some_and(|t| r > t);
         for s in segments
             .iter()
-            .filter(|s| s.no_speech_prob <= NO_SPEECH_CUTOFF)
+            .filter(|s| s.no_speech_prob <= NO_SPEECH_CUTOFF && !repetitive(s.compression_ratio))
         {
             ends.push(s.end + offset);
             // each word keeps its leading space (none after a hyphen)
