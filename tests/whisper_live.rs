@@ -161,6 +161,37 @@ fn the_vad_cuts_utterances_and_each_becomes_final() {
     assert!(finals[1].words[0].start_s > clip_s + 1.0, "{:?}", finals[1]);
 }
 
+/// Without the VAD the whole file is one utterance: one final line, the
+/// clip's text (greedy, no fallback: the cheap settings).
+#[test]
+fn without_vad_the_stream_is_one_utterance() {
+    let c = clip();
+    let (code, out, err) = pulsed(&[
+        "mic",
+        "--model",
+        "whisper-tiny.en",
+        "--input",
+        &c,
+        "--no-vad",
+        "--beam",
+        "1",
+        "--no-fallback",
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let events = lines(&out);
+    let finals: Vec<&Value> = events.iter().filter(|e| e["type"] == "final").collect();
+    assert_eq!(finals.len(), 1, "{out}");
+    let text = finals[0]["text"].as_str().unwrap();
+    assert!(word_errors(&offline_text(), text) <= 2, "{text:?}");
+    let words = finals[0]["words"].as_array().unwrap();
+    assert!(
+        words.iter().all(|w| w["end"].as_f64().unwrap() <= 3.0),
+        "{out}"
+    );
+}
+
 #[test]
 fn bad_input_is_refused_in_one_line() {
     let c = clip();
@@ -184,4 +215,18 @@ fn bad_input_is_refused_in_one_line() {
     let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("pulsed:")).collect();
     assert_eq!(errors.len(), 1, "{err}");
     assert!(errors[0].contains("bad.wav"), "{err}");
+
+    // Whisper runs live on the CPU only
+    let (code, _, err) = pulsed(&[
+        "mic",
+        "--model",
+        "whisper-tiny.en",
+        "--input",
+        &c,
+        "--device",
+        "cuda",
+    ]);
+    assert_ne!(code, 0);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("CPU only"), "{err}");
 }
