@@ -99,9 +99,20 @@ fn chunked_attention_streams_exactly() {
     let g = chunked_graph(8, 2, (4, 3, 2), 2);
     let mut rng = Rng(11);
     let x = rng.tensor(&[41, 8]);
+    // a pulse of one chunk: the first layer's queries wait a chunk (the
+    // last of the chunk then needs 2 frames more, which the pulse brings);
+    // the second starts on a chunk's end and waits as long again for its
+    // own 2-frame look-ahead
     let r = check_streaming(&g, 4, &x, &[1, 4, 2, 7], 1e-5).unwrap();
-    // each layer waits for the rest of its chunk and its look-ahead: 3 + 2
+    assert_eq!(r.delays, vec![8]);
+    // a pulse that is not a whole number of chunks: the worst case, 3 + 2 a layer
+    let r = check_streaming(&g, 3, &x, &[1, 4, 2, 7], 1e-5).unwrap();
     assert_eq!(r.delays, vec![10]);
+    // no look-ahead, pulses of whole chunks from the stream start: every
+    // pulse holds whole chunks, so no layer waits
+    let g = chunked_graph(8, 2, (4, 3, 0), 3);
+    let r = check_streaming(&g, 8, &x, &[5, 8, 13], 1e-5).unwrap();
+    assert_eq!(r.delays, vec![0]);
 }
 
 proptest! {

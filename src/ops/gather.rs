@@ -96,14 +96,18 @@ impl Op for Gather {
         Ok(())
     }
 
-    /// Frame-local when only `data` streams, on an axis other than `axis`;
-    /// axes after `axis` shift by the indices' rank minus one.
+    /// Frame-local when only `data` streams, on an axis other than `axis`
+    /// (axes after `axis` shift by the indices' rank minus one), or when
+    /// only the indices stream (rows of a table looked up by stream
+    /// position): the output streams where the indices' axis lands.
     fn frame_local_axis(&self, inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
-        let a = axes.first().copied().flatten()?;
+        let axis = resolve_axis(self.axis, inputs.first()?.rank()).ok()?;
+        let Some(a) = axes.first().copied().flatten() else {
+            return axes.get(1).copied().flatten().map(|i| axis + i);
+        };
         if axes.get(1).copied().flatten().is_some() {
             return None;
         }
-        let axis = resolve_axis(self.axis, inputs.first()?.rank()).ok()?;
         match a.cmp(&axis) {
             std::cmp::Ordering::Less => Some(a),
             std::cmp::Ordering::Equal => None,
@@ -243,6 +247,15 @@ mod tests {
         assert_eq!(
             Gather { axis: 0 }.frame_local_axis(&[&d, &s], &[Some(1), None]),
             Some(0)
+        );
+        // rows of a table by streaming positions: the indices' axis, moved
+        // past the data axes before `axis`
+        let pos = |axis, ia| Gather { axis }.frame_local_axis(&[&d, &i], &[None, Some(ia)]);
+        assert_eq!(pos(0, 0), Some(0));
+        assert_eq!(pos(1, 1), Some(2));
+        assert_eq!(
+            Gather { axis: 0 }.frame_local_axis(&[&d, &i], &[None, None]),
+            None
         );
     }
 }

@@ -33,12 +33,28 @@ pub struct WhisperConfig {
 }
 
 /// Which encoder frames each frame sees, in encoder frames (20 ms): its
-/// chunk of `chunk` frames, `left` frames before and `right` after it.
+/// chunk of `chunk` frames and `left` frames before it; in the first
+/// layer also `right` frames after it. A look-ahead in later layers would
+/// add a whole chunk of latency per layer (a frame past the chunk waits
+/// for its own chunk's end), so it is there only with `right_all_layers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct EncoderContext {
     pub chunk: usize,
     pub left: usize,
     pub right: usize,
+    #[serde(default)]
+    pub right_all_layers: bool,
+}
+
+impl EncoderContext {
+    /// The look-ahead of encoder layer `layer`.
+    pub fn right_of(&self, layer: usize) -> usize {
+        if layer == 0 || self.right_all_layers {
+            self.right
+        } else {
+            0
+        }
+    }
 }
 
 fn gelu() -> String {

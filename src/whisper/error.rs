@@ -61,4 +61,9 @@ pub enum WhisperError {
     },
     #[error("word timestamps need alignment heads, and the model has none")]
     NoAlignmentHeads,
+    #[error(
+        "the checkpoint's encoder attends to its whole window and cannot stream \
+         (its config.json has no `pulsed_encoder_context`)"
+    )]
+    NotStreaming,
 }

@@ -174,7 +174,7 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
         let p = format!("model.encoder.layers.{l}");
         let heads = cfg.encoder_attention_heads;
         let kind = match cfg.encoder_context {
-            Some(c) => SelfAttention::Chunked(c),
+            Some(c) => SelfAttention::Chunked(c, l),
             None => SelfAttention::Whole,
         };
         x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {

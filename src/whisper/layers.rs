@@ -31,8 +31,8 @@ pub enum SelfAttention<'c> {
     Whole,
     /// Appended to a decoder cache, causal.
     Cached(&'c KvCache, usize),
-    /// Restricted to chunks (a streaming encoder).
-    Chunked(EncoderContext),
+    /// Restricted to chunks (a streaming encoder), in encoder layer `usize`.
+    Chunked(EncoderContext, usize),
 }
 
 impl Net<'_> {
@@ -113,12 +113,12 @@ impl Net<'_> {
                 let a = self.b.op(&name, Attention { scale: None }, &[q, k, v])?;
                 self.merge(&name, a)?
             }
-            SelfAttention::Chunked(c) => {
+            SelfAttention::Chunked(c, layer) => {
                 let op = ChunkedAttention {
                     heads,
                     chunk: c.chunk,
                     left: c.left,
-                    right: c.right,
+                    right: c.right_of(layer),
                 };
                 self.b.op(&format!("{attn}.attention"), op, &[q, k, v])?
             }

@@ -14,6 +14,7 @@ pub mod generation;
 pub mod graphs;
 mod layers;
 mod projection;
+pub mod streaming;
 pub mod tokenizer;
 
 pub use backend::{AlignmentSource, WhisperBackend};

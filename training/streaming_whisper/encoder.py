@@ -28,6 +28,14 @@ def attention(q, k, v, mask):
     return s.softmax(-1) @ v
 
 
+def layer_mask(t, ctx, layer, device):
+    """ctx = (chunk, left, right[, all_layers]): the look-ahead `right` is the
+    first layer's only, unless all_layers (then it compounds, a chunk a layer)."""
+    chunk, left, right = ctx[:3]
+    all_layers = len(ctx) > 3 and ctx[3]
+    return chunk_mask(t, chunk, left, right if (layer == 0 or all_layers) else 0, device)
+
+
 class Layer(nn.Module):
     def __init__(self, d, heads, ffn):
         super().__init__()
@@ -63,15 +71,14 @@ class Encoder(nn.Module):
         self.ln_post = nn.LayerNorm(d)
 
     def forward(self, mel, ctx=None):
-        """mel [B, n_mels, 3000]; ctx (chunk, left, right) or None (whole window).
+        """mel [B, n_mels, 3000]; ctx (chunk, left, right[, all_layers]) or None (whole window).
         Returns the output [B, 1500, d] and every layer's output."""
         x = F.gelu(self.conv1(mel))
         x = F.gelu(self.conv2(x)).transpose(1, 2)
         x = x + self.pos[: x.shape[1]]
-        mask = None if ctx is None else chunk_mask(x.shape[1], *ctx, x.device)
         hidden = []
-        for layer in self.layers:
-            x = layer(x, mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, None if ctx is None else layer_mask(x.shape[1], ctx, i, x.device))
             hidden.append(x)
         return self.ln_post(x), hidden
 

@@ -7,23 +7,43 @@ use crate::ops::chunked_attention::ChunkedAttention;
 use crate::ops::limited_attention::attend;
 use crate::ops::{Dim, Op, OpError, OpResult, OpState, Scratch, Tensor, TypedFact};
 
-/// Inputs: q `[P, d]` delayed by `attn.look_ahead()` frames more than the
-/// keys, and k, v `[P + overlap, d]` whose first `overlap` rows are the
-/// frames before the pulse (each with a leading batch axis when batched).
-/// `delay` is the keys' stream delay; `len` the stream's length (a function
-/// of the input length `S`).
+/// Inputs: q `[P, d]` delayed by `lag` frames more than the keys, and k,
+/// v `[P + overlap, d]` whose first `overlap` rows are the frames before the
+/// pulse (each with a leading batch axis when batched). `delay` is the
+/// keys' stream delay; `len` the stream's length (a function of the input
+/// length `S`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PulsedChunkedAttention {
     pub attn: ChunkedAttention,
     pub pulse: usize,
     pub delay: usize,
+    pub lag: usize,
     pub len: Dim,
 }
 
 impl PulsedChunkedAttention {
+    /// The fewest frames the queries must wait for their windows' last keys
+    /// to have arrived. When the pulse is a whole number of chunks, pulses
+    /// fall on the same chunk phase every step, and a stream whose pulses
+    /// already end on a chunk's end (the output of an earlier chunked layer)
+    /// waits for no more than the look-ahead; otherwise the worst case.
+    pub fn lag_for(attn: &ChunkedAttention, pulse: usize, delay: usize) -> usize {
+        let c = attn.chunk.max(1);
+        if !pulse.is_multiple_of(c) {
+            return attn.look_ahead();
+        }
+        (0..=attn.look_ahead())
+            .find(|&e| {
+                // the pulse's last query sits at phase (-1 - delay - e) mod c
+                let phase = (-1 - delay as i64 - e as i64).rem_euclid(c as i64) as usize;
+                c - 1 - phase + attn.right <= e
+            })
+            .unwrap_or(attn.look_ahead())
+    }
+
     /// Rows of past keys each pulse carries.
     pub fn overlap(&self) -> usize {
-        self.attn.look_ahead() + self.attn.look_back()
+        self.lag + self.attn.look_back()
     }
 }
 
@@ -103,7 +123,7 @@ impl OpState for ChunkedState {
         }
         // key row m has position kfirst + m; query row r has qfirst + r
         let kfirst = self.step as i64 * p as i64 - self.op.delay as i64 - o as i64;
-        let qfirst = kfirst + o as i64 - self.op.attn.look_ahead() as i64;
+        let qfirst = kfirst + o as i64 - self.op.lag as i64;
         self.step += 1;
         let end = self.end.unwrap_or(i64::MAX);
         let attn = &self.op.attn;

@@ -1,6 +1,7 @@
 //! The pulse rule of [`ChunkedAttention`]: keys and values keep the frames
 //! a chunk looks back on through a Delay, and queries wait in another for
-//! the frames their chunk looks ahead to.
+//! the frames their chunk looks ahead to (no longer than the pulse's phase
+//! needs: see [`PulsedChunkedAttention::lag_for`]).
 
 use std::sync::Arc;
 
@@ -37,17 +38,18 @@ fn pulsify(
         attn: op.clone(),
         pulse: s.pulse,
         delay: s.delay,
-        len: node.facts[0].shape[time].clone(),
+        lag: PulsedChunkedAttention::lag_for(op, s.pulse, s.delay),
+        len: node.facts[0].shape[time],
     };
     let o = pulsed.overlap();
-    let q = cx.delay(&format!("{}.q", node.name), &ins[0], op.look_ahead(), 0)?;
+    let q = cx.delay(&format!("{}.q", node.name), &ins[0], pulsed.lag, 0)?;
     let k = cx.delay(&format!("{}.k", node.name), &ins[1], 0, o)?;
     let v = cx.delay(&format!("{}.v", node.name), &ins[2], 0, o)?;
     let inputs: Vec<OutletId> = vec![q.0, k.0, v.0];
     let out = Some(StreamInfo {
-        len: node.facts[0].shape[time].clone(),
+        len: node.facts[0].shape[time],
         overlap: 0,
-        delay: s.delay + op.look_ahead(),
+        delay: s.delay + pulsed.lag,
         ..s
     });
     cx.add(&node.name, Arc::new(pulsed), &inputs, &[out])

@@ -1,0 +1,110 @@
+//! Whisper's encoder as a stream. A checkpoint whose encoder attends in
+//! chunks (`pulsed_encoder_context` in its `config.json`, see
+//! `docs/streaming-whisper.md`) is written here over a feature stream
+//! `[S, n_mels]` and pulsified: each encoder frame comes out as soon as the
+//! frames its chunk looks ahead to have arrived, with the same numbers as
+//! the whole-window encoder ([`super::graphs::encoder`]) gives for it.
+
+use super::graphs::HOP;
+use super::layers::{Net, SelfAttention};
+use super::{EncoderContext, WhisperConfig, WhisperError};
+use crate::graph::{Graph, GraphBuilder};
+use crate::ops::conv::{Conv1d, ConvLayout};
+use crate::ops::gather::Gather;
+use crate::ops::range::Range;
+use crate::ops::{Binary, DType, Dim, TypedFact, Unary};
+use crate::pulse::{pulsify, PulsedModel};
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// The encoder over a stream of feature frames: input `features [S,
+/// n_mels]` (time-major, as the front end gives them); output `encoder
+/// [ceil(S / 2), d]`. Positions count from the stream start, so a stream
+/// holds at most one window (3000 feature frames).
+pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
+    let ctx = context(cfg)?;
+    let (d, m) = (cfg.d_model, cfg.num_mel_bins);
+    let mut b = GraphBuilder::new();
+    let mut x = b.input(
+        "features",
+        TypedFact::new(DType::F32, [Dim::s(), Dim::n(m as i64)]),
+    )?;
+    let mut n = Net { b: &mut b, w, d };
+    for (i, (stride, fan_in)) in [(1, m), (2, d)].into_iter().enumerate() {
+        let name = format!("model.encoder.conv{}", i + 1);
+        let wt = n.weight(&format!("{name}.weight"), &[d, fan_in, 3])?;
+        let bias = n.weight(&format!("{name}.bias"), &[d])?;
+        let conv = Conv1d {
+            stride,
+            dilation: 1,
+            pad: (1, 1),
+            groups: 1,
+            layout: ConvLayout::ChannelsLast,
+        };
+        let y = n.b.op(&name, conv, &[x, wt, bias])?;
+        x = n.b.op(&format!("{name}.gelu"), Unary::Gelu, &[y])?;
+    }
+    let table = n.weight(
+        "model.encoder.embed_positions.weight",
+        &[cfg.max_source_positions, d],
+    )?;
+    let at = n.b.op(
+        "model.encoder.positions.index",
+        Range { axis: 0, offset: 0 },
+        &[x],
+    )?;
+    let pos = n.b.op(
+        "model.encoder.positions.rows",
+        Gather { axis: 0 },
+        &[table, at],
+    )?;
+    x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
+    for l in 0..cfg.encoder_layers {
+        let p = format!("model.encoder.layers.{l}");
+        let heads = cfg.encoder_attention_heads;
+        x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
+            n.self_attention(
+                &format!("{p}.self_attn"),
+                h,
+                heads,
+                SelfAttention::Chunked(ctx, l),
+            )
+        })?;
+        x = n.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
+            n.mlp(&p, h, cfg.encoder_ffn_dim)
+        })?;
+    }
+    let enc = n.layer_norm("model.encoder.layer_norm", x)?;
+    b.output("encoder", enc);
+    b.build()
+}
+
+/// The checkpoint's chunked context; a whole-window encoder cannot stream.
+pub fn context(cfg: &WhisperConfig) -> Result<EncoderContext> {
+    cfg.encoder_context
+        .ok_or(Error::Whisper(WhisperError::NotStreaming))
+}
+
+/// [`encoder`] pulsified with one chunk per step (`2 * chunk` feature
+/// frames in, `chunk` encoder frames out).
+pub fn pulsed_encoder(cfg: &WhisperConfig, w: &Weights) -> Result<PulsedModel> {
+    let ctx = context(cfg)?;
+    pulsify(&encoder(cfg, w)?, 2 * ctx.chunk)
+}
+
+/// Algorithmic latency of the streamed encoder in milliseconds: from the
+/// moment a chunk's first sample is spoken until its encoder frames are
+/// known, with no compute time: the chunk, the first layer's look-ahead
+/// (a look-ahead in every layer adds a chunk per further layer), the STFT's
+/// half window and the two convolutions' look-ahead.
+pub fn latency_ms(cfg: &WhisperConfig) -> Result<f64> {
+    let ctx = context(cfg)?;
+    let frame_ms = 2.0 * HOP as f64 / 16.0; // one encoder frame: 20 ms
+    let stem_ms = (200.0 + 2.0 * HOP as f64) / 16.0; // n_fft / 2, conv1 + conv2
+    let more = if ctx.right_all_layers && ctx.right > 0 {
+        (cfg.encoder_layers - 1) * ctx.chunk
+    } else {
+        0
+    };
+    Ok(stem_ms + frame_ms * (ctx.chunk + ctx.right + more) as f64)
+}

@@ -1,0 +1,117 @@
+//! A Whisper encoder with chunked attention, streamed: the encoder written
+//! over a feature stream equals the whole-window encoder graph with the
+//! same mask, and its pulsified form equals the stream graph frame for
+//! frame (invariants 1 and 2 on real weights). The checkpoint is tiny.en
+//! (fetched by the test command); streaming needs no trained student to
+//! be exact, only the mask.
+
+use pulsed::graph::Runner;
+use pulsed::ops::Tensor;
+use pulsed::pulse::verify::check_streaming;
+use pulsed::whisper::{graphs, streaming, EncoderContext, WhisperModel};
+
+const MODEL: &str = "whisper-tiny.en";
+
+fn model(ctx: EncoderContext) -> WhisperModel {
+    let mut m = WhisperModel::open(MODEL).unwrap_or_else(|e| {
+        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh {MODEL})")
+    });
+    m.config.encoder_context = Some(ctx);
+    m
+}
+
+/// Speech-like features: `[frames, n_mels]`, smooth in time and frequency.
+fn features(frames: usize, content: usize, m: usize) -> Vec<f32> {
+    let mut x = vec![0f32; frames * m];
+    for t in 0..content {
+        for k in 0..m {
+            let (tf, kf) = (t as f32, k as f32);
+            x[t * m + k] = 0.4 * (tf * 0.07 + kf * 0.3).sin()
+                + 0.3 * (tf * 0.013 * (1.0 + kf * 0.05)).cos()
+                - 0.2;
+        }
+    }
+    x
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn stream_graph_equals_the_window_encoder() {
+    let ctx = EncoderContext {
+        chunk: 16,
+        left: 1500,
+        right: 8,
+        right_all_layers: false,
+    };
+    let m = model(ctx);
+    let (n_mels, frames) = (m.config.num_mel_bins, 3000);
+    let x = features(frames, 700, n_mels);
+    // the window graph takes [1, n_mels, 3000]
+    let mut window = vec![0f32; frames * n_mels];
+    for t in 0..frames {
+        for k in 0..n_mels {
+            window[k * frames + t] = x[t * n_mels + k];
+        }
+    }
+    let mut whole = Runner::new(graphs::encoder(&m.config, &m.f32_weights).unwrap()).unwrap();
+    whole
+        .step(&[&Tensor::from_vec(vec![1, n_mels, frames], window).unwrap()])
+        .unwrap();
+    let want = whole.output(0).to_f32_vec();
+    let mut stream = Runner::new(streaming::encoder(&m.config, &m.f32_weights).unwrap()).unwrap();
+    stream
+        .step(&[&Tensor::from_vec(vec![frames, n_mels], x).unwrap()])
+        .unwrap();
+    let got = stream.output(0).to_f32_vec();
+    let d = max_diff(&got, &want);
+    assert!(d < 1e-4, "stream graph vs window encoder: {d}");
+}
+
+#[test]
+fn pulsed_encoder_streams_exactly_and_waits_one_chunk() {
+    // pulses in feature frames: two per encoder frame; the last is not a
+    // whole number of chunks (exact all the same, with the worst-case wait)
+    for (ctx, pulse) in [
+        ((16, 1500, 8), 32),
+        ((12, 40, 0), 24),
+        ((8, 1500, 6), 16),
+        ((8, 1500, 6), 20),
+    ] {
+        let ctx = EncoderContext {
+            chunk: ctx.0,
+            left: ctx.1,
+            right: ctx.2,
+            right_all_layers: false,
+        };
+        let m = model(ctx);
+        let n_mels = m.config.num_mel_bins;
+        let frames = 523;
+        let x = Tensor::from_vec(vec![frames, n_mels], features(frames, 400, n_mels)).unwrap();
+        let g = streaming::encoder(&m.config, &m.f32_weights).unwrap();
+        let r = check_streaming(&g, pulse, &x, &[7, 32, 61, 1], 1e-4)
+            .unwrap_or_else(|e| panic!("{ctx:?} pulse {pulse}: {e}"));
+        // later layers start on their chunk's end: the encoder waits for
+        // at most one chunk plus the first layer's look-ahead (in encoder
+        // frames), never a chunk per layer
+        let whole_chunks = pulse % (2 * ctx.chunk) == 0;
+        assert!(
+            !whole_chunks || r.delays[0] <= ctx.chunk + ctx.right + 2,
+            "{ctx:?} pulse {pulse}: delay {:?}",
+            r.delays
+        );
+    }
+}
+
+#[test]
+fn a_whole_window_checkpoint_cannot_stream() {
+    let m = WhisperModel::open(MODEL).unwrap();
+    let e = streaming::encoder(&m.config, &m.f32_weights).err().unwrap();
+    assert!(e.to_string().contains("pulsed_encoder_context"), "{e}");
+}
