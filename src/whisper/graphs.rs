@@ -7,7 +7,6 @@ use std::f64::consts::PI;
 use super::layers::{Net, SelfAttention};
 use super::WhisperConfig;
 use crate::graph::{Graph, GraphBuilder};
-use crate::ops::conv::{Conv1d, ConvLayout};
 use crate::ops::gather::Gather;
 use crate::ops::kv_cache::KvCache;
 use crate::ops::mel::{mel_filterbank, LogMel, MelScale};
@@ -15,7 +14,7 @@ use crate::ops::pad::{Pad, PadMode};
 use crate::ops::reduce::{Reduce, ReduceOp};
 use crate::ops::shape::{Permute, Slice};
 use crate::ops::stft::{Stft, StftOutput};
-use crate::ops::{Binary, DType, Dim, Tensor, TypedFact, Unary};
+use crate::ops::{Binary, DType, Dim, Tensor, TypedFact};
 use crate::weights::Weights;
 use crate::Result;
 
@@ -150,41 +149,13 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
         },
         &[mel],
     )?;
-    let mut x = x;
-    for (i, (stride, fan_in)) in [(1, m), (2, d)].into_iter().enumerate() {
-        let name = format!("model.encoder.conv{}", i + 1);
-        let wt = n.weight(&format!("{name}.weight"), &[d, fan_in, 3])?;
-        let bias = n.weight(&format!("{name}.bias"), &[d])?;
-        let conv = Conv1d {
-            stride,
-            dilation: 1,
-            pad: (1, 1),
-            groups: 1,
-            layout: ConvLayout::ChannelsLast,
-        };
-        let y = n.b.op(&name, conv, &[x, wt, bias])?;
-        x = n.b.op(&format!("{name}.gelu"), Unary::Gelu, &[y])?;
-    }
+    let x = n.conv_stem(x, m)?;
     let pos = n.weight(
         "model.encoder.embed_positions.weight",
         &[cfg.max_source_positions, d],
     )?;
-    x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
-    for l in 0..cfg.encoder_layers {
-        let p = format!("model.encoder.layers.{l}");
-        let heads = cfg.encoder_attention_heads;
-        let kind = match cfg.encoder_context {
-            Some(c) => SelfAttention::Chunked(c, l),
-            None => SelfAttention::Whole,
-        };
-        x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
-            n.self_attention(&format!("{p}.self_attn"), h, heads, kind)
-        })?;
-        x = n.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
-            n.mlp(&p, h, cfg.encoder_ffn_dim)
-        })?;
-    }
-    let enc = n.layer_norm("model.encoder.layer_norm", x)?;
+    let x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
+    let enc = n.encoder_blocks(x, cfg)?;
     let mut outputs = vec![("encoder".to_string(), enc)];
     for l in 0..cfg.decoder_layers {
         let p = format!("model.decoder.layers.{l}.encoder_attn");

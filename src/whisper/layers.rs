@@ -2,9 +2,11 @@
 //! graph builder over weights named as `transformers` names them.
 
 use super::config::EncoderContext;
+use super::WhisperConfig;
 use crate::graph::{GraphBuilder, OutletId};
 use crate::ops::attention::Attention;
 use crate::ops::chunked_attention::ChunkedAttention;
+use crate::ops::conv::{Conv1d, ConvLayout};
 use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
 use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
@@ -69,6 +71,47 @@ impl Net<'_> {
             },
             &[x, g, b],
         )
+    }
+
+    /// The encoder's two convolutions with their GELUs, over time-major
+    /// `x [.., T, n_mels]` (the second one halves `T`).
+    pub fn conv_stem(&mut self, mut x: OutletId, n_mels: usize) -> Result<OutletId> {
+        let d = self.d;
+        for (i, (stride, fan_in)) in [(1, n_mels), (2, d)].into_iter().enumerate() {
+            let name = format!("model.encoder.conv{}", i + 1);
+            let wt = self.weight(&format!("{name}.weight"), &[d, fan_in, 3])?;
+            let bias = self.weight(&format!("{name}.bias"), &[d])?;
+            let conv = Conv1d {
+                stride,
+                dilation: 1,
+                pad: (1, 1),
+                groups: 1,
+                layout: ConvLayout::ChannelsLast,
+            };
+            let y = self.b.op(&name, conv, &[x, wt, bias])?;
+            x = self.b.op(&format!("{name}.gelu"), Unary::Gelu, &[y])?;
+        }
+        Ok(x)
+    }
+
+    /// The encoder's layers and final norm over `x` (positions added), with
+    /// the checkpoint's attention: the whole window, or chunks.
+    pub fn encoder_blocks(&mut self, mut x: OutletId, cfg: &WhisperConfig) -> Result<OutletId> {
+        for l in 0..cfg.encoder_layers {
+            let p = format!("model.encoder.layers.{l}");
+            let heads = cfg.encoder_attention_heads;
+            let kind = match cfg.encoder_context {
+                Some(c) => SelfAttention::Chunked(c, l),
+                None => SelfAttention::Whole,
+            };
+            x = self.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
+                n.self_attention(&format!("{p}.self_attn"), h, heads, kind)
+            })?;
+            x = self.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
+                n.mlp(&p, h, cfg.encoder_ffn_dim)
+            })?;
+        }
+        self.layer_norm("model.encoder.layer_norm", x)
     }
 
     /// `fc2(gelu(fc1(x)))` of layer `layer` (a weight prefix).

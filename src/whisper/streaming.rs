@@ -6,13 +6,12 @@
 //! the whole-window encoder ([`super::graphs::encoder`]) gives for it.
 
 use super::graphs::HOP;
-use super::layers::{Net, SelfAttention};
+use super::layers::Net;
 use super::{EncoderContext, WhisperConfig, WhisperError};
 use crate::graph::{Graph, GraphBuilder};
-use crate::ops::conv::{Conv1d, ConvLayout};
 use crate::ops::gather::Gather;
 use crate::ops::range::Range;
-use crate::ops::{Binary, DType, Dim, TypedFact, Unary};
+use crate::ops::{Binary, DType, Dim, TypedFact};
 use crate::pulse::{pulsify, PulsedModel};
 use crate::weights::Weights;
 use crate::{Error, Result};
@@ -22,28 +21,15 @@ use crate::{Error, Result};
 /// [ceil(S / 2), d]`. Positions count from the stream start, so a stream
 /// holds at most one window (3000 feature frames).
 pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
-    let ctx = context(cfg)?;
+    context(cfg)?;
     let (d, m) = (cfg.d_model, cfg.num_mel_bins);
     let mut b = GraphBuilder::new();
-    let mut x = b.input(
+    let x = b.input(
         "features",
         TypedFact::new(DType::F32, [Dim::s(), Dim::n(m as i64)]),
     )?;
     let mut n = Net { b: &mut b, w, d };
-    for (i, (stride, fan_in)) in [(1, m), (2, d)].into_iter().enumerate() {
-        let name = format!("model.encoder.conv{}", i + 1);
-        let wt = n.weight(&format!("{name}.weight"), &[d, fan_in, 3])?;
-        let bias = n.weight(&format!("{name}.bias"), &[d])?;
-        let conv = Conv1d {
-            stride,
-            dilation: 1,
-            pad: (1, 1),
-            groups: 1,
-            layout: ConvLayout::ChannelsLast,
-        };
-        let y = n.b.op(&name, conv, &[x, wt, bias])?;
-        x = n.b.op(&format!("{name}.gelu"), Unary::Gelu, &[y])?;
-    }
+    let x = n.conv_stem(x, m)?;
     let table = n.weight(
         "model.encoder.embed_positions.weight",
         &[cfg.max_source_positions, d],
@@ -58,23 +44,8 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
         Gather { axis: 0 },
         &[table, at],
     )?;
-    x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
-    for l in 0..cfg.encoder_layers {
-        let p = format!("model.encoder.layers.{l}");
-        let heads = cfg.encoder_attention_heads;
-        x = n.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
-            n.self_attention(
-                &format!("{p}.self_attn"),
-                h,
-                heads,
-                SelfAttention::Chunked(ctx, l),
-            )
-        })?;
-        x = n.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
-            n.mlp(&p, h, cfg.encoder_ffn_dim)
-        })?;
-    }
-    let enc = n.layer_norm("model.encoder.layer_norm", x)?;
+    let x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
+    let enc = n.encoder_blocks(x, cfg)?;
     b.output("encoder", enc);
     b.build()
 }
