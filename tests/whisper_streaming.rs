@@ -70,8 +70,14 @@ fn stream_graph_equals_the_window_encoder() {
         .step(&[&Tensor::from_vec(vec![frames, n_mels], x).unwrap()])
         .unwrap();
     let got = stream.output(0).to_f32_vec();
+    // the window runs the mask as blocked matrix products, the stream one
+    // dot product at a time: float rounding, relative to the values' size
     let d = max_diff(&got, &want);
-    assert!(d < 1e-4, "stream graph vs window encoder: {d}");
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    assert!(
+        d < 5e-5 * scale,
+        "stream graph vs window encoder: {d} (values up to {scale})"
+    );
 }
 
 #[test]

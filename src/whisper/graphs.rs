@@ -155,7 +155,7 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
         &[cfg.max_source_positions, d],
     )?;
     let x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
-    let enc = n.encoder_blocks(x, cfg)?;
+    let enc = n.encoder_blocks(x, cfg, Some(cfg.max_source_positions))?;
     let mut outputs = vec![("encoder".to_string(), enc)];
     for l in 0..cfg.decoder_layers {
         let p = format!("model.decoder.layers.{l}.encoder_attn");

@@ -11,7 +11,7 @@ use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
 use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
 use crate::ops::shape::{Permute, Reshape};
-use crate::ops::{Binary, Unary};
+use crate::ops::{Binary, Tensor, Unary};
 use crate::weights::Weights;
 use crate::Result;
 
@@ -35,6 +35,9 @@ pub enum SelfAttention<'c> {
     Cached(&'c KvCache, usize),
     /// Restricted to chunks (a streaming encoder), in encoder layer `usize`.
     Chunked(EncoderContext, usize),
+    /// The same restriction over a window of known length, as a mask on
+    /// whole attention (which runs as blocked matrix products).
+    ChunkMask(EncoderContext, usize, usize),
 }
 
 impl Net<'_> {
@@ -95,14 +98,22 @@ impl Net<'_> {
     }
 
     /// The encoder's layers and final norm over `x` (positions added), with
-    /// the checkpoint's attention: the whole window, or chunks.
-    pub fn encoder_blocks(&mut self, mut x: OutletId, cfg: &WhisperConfig) -> Result<OutletId> {
+    /// the checkpoint's attention: the whole window, or chunks. `window`:
+    /// the frames of a fixed window (chunks then become a mask), or `None`
+    /// for a stream.
+    pub fn encoder_blocks(
+        &mut self,
+        mut x: OutletId,
+        cfg: &WhisperConfig,
+        window: Option<usize>,
+    ) -> Result<OutletId> {
         for l in 0..cfg.encoder_layers {
             let p = format!("model.encoder.layers.{l}");
             let heads = cfg.encoder_attention_heads;
-            let kind = match cfg.encoder_context {
-                Some(c) => SelfAttention::Chunked(c, l),
-                None => SelfAttention::Whole,
+            let kind = match (cfg.encoder_context, window) {
+                (Some(c), Some(t)) => SelfAttention::ChunkMask(c, l, t),
+                (Some(c), None) => SelfAttention::Chunked(c, l),
+                (None, _) => SelfAttention::Whole,
             };
             x = self.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
                 n.self_attention(&format!("{p}.self_attn"), h, heads, kind)
@@ -154,6 +165,30 @@ impl Net<'_> {
                 let v = self.split(&format!("{attn}.v"), v, heads)?;
                 let name = format!("{attn}.attention");
                 let a = self.b.op(&name, Attention { scale: None }, &[q, k, v])?;
+                self.merge(&name, a)?
+            }
+            SelfAttention::ChunkMask(c, layer, t) => {
+                let op = ChunkedAttention {
+                    heads,
+                    chunk: c.chunk,
+                    left: c.left,
+                    right: c.right_of(layer),
+                };
+                let mut mask = vec![false; t * t];
+                for (i, row) in mask.chunks_exact_mut(t).enumerate() {
+                    let (lo, hi) = op.window(i as i64);
+                    let (lo, hi) = (lo.max(0) as usize, (hi.max(-1) + 1).min(t as i64) as usize);
+                    row[lo..hi.max(lo)].fill(true);
+                }
+                let mask = Tensor::from_vec(vec![t, t], mask)?;
+                let mask = self.b.constant(&format!("{attn}.mask"), mask)?;
+                let q = self.split(&format!("{attn}.q"), q, heads)?;
+                let k = self.split(&format!("{attn}.k"), k, heads)?;
+                let v = self.split(&format!("{attn}.v"), v, heads)?;
+                let name = format!("{attn}.attention");
+                let a = self
+                    .b
+                    .op(&name, Attention { scale: None }, &[q, k, v, mask])?;
                 self.merge(&name, a)?
             }
             SelfAttention::Chunked(c, layer) => {

@@ -45,7 +45,7 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
         &[table, at],
     )?;
     let x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
-    let enc = n.encoder_blocks(x, cfg)?;
+    let enc = n.encoder_blocks(x, cfg, None)?;
     b.output("encoder", enc);
     b.build()
 }
