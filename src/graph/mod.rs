@@ -2,11 +2,11 @@
 //! inference, a topological plan and a CPU runner.
 
 mod builder;
-mod model;
+mod nodes;
 mod runner;
 
 pub use builder::GraphBuilder;
-pub use model::{Graph, Node, OutletId};
+pub use nodes::{Graph, Node, OutletId};
 #[cfg(feature = "cuda")]
 pub(crate) use runner::check_input;
 pub use runner::{Runner, StepRunner};
