@@ -41,7 +41,7 @@ pub enum Error {
     #[error(transparent)]
     Session(#[from] crate::pulse::SessionError),
     #[error(transparent)]
-    Batch(#[from] crate::pulse::BatchError),
+    MultiStream(#[from] crate::pulse::MultiStreamError),
     #[error(transparent)]
     Decode(#[from] crate::decode::DecodeError),
     #[error(transparent)]

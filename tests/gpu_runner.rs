@@ -1054,9 +1054,9 @@ fn concurrent_lanes_each_equal_cpu() {
 /// Feeds `utts` through a batched session, one pulse per stream per step,
 /// and calls `each` after every step.
 fn feed_batched(
-    s: &mut pulsed::pulse::BatchedSession,
+    s: &mut pulsed::pulse::MultiStreamSession,
     utts: &[Vec<f32>],
-    mut each: impl FnMut(&pulsed::pulse::BatchedSession, Vec<pulsed::pulse::BatchChunk>),
+    mut each: impl FnMut(&pulsed::pulse::MultiStreamSession, Vec<pulsed::pulse::StreamChunk>),
 ) {
     let mut rest: Vec<&[f32]> = utts.iter().map(|u| u.as_slice()).collect();
     while !s.all_done() {
@@ -1077,7 +1077,7 @@ fn feed_batched(
 #[test]
 #[ignore]
 fn batched_streams_equal_cpu_per_node_and_capture() {
-    use pulsed::pulse::BatchedSession;
+    use pulsed::pulse::MultiStreamSession;
     let Some(d) = dev() else { return };
     let m = ModelDir::open(ModelDir::default_path()).expect("shipped model");
     let a = audio();
@@ -1104,7 +1104,7 @@ fn batched_streams_equal_cpu_per_node_and_capture() {
             .collect();
         let model = Arc::new(pulsify(&m.batched_graph(taps, batch).unwrap(), 5120).unwrap());
         // the CPU: every stream's log-probs, and every node after every step
-        let mut cs = BatchedSession::new(model.clone()).unwrap();
+        let mut cs = MultiStreamSession::new(model.clone()).unwrap();
         let mut cpu_out = vec![Vec::new(); batch];
         let mut cpu_chunks = Vec::new();
         feed_batched(&mut cs, &utts, |s, chunks| {
@@ -1120,7 +1120,7 @@ fn batched_streams_equal_cpu_per_node_and_capture() {
         let r = gpu_runner(&d, &model, precision, "");
         let (on_gpu, on_cpu) = r.placement_counts();
         assert_eq!(on_cpu, 0, "batch {batch}: nodes on the CPU");
-        let mut gs = BatchedSession::with_runner(model.clone(), Box::new(r)).unwrap();
+        let mut gs = MultiStreamSession::with_runner(model.clone(), Box::new(r)).unwrap();
         let mut worst = (0.0f32, String::new());
         let mut step = 0;
         feed_batched(&mut gs, &utts, |s, _| {
@@ -1183,7 +1183,7 @@ fn batched_streams_equal_cpu_per_node_and_capture() {
         // and through a session: the CPU's log-probs for every stream
         let o = GpuRunnerOptions::new(precision);
         let r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).unwrap();
-        let mut gs = BatchedSession::with_runner(model.clone(), Box::new(r)).unwrap();
+        let mut gs = MultiStreamSession::with_runner(model.clone(), Box::new(r)).unwrap();
         let before = capture_allocations();
         let mut gpu_out = vec![Vec::new(); batch];
         feed_batched(&mut gs, &utts, |_, chunks| {

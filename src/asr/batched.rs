@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::recognizer::Lm;
 use super::Decoding;
 use crate::decode::{BeamSearch, FrameTiming, GreedyDecoder, Tokens, Transcript};
-use crate::pulse::BatchedSession;
+use crate::pulse::MultiStreamSession;
 use crate::Result;
 
 /// One stream's decoder, fed `[frames, vocab]` log-prob rows.
@@ -16,11 +16,11 @@ enum SlotDecoder {
     Beam(Box<BeamSearch>),
 }
 
-/// `B` streams through a [`BatchedSession`], each decoded on its own. Feed
+/// `B` streams through a [`MultiStreamSession`], each decoded on its own. Feed
 /// every stream that has not ended ([`Self::fill`], [`Self::end`]), then
 /// [`Self::step`]; a stream's transcript is final once [`Self::done`].
 pub struct BatchTranscriber {
-    session: BatchedSession,
+    session: MultiStreamSession,
     tokens: Tokens,
     timing: FrameTiming,
     slots: Vec<SlotDecoder>,
@@ -30,7 +30,7 @@ pub struct BatchTranscriber {
 
 impl BatchTranscriber {
     pub(super) fn new(
-        session: BatchedSession,
+        session: MultiStreamSession,
         tokens: Tokens,
         decoding: Decoding,
         lm: Option<Lm>,
@@ -122,7 +122,7 @@ impl BatchTranscriber {
                 Some(h) => Ok(h.transcript(&self.tokens, self.timing, search.frames())?),
                 None => Ok(GreedyDecoder::new(self.tokens.clone(), self.timing)?.finish()),
             },
-            None => Err(crate::pulse::BatchError::NoSuchStream {
+            None => Err(crate::pulse::MultiStreamError::NoSuchStream {
                 stream: b,
                 batch: self.batch(),
             }

@@ -292,7 +292,7 @@ impl Recognizer {
         let model = Arc::new(pulsify(&self.model.batched_graph(taps, batch)?, pulse)?);
         let runner = engine.runner(Arc::new(model.graph.clone()), None)?;
         super::BatchTranscriber::new(
-            crate::pulse::BatchedSession::with_runner(model, runner)?,
+            crate::pulse::MultiStreamSession::with_runner(model, runner)?,
             self.tokens.clone(),
             self.options.decoding,
             self.lm.clone(),

@@ -212,7 +212,11 @@ fn feed(
         }
         let took = bt.fill(b, &m.pending[m.used..]).map_err(|e| match e {
             // where in the file, not where in the batch
-            crate::Error::Batch(crate::pulse::BatchError::NotFinite { index, value, .. }) => {
+            crate::Error::MultiStream(crate::pulse::MultiStreamError::NotFinite {
+                index,
+                value,
+                ..
+            }) => {
                 format!(
                     "{}: sample {} (at the model's rate) is not finite ({value})",
                     m.path.display(),

@@ -2,18 +2,18 @@
 //! streaming axis `S` -> graph over a fixed pulse) and its rules (`rules/`),
 //! the streaming ops (`ops/`) and the streaming sessions.
 
-mod batched;
 mod fact;
 mod model;
+mod multi_stream;
 mod ops;
 pub mod pulsifier;
 mod rules;
 mod session;
 pub mod verify;
 
-pub use batched::{BatchChunk, BatchError, BatchedSession};
 pub use fact::{PulsedFact, StreamInfo};
 pub use model::PulsedModel;
+pub use multi_stream::{MultiStreamError, MultiStreamSession, StreamChunk};
 pub use ops::{
     AffineChunkTrim, Delay, FrameLayout, PulsePad, PulsedChunkedAttention, PulsedLimitedAttention,
     PulsedLstm, PulsedSameAxisConcat, ReflectPulsePad, StreamPosition, Unfold,

@@ -17,7 +17,7 @@ use crate::{Error, Result};
 
 /// Errors specific to feeding a batched session.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum BatchError {
+pub enum MultiStreamError {
     #[error("stream {stream} is out of range: the batch has {batch} streams")]
     NoSuchStream { stream: usize, batch: usize },
     #[error("stream {stream} has ended: nothing more can be fed to it")]
@@ -40,9 +40,9 @@ pub enum BatchError {
     NotBatched { fact: String },
 }
 
-/// One stream's frames of one output, from a [`BatchedSession`] step.
+/// One stream's frames of one output, from a [`MultiStreamSession`] step.
 #[derive(Debug, Clone)]
-pub struct BatchChunk {
+pub struct StreamChunk {
     /// Which stream (batch entry).
     pub stream: usize,
     /// Frames of that stream, shaped as an unbatched session gives them (no
@@ -65,7 +65,7 @@ struct Slot {
 ///
 /// ```no_run
 /// # fn demo(model: pulsed::pulse::PulsedModel, a: &[f32], b: &[f32]) -> pulsed::Result<()> {
-/// let mut s = pulsed::pulse::BatchedSession::new(model)?; // built for a batch of 2
+/// let mut s = pulsed::pulse::MultiStreamSession::new(model)?; // built for a batch of 2
 /// let (mut a, mut b) = (a, b);
 /// while !s.all_done() {
 ///     a = &a[s.fill(0, a)?..];
@@ -76,7 +76,7 @@ struct Slot {
 /// }
 /// # Ok(()) }
 /// ```
-pub struct BatchedSession {
+pub struct MultiStreamSession {
     model: Arc<PulsedModel>,
     runner: Box<dyn StepRunner>,
     input: StreamInfo,
@@ -85,19 +85,19 @@ pub struct BatchedSession {
     slots: Vec<Slot>,
 }
 
-impl BatchedSession {
+impl MultiStreamSession {
     /// A session on the CPU.
-    pub fn new(model: impl Into<Arc<PulsedModel>>) -> Result<BatchedSession> {
+    pub fn new(model: impl Into<Arc<PulsedModel>>) -> Result<MultiStreamSession> {
         let model: Arc<PulsedModel> = model.into();
         let runner = Runner::new(model.graph.clone())?;
-        BatchedSession::with_runner(model, Box::new(runner))
+        MultiStreamSession::with_runner(model, Box::new(runner))
     }
 
     /// A session whose steps run on `runner` (made for `model.graph`).
     pub fn with_runner(
         model: impl Into<Arc<PulsedModel>>,
         runner: Box<dyn StepRunner>,
-    ) -> Result<BatchedSession> {
+    ) -> Result<MultiStreamSession> {
         let model: Arc<PulsedModel> = model.into();
         if model.graph.inputs.len() != 1 {
             return Err(Error::Graph(format!(
@@ -109,13 +109,13 @@ impl BatchedSession {
         let fact = &model.graph.nodes[model.graph.inputs[0]].facts[0];
         let shape = fact.concrete_shape().filter(|s| s.len() == 2);
         let (Some(shape), true, DType::F32) = (shape, input.axis == 1, fact.dtype) else {
-            return Err(BatchError::NotBatched {
+            return Err(MultiStreamError::NotBatched {
                 fact: fact.to_string(),
             }
             .into());
         };
         if let Some(node) = end_dependent_node(&model) {
-            return Err(BatchError::EndDependent { node }.into());
+            return Err(MultiStreamError::EndDependent { node }.into());
         }
         let n_out = model.graph.outputs.len();
         for i in 0..n_out {
@@ -130,7 +130,7 @@ impl BatchedSession {
             emitted: vec![0; n_out],
             ..Slot::default()
         };
-        Ok(BatchedSession {
+        Ok(MultiStreamSession {
             pulse_in: Tensor::zeros(DType::F32, &shape),
             slots: vec![slot; shape[0]],
             model,
@@ -166,7 +166,7 @@ impl BatchedSession {
 
     fn slot(&self, stream: usize) -> Result<&Slot> {
         self.slots.get(stream).ok_or_else(|| {
-            BatchError::NoSuchStream {
+            MultiStreamError::NoSuchStream {
                 stream,
                 batch: self.batch(),
             }
@@ -189,7 +189,7 @@ impl BatchedSession {
     pub fn fill(&mut self, stream: usize, values: &[f32]) -> Result<usize> {
         let room = self.room(stream)?;
         if self.slots[stream].ended {
-            return Err(BatchError::Ended { stream }.into());
+            return Err(MultiStreamError::Ended { stream }.into());
         }
         let take = room.min(values.len());
         // the whole-slice test vectorises; the position only when it fails
@@ -197,7 +197,7 @@ impl BatchedSession {
         // the whole-slice test vectorises; the search only when it fails
         if !values.iter().fold(true, |ok, v| ok & v.is_finite()) {
             if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-                return Err(BatchError::NotFinite {
+                return Err(MultiStreamError::NotFinite {
                     stream,
                     index,
                     value,
@@ -241,7 +241,7 @@ impl BatchedSession {
 
     /// Runs one step once every stream has a full pulse or has ended, and
     /// returns each stream's new output frames (none past a stream's end).
-    pub fn step(&mut self) -> Result<Vec<BatchChunk>> {
+    pub fn step(&mut self) -> Result<Vec<StreamChunk>> {
         let p = self.input.pulse;
         if let Some((stream, s)) = self
             .slots
@@ -249,7 +249,7 @@ impl BatchedSession {
             .enumerate()
             .find(|(_, s)| !s.ended && s.filled < p)
         {
-            return Err(BatchError::NotReady {
+            return Err(MultiStreamError::NotReady {
                 stream,
                 filled: s.filled,
                 pulse: p,
@@ -270,7 +270,7 @@ impl BatchedSession {
         Ok(out)
     }
 
-    fn collect(&mut self, b: usize, out: &mut Vec<BatchChunk>) -> Result<()> {
+    fn collect(&mut self, b: usize, out: &mut Vec<StreamChunk>) -> Result<()> {
         for i in 0..self.slots[b].emitted.len() {
             let Some(st) = self.model.output_stream(i) else {
                 continue;
@@ -293,7 +293,7 @@ impl BatchedSession {
                 .contiguous();
             shape.remove(0);
             shape[st.axis - 1] = (hi - lo) as usize;
-            out.push(BatchChunk {
+            out.push(StreamChunk {
                 stream: b,
                 chunk: Chunk {
                     output: i,

@@ -6,7 +6,7 @@ use pulsed::graph::Runner;
 use pulsed::models::conformer::{Head, Taps};
 use pulsed::models::ModelDir;
 use pulsed::ops::Tensor;
-use pulsed::pulse::{pulsify, BatchError, BatchedSession, StreamingSession};
+use pulsed::pulse::{pulsify, MultiStreamError, MultiStreamSession, StreamingSession};
 use pulsed::Error;
 
 const HELD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/asr/heldout");
@@ -45,7 +45,7 @@ fn one_by_one(m: &ModelDir, pulse: usize, utts: &[Vec<f32>]) -> Vec<Tensor> {
 }
 
 /// Every stream through one batched session, fed in uneven pieces.
-fn batched(session: &mut BatchedSession, utts: &[Vec<f32>]) -> Vec<Vec<f32>> {
+fn batched(session: &mut MultiStreamSession, utts: &[Vec<f32>]) -> Vec<Vec<f32>> {
     let mut rest: Vec<&[f32]> = utts.iter().map(|u| u.as_slice()).collect();
     let mut rows = vec![Vec::new(); utts.len()];
     let mut next = vec![0u64; utts.len()];
@@ -82,7 +82,7 @@ fn batched_streams_equal_their_own_sessions() {
     let graph = m.batched_graph(TAPS, utts.len()).unwrap();
     let pulsed = pulsify(&graph, pulse).unwrap();
     pulsed.check_facts().unwrap();
-    let mut session = BatchedSession::new(pulsed).unwrap();
+    let mut session = MultiStreamSession::new(pulsed).unwrap();
     assert_eq!((session.batch(), session.pulse()), (3, pulse));
     let got = batched(&mut session, &utts);
     for (b, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -128,9 +128,9 @@ fn batched_whole_graph_equals_unbatched_on_equal_lengths() {
     }
 }
 
-fn batch_err(e: Error) -> BatchError {
+fn batch_err(e: Error) -> MultiStreamError {
     match e {
-        Error::Batch(b) => b,
+        Error::MultiStream(b) => b,
         other => panic!("expected a batch error, got {other}"),
     }
 }
@@ -139,23 +139,23 @@ fn batch_err(e: Error) -> BatchError {
 fn bad_feeds_are_typed_errors_that_use_nothing() {
     let m = model();
     let pulsed = pulsify(&m.batched_graph(TAPS, 2).unwrap(), 640).unwrap();
-    let mut s = BatchedSession::new(pulsed).unwrap();
+    let mut s = MultiStreamSession::new(pulsed).unwrap();
     assert_eq!(
         batch_err(s.fill(2, &[0.0]).unwrap_err()),
-        BatchError::NoSuchStream {
+        MultiStreamError::NoSuchStream {
             stream: 2,
             batch: 2
         }
     );
     assert!(matches!(
         batch_err(s.fill(0, &[0.0, f32::NAN]).unwrap_err()),
-        BatchError::NotFinite { stream: 0, index: 1, value } if value.is_nan()
+        MultiStreamError::NotFinite { stream: 0, index: 1, value } if value.is_nan()
     ));
     assert_eq!(s.room(0).unwrap(), 640, "a rejected feed takes nothing");
     assert_eq!(s.fill(0, &[0.5; 100]).unwrap(), 100);
     assert_eq!(
         batch_err(s.step().unwrap_err()),
-        BatchError::NotReady {
+        MultiStreamError::NotReady {
             stream: 0,
             filled: 100,
             pulse: 640
@@ -164,17 +164,17 @@ fn bad_feeds_are_typed_errors_that_use_nothing() {
     s.end(0).unwrap();
     assert_eq!(
         batch_err(s.fill(0, &[0.0]).unwrap_err()),
-        BatchError::Ended { stream: 0 }
+        MultiStreamError::Ended { stream: 0 }
     );
     assert!(matches!(
         batch_err(s.step().unwrap_err()),
-        BatchError::NotReady { stream: 1, .. }
+        MultiStreamError::NotReady { stream: 1, .. }
     ));
     // an unbatched pulsed graph is refused
     let one = pulsify(&m.graph(TAPS).unwrap(), 640).unwrap();
     assert!(matches!(
-        batch_err(BatchedSession::new(one).err().unwrap()),
-        BatchError::NotBatched { .. }
+        batch_err(MultiStreamSession::new(one).err().unwrap()),
+        MultiStreamError::NotBatched { .. }
     ));
 }
 
