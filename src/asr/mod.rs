@@ -1,11 +1,11 @@
 //! Speech recognition with a model directory: audio in, transcript out,
 //! streamed in pulses (the default) or over the whole utterance.
 
-mod batched;
 pub mod metrics;
+mod multi_stream;
 mod recognizer;
 mod stream;
 
-pub use batched::BatchTranscriber;
+pub use multi_stream::MultiStreamTranscriber;
 pub use recognizer::{Decoding, Lm, Mode, Recognizer, RecognizerOptions};
 pub use stream::StreamTranscriber;

@@ -279,7 +279,7 @@ impl Recognizer {
 
     /// A transcriber of `batch` streams at once on `engine`: one chunk step
     /// (one CUDA graph on a GPU) advances them all, sharing each weight read.
-    pub fn batch_on(&self, engine: &Engine, batch: usize) -> Result<super::BatchTranscriber> {
+    pub fn batch_on(&self, engine: &Engine, batch: usize) -> Result<super::MultiStreamTranscriber> {
         let Mode::Streamed { pulse } = self.options.mode else {
             return Err(Error::Other(
                 "batched streams need a recogniser opened in streamed mode".into(),
@@ -291,7 +291,7 @@ impl Recognizer {
         };
         let model = Arc::new(pulsify(&self.model.batched_graph(taps, batch)?, pulse)?);
         let runner = engine.runner(Arc::new(model.graph.clone()), None)?;
-        super::BatchTranscriber::new(
+        super::MultiStreamTranscriber::new(
             crate::pulse::MultiStreamSession::with_runner(model, runner)?,
             self.tokens.clone(),
             self.options.decoding,

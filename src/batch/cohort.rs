@@ -1,5 +1,5 @@
 //! A worker that transcribes files in cohorts of `B` streams through one
-//! [`BatchTranscriber`]: every chunk step serves the whole cohort. The
+//! [`MultiStreamTranscriber`]: every chunk step serves the whole cohort. The
 //! streams of a cohort start together; each ends with its file and its slot
 //! then idles (fed silence) until the cohort's longest file is done, so
 //! cohorts of similar lengths (files handed out longest first) waste least.
@@ -10,7 +10,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
 use super::pool::{panic_message, Control, FileResult, MakeBatch, Outcome};
-use crate::asr::{BatchTranscriber, Recognizer};
+use crate::asr::{MultiStreamTranscriber, Recognizer};
 use crate::audio::WavStream;
 
 /// One file in a slot of the cohort.
@@ -134,7 +134,7 @@ pub(super) fn cohort_worker(
 /// finishes and taking it out of `members`), or the run stops. `Ok(false)`:
 /// the receiver hung up.
 fn run_cohort(
-    bt: &mut BatchTranscriber,
+    bt: &mut MultiStreamTranscriber,
     members: &mut [Option<Member>],
     chunk: usize,
     control: &Control,
@@ -192,7 +192,7 @@ fn run_cohort(
 
 /// Fills stream `b`'s pulse from its file, ending it at the file's end.
 fn feed(
-    bt: &mut BatchTranscriber,
+    bt: &mut MultiStreamTranscriber,
     b: usize,
     m: &mut Member,
     chunk: usize,

@@ -8,7 +8,7 @@
 //!   [`crate::asr::StreamTranscriber`] and feeds it a [`crate::audio::WavStream`]
 //!   chunk by chunk, so a one-hour file costs no more memory than a short one.
 //! - With [`BatchOptions::streams`] > 1 each worker runs its files in
-//!   cohorts through one batched session ([`crate::asr::BatchTranscriber`]):
+//!   cohorts through one batched session ([`crate::asr::MultiStreamTranscriber`]):
 //!   one chunk step, one CUDA graph on a GPU, for the whole cohort.
 //! - [`Control`] stops a run from another thread (Ctrl-C) and exposes
 //!   counters for a progress display.

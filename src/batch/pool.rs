@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
-use crate::asr::{BatchTranscriber, Mode, Recognizer, StreamTranscriber};
+use crate::asr::{Mode, MultiStreamTranscriber, Recognizer, StreamTranscriber};
 use crate::audio::WavStream;
 use crate::decode::Transcript;
 use crate::engine::Engine;
@@ -296,7 +296,7 @@ fn run_with<E>(
 }
 
 /// Makes one worker's batched session.
-pub(super) type MakeBatch<'a> = dyn Fn() -> crate::Result<BatchTranscriber> + Sync + 'a;
+pub(super) type MakeBatch<'a> = dyn Fn() -> crate::Result<MultiStreamTranscriber> + Sync + 'a;
 
 pub(super) fn worker(
     rec: &Recognizer,

@@ -19,7 +19,7 @@ enum SlotDecoder {
 /// `B` streams through a [`MultiStreamSession`], each decoded on its own. Feed
 /// every stream that has not ended ([`Self::fill`], [`Self::end`]), then
 /// [`Self::step`]; a stream's transcript is final once [`Self::done`].
-pub struct BatchTranscriber {
+pub struct MultiStreamTranscriber {
     session: MultiStreamSession,
     tokens: Tokens,
     timing: FrameTiming,
@@ -28,7 +28,7 @@ pub struct BatchTranscriber {
     errors: Vec<Option<String>>,
 }
 
-impl BatchTranscriber {
+impl MultiStreamTranscriber {
     pub(super) fn new(
         session: MultiStreamSession,
         tokens: Tokens,
@@ -43,7 +43,7 @@ impl BatchTranscriber {
         let slots = (0..session.batch())
             .map(|_| slot_decoder(&tokens, decoding, scorer.clone(), timing))
             .collect::<Result<_>>()?;
-        Ok(BatchTranscriber {
+        Ok(MultiStreamTranscriber {
             errors: vec![None; session.batch()],
             session,
             tokens,
