@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import data  # noqa: E402  (training/data.py: espeak synthesis, AudioSet)
 import synth  # noqa: E402
 from encoder import Encoder, log_mel, mel_filters  # noqa: E402
+from decoder import kl  # noqa: E402
 
 WINDOW = 480000  # 30 s at 16 kHz
 LEFT = 1500      # the whole window before a chunk
@@ -84,8 +85,10 @@ def batch(ds, b, gen, rng, device, augment_on=True):
     """b windows of 30 s: 1-3 utterances each, random lead and gaps, augmented."""
     out = torch.zeros(b, WINDOW, device=device)
     lens = torch.zeros(b, dtype=torch.long, device=device)
+    texts = []
     for r in range(b):
         pos = rng.randint(0, 16000)
+        said = []
         for _ in range(rng.choices([1, 2, 3], [0.5, 0.3, 0.2])[0]):
             i = rng.randrange(len(ds))
             n = int(ds.len_cpu[i])
@@ -94,7 +97,9 @@ def batch(ds, b, gen, rng, device, augment_on=True):
             o = int(ds.meta[i]["off"])
             out[r, pos:pos + n] = ds.audio[o:o + n].float() / 32768.0
             pos += n + rng.randint(1600, 16000)
+            said.append(ds.texts[i])
         lens[r] = min(pos, WINDOW)
+        texts.append(said)
     if augment_on:
         k = torch.rand(b, device=device, generator=gen)
         rv = k < 0.4
@@ -106,7 +111,27 @@ def batch(ds, b, gen, rng, device, augment_on=True):
         from train import augment
         out = augment(out, lens, gen)
     valid = torch.arange(WINDOW, device=device)[None, :] < lens[:, None]
+    batch.texts = texts
     return out * valid, lens
+
+
+def token_batch(texts, pack, device, cap=224):
+    """Teacher-forced sequences (prompt, the window's sentences, end of
+    text) in the pack's sub-vocabulary, padded; and the mask of positions
+    whose next-token distribution counts."""
+    seqs = []
+    for said in texts:
+        ids = list(pack["prompt"])
+        for t in said:
+            ids += pack["texts"][t]
+        seqs.append((ids + [pack["eot"]])[:cap])
+    n = max(len(q) for q in seqs)
+    tok = torch.full((len(seqs), n), pack["eot"], dtype=torch.long)
+    mask = torch.zeros(len(seqs), n)
+    for r, q in enumerate(seqs):
+        tok[r, :len(q)] = torch.tensor(q)
+        mask[r, :len(q) - 1] = 1.0
+    return tok.to(device), mask.to(device)
 
 
 def features(wav, lens, filters):
@@ -138,9 +163,12 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--prepare-only", action="store_true", help="build the data and stop")
+    ap.add_argument("--decoder", default=None, help="dir of decoder_pack.py's output: distil through the decoder too")
+    ap.add_argument("--kl-weight", type=float, default=1.0)
     ap.add_argument("--init", default=None, help="dir of student-*.safetensors to start from")
     ap.add_argument("--contexts", default=None, help="chunk:right,... (default: CONTEXTS)")
     ap.add_argument("--held-batch", type=int, default=16)
+    ap.add_argument("--held-batches", type=int, default=4)
     ap.add_argument("--freeze-below", type=int, default=0, help="train only layers >= this (0: all + stem)")
     args = ap.parse_args()
     from safetensors.torch import load_file, save_file
@@ -169,6 +197,13 @@ def main():
             init.update(load_file(f))
         student.load(init)
         log("student starts from", args.init)
+    dec, pack = None, None
+    if args.decoder:
+        from decoder import Decoder
+        pack = json.load(open(os.path.join(args.decoder, "texts.json")))
+        dec = Decoder(cfg, len(pack["vocab"])).load(
+            load_file(os.path.join(args.decoder, "decoder.safetensors"))).to(device).eval()
+        log(f"decoder: {len(pack['vocab'])} tokens, KL weight {args.kl_weight}")
     ckpt = os.path.join(args.work, "student.pt")
     state = {"step": 0}
     if os.path.exists(ckpt):
@@ -197,18 +232,22 @@ def main():
         hr = random.Random(3)
         hg = torch.Generator(device=device)
         hg.manual_seed(3)
-        tot = 0.0
+        tot, tot_kl = 0.0, 0.0
         with torch.no_grad():
-            for _ in range(4):
+            for _ in range(args.held_batches):
                 wav, lens = batch(held, args.held_batch, hg, hr, device, augment_on=True)
                 mel = features(wav, lens, filters)
                 t_out, _ = teacher(mel)
                 with torch.autocast(device.type, dtype=torch.bfloat16):
                     s_out, _ = student(mel, (ctx[0], LEFT, ctx[1]))
                 tot += float(((s_out.float() - t_out) ** 2).mean() / t_out.var())
-        return tot / 4
+                if dec is not None:
+                    tok, tmask = token_batch(batch.texts, pack, device)
+                    tot_kl += float(kl(dec(tok, t_out), dec(tok, s_out.float()), tmask))
+        n = args.held_batches
+        return (round(tot / n, 4), round(tot_kl / n, 4)) if dec is not None else round(tot / n, 4)
 
-    log("held loss before:", {f"{c}": round(held_loss(c), 4) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
+    log("held loss before:", {f"{c}": held_loss(c) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
     contexts = CONTEXTS if not args.contexts else [tuple(int(v) for v in c.split(":")) for c in args.contexts.split(",")]
     t_train, first = time.time(), state["step"]
     ema = None
@@ -226,9 +265,16 @@ def main():
             wav, lens = batch(train, args.batch, gen, rng, device)
             mel = features(wav, lens, filters)
             t_out, t_hid = teacher(mel)
+            if dec is not None:
+                tok, tmask = token_batch(batch.texts, pack, device)
+                t_logits = dec(tok, t_out)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             s_out, s_hid = student(mel, ctx)
+            s_logits = dec(tok, s_out) if dec is not None else None
         loss, main_l = loss_fn(s_out.float(), [h.float() for h in s_hid], t_out, t_hid)
+        if dec is not None:
+            kl_l = kl(t_logits, s_logits, tmask)
+            loss = loss + args.kl_weight * kl_l
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -237,9 +283,10 @@ def main():
         main_l = float(main_l.detach())
         ema = main_l if ema is None else 0.98 * ema + 0.02 * main_l
         if step % 100 == 0:
-            log(f"step {step} ctx {ctx} lr {lr:.2e} loss {float(loss):.4f} main ema {ema:.4f} "
+            extra = f" kl {float(kl_l):.4f}" if dec is not None else ""
+            log(f"step {step} ctx {ctx} lr {lr:.2e} loss {float(loss):.4f} main ema {ema:.4f}{extra} "
                 f"{(time.time() - t_train) / (step + 1 - first):.3f} s/step")
-    log("held loss after:", {f"{c}": round(held_loss(c), 4) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
+    log("held loss after:", {f"{c}": held_loss(c) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
     torch.save({"model": student.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
     names = student.names()
     items = sorted(names.items())

@@ -5,6 +5,8 @@
 # (64 MiB with the tree):
 #   call 1, carry [".deb", ".cache/distill/teacher"]:
 #       bash training/streaming_whisper/run_gpu.sh prepare [distill.py args...]
+#   (to distil through the decoder too) carry [".cache/distill_dec"]:
+#       bash training/streaming_whisper/run_gpu.sh stage
 #   call 2, carry [".cache/distill/init"] (or nothing), at once:
 #       bash training/streaming_whisper/run_gpu.sh DEADLINE_S [distill.py args...]
 # With a carry that holds all of them, call 2 alone does everything.
@@ -17,10 +19,14 @@ fi
 L=$W/es/usr/lib/x86_64-linux-gnu
 export ESPEAK_LD_PATH=$L:$W/es/lib/x86_64-linux-gnu:$L/pulseaudio ESPEAK_LIB=$L/libespeak-ng.so.1 ESPEAK_DATA=$L PYTHONUNBUFFERED=1
 [ -d .cache/distill/teacher ] && cp -r .cache/distill/teacher $W/
+# decoder_pack.py's output (33 + 4 MB): a call of its own when the carry is short
+[ -d .cache/distill_dec ] && cp -r .cache/distill_dec $W/dec
 [ -f $W/teacher/encoder.safetensors ] || { echo "no teacher in $W: the machine is a fresh one, start over with call 1"; exit 3; }
 [ -f $W/text/train.txt ] || python3 training/text_prep.py $W/es/usr/share/games/fortunes $W/text
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader; nproc
 D=$1; shift
 if [ "$D" = prepare ]; then set -- --prepare-only "$@"; D=600; fi
+if [ "$D" = stage ]; then echo "staged: $(ls $W)"; exit 0; fi
+[ -f $W/dec/decoder.safetensors ] && set -- --decoder $W/dec "$@"
 python3 training/streaming_whisper/distill.py --teacher $W/teacher --text $W/text \
   --work $W --out $OUT --deadline $D "$@" 2>&1 | tee $OUT/log.txt
