@@ -118,6 +118,14 @@ impl WhisperConfig {
         if self.scale_embedding {
             return Err("`scale_embedding: true` is not supported".into());
         }
+        if let Some(c) = self.encoder_context {
+            if c.chunk == 0 || c.chunk > self.max_source_positions {
+                return Err(format!(
+                    "`pulsed_encoder_context.chunk` must be between 1 and {} frames, got {}",
+                    self.max_source_positions, c.chunk
+                ));
+            }
+        }
         Ok(())
     }
 

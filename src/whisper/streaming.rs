@@ -79,3 +79,55 @@ pub fn latency_ms(cfg: &WhisperConfig) -> Result<f64> {
     };
     Ok(stem_ms + frame_ms * (ctx.chunk + ctx.right + more) as f64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(ctx: Option<EncoderContext>) -> WhisperConfig {
+        let text = r#"{"d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6,
+            "decoder_layers": 4, "decoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+            "decoder_ffn_dim": 1536, "num_mel_bins": 80, "vocab_size": 51864,
+            "max_source_positions": 1500, "max_target_positions": 448}"#;
+        let mut c = WhisperConfig::parse(text).unwrap();
+        c.encoder_context = ctx;
+        c
+    }
+
+    #[test]
+    fn latency_is_the_chunk_the_first_look_ahead_and_the_stem() {
+        let ctx = |chunk, right, all| EncoderContext {
+            chunk,
+            left: 1500,
+            right,
+            right_all_layers: all,
+        };
+        let ms = |c| latency_ms(&cfg(Some(c))).unwrap();
+        assert_eq!(ms(ctx(16, 8, false)), 512.5);
+        assert_eq!(ms(ctx(12, 0, false)), 272.5);
+        // a look-ahead in every layer costs a chunk per further layer
+        assert_eq!(ms(ctx(16, 3, true)), 32.5 + 20.0 * (16 + 3 + 48) as f64);
+        assert_eq!(ms(ctx(16, 0, true)), ms(ctx(16, 0, false)));
+        assert!(latency_ms(&cfg(None)).is_err());
+    }
+
+    #[test]
+    fn config_json_names_the_context() {
+        let text = r#"{"d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6,
+            "decoder_layers": 4, "decoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+            "decoder_ffn_dim": 1536, "num_mel_bins": 80, "vocab_size": 51864,
+            "max_source_positions": 1500, "max_target_positions": 448,
+            "pulsed_encoder_context": {"chunk": 16, "left": 1500, "right": 8}}"#;
+        let c = WhisperConfig::parse(text).unwrap();
+        let e = c.encoder_context.unwrap();
+        assert_eq!(
+            (e.chunk, e.left, e.right, e.right_all_layers),
+            (16, 1500, 8, false)
+        );
+        assert_eq!(e.right_of(0), 8);
+        assert_eq!(e.right_of(3), 0);
+        let zero = text.replace("\"chunk\": 16", "\"chunk\": 0");
+        let err = WhisperConfig::parse(&zero).unwrap_err();
+        assert!(err.contains("pulsed_encoder_context.chunk"), "{err}");
+    }
+}
