@@ -4,7 +4,7 @@
 //! a chunk sees the whole chunk, `left` frames before it and `right` frames
 //! after it. `chunk = 1, right = 0` is [`super::limited_attention::LimitedAttention`].
 
-use super::limited_attention::{attend, check_qkv};
+use super::limited_attention::{check_qkv, eval_windowed, self_attention_facts};
 use super::{OpError, OpResult, Scratch, Tensor, TypedFact};
 use crate::op_common;
 use crate::ops::Op;
@@ -54,13 +54,7 @@ impl Op for ChunkedAttention {
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
         let (_, t) = self.check(inputs)?;
-        if inputs[0].shape[t] != inputs[1].shape[t] {
-            return Err(OpError::Shape(format!(
-                "self-attention needs q and k of one length: {} vs {}",
-                inputs[0], inputs[1]
-            )));
-        }
-        Ok(vec![inputs[0].clone()])
+        self_attention_facts(inputs, t)
     }
 
     fn eval(
@@ -69,19 +63,9 @@ impl Op for ChunkedAttention {
         outputs: &mut Vec<Tensor>,
         scratch: &mut Scratch,
     ) -> OpResult<()> {
-        let facts: Vec<TypedFact> = inputs.iter().map(|t| TypedFact::of(t)).collect();
-        let refs: Vec<&TypedFact> = facts.iter().collect();
-        self.output_facts(&refs)?;
-        let t = inputs[0].shape()[inputs[0].rank() - 2];
-        attend(
-            self.heads,
-            None,
-            inputs,
-            outputs,
-            scratch,
-            |i| self.window(i as i64),
-            t,
-        )
+        eval_windowed(self, self.heads, None, inputs, outputs, scratch, |i| {
+            self.window(i)
+        })
     }
 
     fn info(&self) -> String {

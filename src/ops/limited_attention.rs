@@ -80,13 +80,7 @@ impl Op for LimitedAttention {
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> OpResult<Vec<TypedFact>> {
         let (_, t) = self.check(inputs)?;
-        if inputs[0].shape[t] != inputs[1].shape[t] {
-            return Err(OpError::Shape(format!(
-                "self-attention needs q and k of one length: {} vs {}",
-                inputs[0], inputs[1]
-            )));
-        }
-        Ok(vec![inputs[0].clone()])
+        self_attention_facts(inputs, t)
     }
 
     fn eval(
@@ -95,28 +89,59 @@ impl Op for LimitedAttention {
         outputs: &mut Vec<Tensor>,
         scratch: &mut Scratch,
     ) -> OpResult<()> {
-        let facts: Vec<TypedFact> = inputs.iter().map(|t| TypedFact::of(t)).collect();
-        let refs: Vec<&TypedFact> = facts.iter().collect();
-        self.output_facts(&refs)?;
-        let t = inputs[0].shape()[inputs[0].rank() - 2];
         let lc = self.left_context as i64;
-        attend(
+        eval_windowed(
+            self,
             self.heads,
             self.scale,
             inputs,
             outputs,
             scratch,
-            |i| {
-                let i = i as i64;
-                ((i - lc).max(0), i)
-            },
-            t,
+            |i| ((i - lc).max(0), i),
         )
     }
 
     fn info(&self) -> String {
         format!("heads {} left_context {}", self.heads, self.left_context)
     }
+}
+
+/// The output facts of a self-attention whose inputs `check_qkv` passed:
+/// `q`'s, once `q` and `k` are of one length on the time axis `t`.
+pub(crate) fn self_attention_facts(inputs: &[&TypedFact], t: usize) -> OpResult<Vec<TypedFact>> {
+    if inputs[0].shape[t] != inputs[1].shape[t] {
+        return Err(OpError::Shape(format!(
+            "self-attention needs q and k of one length: {} vs {}",
+            inputs[0], inputs[1]
+        )));
+    }
+    Ok(vec![inputs[0].clone()])
+}
+
+/// Whole-utterance evaluation of a self-attention `op` whose query frame
+/// `i` sees the key range `window(i)` (clipped to the keys there are).
+pub(crate) fn eval_windowed(
+    op: &dyn Op,
+    heads: usize,
+    scale: Option<f32>,
+    inputs: &[&Tensor],
+    outputs: &mut Vec<Tensor>,
+    scratch: &mut Scratch,
+    window: impl Fn(i64) -> (i64, i64),
+) -> OpResult<()> {
+    let facts: Vec<TypedFact> = inputs.iter().map(|t| TypedFact::of(t)).collect();
+    let refs: Vec<&TypedFact> = facts.iter().collect();
+    op.output_facts(&refs)?;
+    let t = inputs[0].shape()[inputs[0].rank() - 2];
+    attend(
+        heads,
+        scale,
+        inputs,
+        outputs,
+        scratch,
+        |i| window(i as i64),
+        t,
+    )
 }
 
 /// Runs attention for `tq` queries (per batch entry, for rank-3 inputs).
