@@ -2,7 +2,9 @@
 //! part of the front end ([`graphs::log_mel_frames`]) is pulsified and fed
 //! one second at a time, so only the features themselves grow with the
 //! recording (80 x 4 bytes per 10 ms: 115 MB per hour), never the STFT.
-//! The recording-wide maximum is applied once the stream ends.
+//! The recording-wide maximum is applied once the stream ends, while the
+//! frames are turned frequency-major piece by piece (peak: the features
+//! once, plus one piece).
 
 use super::graphs::{self, HOP};
 use crate::pulse::{pulsify, StreamingSession};
@@ -16,8 +18,10 @@ const PULSE: usize = 16_000;
 pub struct FeatureStream {
     session: StreamingSession,
     n_mels: usize,
-    /// Floored log10 mel frames so far, time-major `[frames, n_mels]`.
-    frames: Vec<f32>,
+    /// Floored log10 mel frames so far, time-major `[frames, n_mels]`, in
+    /// the pieces the session gave (so that `finish` can free each one as
+    /// it is copied out: the features are held once, never twice).
+    frames: Vec<Vec<f32>>,
 }
 
 impl FeatureStream {
@@ -38,7 +42,7 @@ impl FeatureStream {
 
     fn keep(&mut self, chunks: Vec<crate::pulse::Chunk>) -> Result<()> {
         for c in chunks {
-            self.frames.extend_from_slice(c.data.as_slice::<f32>()?);
+            self.frames.push(c.data.as_slice::<f32>()?.to_vec());
         }
         Ok(())
     }
@@ -52,17 +56,28 @@ impl FeatureStream {
         let rest = self.session.finish()?;
         self.keep(rest)?;
         let m = self.n_mels;
-        let t = (self.frames.len() / m).saturating_sub(1);
+        let total: usize = self.frames.iter().map(Vec::len).sum();
+        let t = (total / m).saturating_sub(1);
         // the maximum is taken after the last frame is dropped
-        let max = self.frames[..t * m]
+        let max = self
+            .frames
             .iter()
+            .flatten()
+            .take(t * m)
             .copied()
             .fold(f32::NEG_INFINITY, f32::max);
         let low = max - 8.0;
         let mut out = vec![0f32; m * t];
-        for (f, row) in self.frames[..t * m].chunks_exact(m).enumerate() {
-            for (k, &x) in row.iter().enumerate() {
-                out[k * t + f] = (x.max(low) + 4.0) * 0.25;
+        let mut f = 0;
+        for piece in std::mem::take(&mut self.frames) {
+            for row in piece.chunks_exact(m) {
+                if f == t {
+                    break;
+                }
+                for (k, &x) in row.iter().enumerate() {
+                    out[k * t + f] = (x.max(low) + 4.0) * 0.25;
+                }
+                f += 1;
             }
         }
         Ok(out)
