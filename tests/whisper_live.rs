@@ -40,6 +40,13 @@ fn word_errors(reference: &str, hypothesis: &str) -> usize {
     e.word_edits
 }
 
+/// `pulsed mic --model whisper-tiny.en --input INPUT` and `extra`.
+fn mic(input: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["mic", "--model", "whisper-tiny.en", "--input", input];
+    args.extend_from_slice(extra);
+    pulsed(&args)
+}
+
 fn lines(stdout: &str) -> Vec<Value> {
     stdout
         .lines()
@@ -59,15 +66,7 @@ fn words_of(line: &Value) -> Vec<String> {
 #[test]
 fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
     let c = clip();
-    let (code, out, err) = pulsed(&[
-        "mic",
-        "--model",
-        "whisper-tiny.en",
-        "--input",
-        &c,
-        "--format",
-        "jsonl",
-    ]);
+    let (code, out, err) = mic(&c, &["--format", "jsonl"]);
     assert_eq!(code, 0, "{err}");
     let events = lines(&out);
     let finals: Vec<&Value> = events.iter().filter(|e| e["type"] == "final").collect();
@@ -99,18 +98,7 @@ fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
 #[test]
 fn at_real_time_pace_each_final_word_has_a_latency() {
     let c = clip();
-    let (code, out, err) = pulsed(&[
-        "mic",
-        "--model",
-        "whisper-tiny.en",
-        "--input",
-        &c,
-        "--realtime",
-        "--format",
-        "jsonl",
-        "--beam",
-        "1",
-    ]);
+    let (code, out, err) = mic(&c, &["--realtime", "--format", "jsonl", "--beam", "1"]);
     assert_eq!(code, 0, "{err}");
     let events = lines(&out);
     let last = events.last().unwrap();
@@ -166,19 +154,17 @@ fn the_vad_cuts_utterances_and_each_becomes_final() {
 #[test]
 fn without_vad_the_stream_is_one_utterance() {
     let c = clip();
-    let (code, out, err) = pulsed(&[
-        "mic",
-        "--model",
-        "whisper-tiny.en",
-        "--input",
+    let (code, out, err) = mic(
         &c,
-        "--no-vad",
-        "--beam",
-        "1",
-        "--no-fallback",
-        "--format",
-        "jsonl",
-    ]);
+        &[
+            "--no-vad",
+            "--beam",
+            "1",
+            "--no-fallback",
+            "--format",
+            "jsonl",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     let events = lines(&out);
     let finals: Vec<&Value> = events.iter().filter(|e| e["type"] == "final").collect();
@@ -203,13 +189,7 @@ fn bad_input_is_refused_in_one_line() {
     let d = temp_dir("whisper-live-badwav");
     let bad = d.join("bad.wav");
     std::fs::write(&bad, b"RIFF\x10\x00\x00\x00WAVEjunk").unwrap();
-    let (code, out, err) = pulsed(&[
-        "mic",
-        "--model",
-        "whisper-tiny.en",
-        "--input",
-        bad.to_str().unwrap(),
-    ]);
+    let (code, out, err) = mic(bad.to_str().unwrap(), &[]);
     assert_ne!(code, 0);
     assert!(out.is_empty(), "{out}");
     let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("pulsed:")).collect();
@@ -217,15 +197,7 @@ fn bad_input_is_refused_in_one_line() {
     assert!(errors[0].contains("bad.wav"), "{err}");
 
     // Whisper runs live on the CPU only
-    let (code, _, err) = pulsed(&[
-        "mic",
-        "--model",
-        "whisper-tiny.en",
-        "--input",
-        &c,
-        "--device",
-        "cuda",
-    ]);
+    let (code, _, err) = mic(&c, &["--device", "cuda"]);
     assert_ne!(code, 0);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("CPU only"), "{err}");
