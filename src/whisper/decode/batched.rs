@@ -609,5 +609,5 @@ impl<B: AlignmentSource + ?Sized> AlignmentSource for OnWindow<'_, B> {
 }
 
 #[cfg(test)]
-#[path = "batched_tests.rs"]
+#[path = "batched_tests/mod.rs"]
 mod tests;
