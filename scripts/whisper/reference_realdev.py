@@ -28,13 +28,11 @@ decoder; model loading excluded) for float32 and int8 on this machine.
 
 import json
 import os
-import platform
-import re
 import sys
 import time
-import wave
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from realdev_common import Counts, machine, normalize, read_wav  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -44,61 +42,6 @@ MODES = {
     "greedy": dict(beam_size=1, temperature=0.0, without_timestamps=True),
     "beam5": dict(beam_size=5),
 }
-
-
-def read_wav(path):
-    with wave.open(path) as w:
-        assert w.getframerate() == 16000 and w.getnchannels() == 1 and w.getsampwidth() == 2, path
-        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
-
-
-def edit_distance(a, b):
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a):
-        cur = [i + 1] + [0] * len(b)
-        for j, y in enumerate(b):
-            cur[j + 1] = min(prev[j] + (x != y), prev[j + 1] + 1, cur[j] + 1)
-        prev = cur
-    return prev[len(b)]
-
-
-class Counts:
-    """src/asr/metrics.rs's ErrorCounts: words split on whitespace, the
-    characters of the words joined by single spaces."""
-
-    def __init__(self):
-        self.char_edits = self.chars = self.word_edits = self.words = 0
-
-    def add(self, reference, hypothesis):
-        rw, hw = reference.split(), hypothesis.split()
-        rc, hc = " ".join(rw), " ".join(hw)
-        self.char_edits += edit_distance(rc, hc)
-        self.chars += len(rc)
-        self.word_edits += edit_distance(rw, hw)
-        self.words += len(rw)
-
-    def line(self):
-        return (f"CER {100 * self.char_edits / max(self.chars, 1):6.2f} %, "
-                f"WER {100 * self.word_edits / max(self.words, 1):6.2f} %")
-
-
-def plain(text):
-    """Lower case, hyphens as spaces, punctuation dropped (apostrophes kept)."""
-    text = text.lower().replace("-", " ")
-    return re.sub(r"[^\w\s']", "", text)
-
-
-def machine():
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} logical cores, {platform.system()}"
 
 
 def run(model, items, opts):
@@ -123,10 +66,10 @@ def report(name, mode, compute, items, hyps):
         for g in (it["group"], "all"):
             repo, norm = groups[g]
             repo.add(it["text"], h["text"])
-            norm.add(plain(it["text"]), plain(h["text"]))
+            norm.add(normalize(it["text"]), normalize(h["text"]))
     print(f"{name} {mode} {compute}:")
     for g, (repo, norm) in groups.items():
-        print(f"  {g:>13}: as pulsed eval: {repo.line()} | lower, no punctuation: {norm.line()}")
+        print(f"  {g:>13}: exact text: {repo.line()} | normalised (as pulsed eval): {norm.line()}")
 
 
 def main(argv):
