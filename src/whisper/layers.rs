@@ -35,9 +35,10 @@ pub enum SelfAttention<'c> {
     Cached(&'c KvCache, usize),
     /// Restricted to chunks (a streaming encoder), in encoder layer `usize`.
     Chunked(EncoderContext, usize),
-    /// The same restriction over a window of known length, as a mask on
-    /// whole attention (which runs as blocked matrix products).
-    ChunkMask(EncoderContext, usize, usize),
+    /// The same restriction over a window of known length, as a mask (a
+    /// `[T, T]` bool constant from [`Net::chunk_mask`]) on whole attention,
+    /// which runs as blocked matrix products.
+    Masked(OutletId),
 }
 
 impl Net<'_> {
@@ -97,6 +98,25 @@ impl Net<'_> {
         Ok(x)
     }
 
+    /// Where each of `t` frames may look under chunked context `c` with
+    /// look-ahead `right`: `[t, t]` bools ([`ChunkedAttention::window`]).
+    fn chunk_mask(&mut self, c: EncoderContext, right: usize, t: usize) -> Result<OutletId> {
+        let op = ChunkedAttention {
+            heads: 1,
+            chunk: c.chunk,
+            left: c.left,
+            right,
+        };
+        let mut mask = vec![false; t * t];
+        for (i, row) in mask.chunks_exact_mut(t).enumerate() {
+            let (lo, hi) = op.window(i as i64);
+            let (lo, hi) = (lo.max(0) as usize, (hi.max(-1) + 1).min(t as i64) as usize);
+            row[lo..hi.max(lo)].fill(true);
+        }
+        let name = format!("model.encoder.attention_mask.right{right}");
+        self.b.constant(&name, Tensor::from_vec(vec![t, t], mask)?)
+    }
+
     /// The encoder's layers and final norm over `x` (positions added), with
     /// the checkpoint's attention: the whole window, or chunks. `window`:
     /// the frames of a fixed window (chunks then become a mask), or `None`
@@ -107,11 +127,19 @@ impl Net<'_> {
         cfg: &WhisperConfig,
         window: Option<usize>,
     ) -> Result<OutletId> {
+        let mut masks: Vec<(usize, OutletId)> = Vec::new();
         for l in 0..cfg.encoder_layers {
             let p = format!("model.encoder.layers.{l}");
             let heads = cfg.encoder_attention_heads;
             let kind = match (cfg.encoder_context, window) {
-                (Some(c), Some(t)) => SelfAttention::ChunkMask(c, l, t),
+                (Some(c), Some(t)) => {
+                    // the layers after the first share one mask
+                    let right = c.right_of(l);
+                    if masks.last().is_none_or(|&(r, _)| r != right) {
+                        masks.push((right, self.chunk_mask(c, right, t)?));
+                    }
+                    SelfAttention::Masked(masks.last().expect("pushed").1)
+                }
                 (Some(c), None) => SelfAttention::Chunked(c, l),
                 (None, _) => SelfAttention::Whole,
             };
@@ -167,21 +195,7 @@ impl Net<'_> {
                 let a = self.b.op(&name, Attention { scale: None }, &[q, k, v])?;
                 self.merge(&name, a)?
             }
-            SelfAttention::ChunkMask(c, layer, t) => {
-                let op = ChunkedAttention {
-                    heads,
-                    chunk: c.chunk,
-                    left: c.left,
-                    right: c.right_of(layer),
-                };
-                let mut mask = vec![false; t * t];
-                for (i, row) in mask.chunks_exact_mut(t).enumerate() {
-                    let (lo, hi) = op.window(i as i64);
-                    let (lo, hi) = (lo.max(0) as usize, (hi.max(-1) + 1).min(t as i64) as usize);
-                    row[lo..hi.max(lo)].fill(true);
-                }
-                let mask = Tensor::from_vec(vec![t, t], mask)?;
-                let mask = self.b.constant(&format!("{attn}.mask"), mask)?;
+            SelfAttention::Masked(mask) => {
                 let q = self.split(&format!("{attn}.q"), q, heads)?;
                 let k = self.split(&format!("{attn}.k"), k, heads)?;
                 let v = self.split(&format!("{attn}.v"), v, heads)?;

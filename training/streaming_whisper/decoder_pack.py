@@ -13,10 +13,8 @@ Writes OUT_DIR/decoder.safetensors, OUT_DIR/texts.json.
 """
 import json
 import os
-import struct
 import sys
 
-import numpy as np
 from tokenizers import Tokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -17,7 +17,6 @@ import random
 import sys
 import time
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,7 +81,8 @@ def band_limit(x):
 
 
 def batch(ds, b, gen, rng, device, augment_on=True):
-    """b windows of 30 s: 1-3 utterances each, random lead and gaps, augmented."""
+    """b windows of 30 s: 1-3 utterances each, random lead and gaps, augmented.
+    Returns the audio [b, 480000], each window's length and its sentences."""
     out = torch.zeros(b, WINDOW, device=device)
     lens = torch.zeros(b, dtype=torch.long, device=device)
     texts = []
@@ -111,8 +111,7 @@ def batch(ds, b, gen, rng, device, augment_on=True):
         from train import augment
         out = augment(out, lens, gen)
     valid = torch.arange(WINDOW, device=device)[None, :] < lens[:, None]
-    batch.texts = texts
-    return out * valid, lens
+    return out * valid, lens, texts
 
 
 def token_batch(texts, pack, device, cap=224):
@@ -233,16 +232,20 @@ def main():
         hg = torch.Generator(device=device)
         hg.manual_seed(3)
         tot, tot_kl = 0.0, 0.0
-        with torch.no_grad():
+        # the augmentation also draws from torch's global generators: fixed
+        # here, so that every call sees the same held-out windows
+        cuda = [device] if device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(3)
             for _ in range(args.held_batches):
-                wav, lens = batch(held, args.held_batch, hg, hr, device, augment_on=True)
+                wav, lens, texts = batch(held, args.held_batch, hg, hr, device, augment_on=True)
                 mel = features(wav, lens, filters)
                 t_out, _ = teacher(mel)
                 with torch.autocast(device.type, dtype=torch.bfloat16):
                     s_out, _ = student(mel, (ctx[0], LEFT, ctx[1]))
                 tot += float(((s_out.float() - t_out) ** 2).mean() / t_out.var())
                 if dec is not None:
-                    tok, tmask = token_batch(batch.texts, pack, device)
+                    tok, tmask = token_batch(texts, pack, device)
                     tot_kl += float(kl(dec(tok, t_out), dec(tok, s_out.float()), tmask))
         n = args.held_batches
         return (round(tot / n, 4), round(tot_kl / n, 4)) if dec is not None else round(tot / n, 4)
@@ -262,11 +265,11 @@ def main():
         ctx = rng.choice(contexts)
         ctx = (ctx[0], LEFT, ctx[1])
         with torch.no_grad():
-            wav, lens = batch(train, args.batch, gen, rng, device)
+            wav, lens, texts = batch(train, args.batch, gen, rng, device)
             mel = features(wav, lens, filters)
             t_out, t_hid = teacher(mel)
             if dec is not None:
-                tok, tmask = token_batch(batch.texts, pack, device)
+                tok, tmask = token_batch(texts, pack, device)
                 t_logits = dec(tok, t_out)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             s_out, s_hid = student(mel, ctx)
