@@ -115,6 +115,25 @@ fn pulsed_encoder_streams_exactly_and_waits_one_chunk() {
     }
 }
 
+/// The library's pulsed encoder steps one chunk (twice as many feature
+/// frames) at a time and waits no more than that chunk plus the look-ahead.
+#[test]
+fn pulsed_encoder_steps_a_chunk() {
+    let ctx = EncoderContext {
+        chunk: 16,
+        left: 1500,
+        right: 8,
+        right_all_layers: false,
+    };
+    let m = model(ctx);
+    let p = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
+    assert_eq!(p.input_stream().unwrap().pulse, 32);
+    let out = p.output_stream(0).unwrap();
+    assert_eq!(out.pulse, 16);
+    assert!(out.delay <= 16 + 8 + 2, "delay {}", out.delay);
+    p.check_facts().unwrap();
+}
+
 #[test]
 fn a_whole_window_checkpoint_cannot_stream() {
     let m = WhisperModel::open(MODEL).unwrap();
