@@ -29,12 +29,10 @@ pub struct Args {
 /// `--model whisper-*`: one thread, the parts of a 30 s window's work
 /// timed apart (front end, encoder, a decoder step for 1 and 5 sequences,
 /// the output projection included), medians of `--reps`, then the encoder's
-/// time per op kind.
+/// time per op kind. With `--device cuda`, the same on the GPU in f32 and
+/// bf16, side by side with the CPU.
 fn whisper(a: &Args) -> Result<ExitCode, String> {
     use pulsed::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
-    if a.device == super::device::Device::Cuda {
-        return Err("Whisper runs on the CPU for now (--device cpu)".into());
-    }
     let spec = a
         .model
         .as_deref()
@@ -49,7 +47,53 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         ))
     });
     let audio = pulsed::audio::load_wav(&file, 16_000).map_err(|e| e.to_string())?;
-    let reps = a.reps.max(1);
+    println!(
+        "model {} ({} + {} layers, d {}), file {} ({:.2} s), one thread, {}",
+        model.dir.display(),
+        model.config.encoder_layers,
+        model.config.decoder_layers,
+        model.config.d_model,
+        file.display(),
+        audio.duration_s,
+        super::transcribe::cpu_model()
+    );
+    let window = whisper_times("cpu", &mut w, &audio.samples, a.reps)?;
+    let gpus: &[super::device::Precision] = match a.device {
+        super::device::Device::Cpu => &[],
+        _ => &[
+            super::device::Precision::F32,
+            super::device::Precision::Bf16,
+        ],
+    };
+    for &p in gpus {
+        let engine = super::device::Device::Cuda.engine(p)?;
+        let mut g = pulsed::whisper::network(&model, &engine).map_err(|e| e.to_string())?;
+        whisper_times(&format!("cuda {p:?}"), &mut *g, &audio.samples, a.reps)?;
+    }
+    w.time_nodes();
+    w.encode(&[&window]).map_err(|e| e.to_string())?;
+    println!("  cpu encoder by op kind (one window):");
+    for (g, op, t) in w
+        .node_times()
+        .into_iter()
+        .filter(|x| x.0 == "encoder")
+        .take(8)
+    {
+        println!("    {g} {op:<20} {:8.2} ms", t.as_secs_f64() * 1000.0);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Times `w`'s front end, encoder and decoder steps on `audio` (medians of
+/// `reps` after a warm-up), prints them under `label` and returns the
+/// encoder window it used.
+fn whisper_times(
+    label: &str,
+    w: &mut dyn pulsed::whisper::WhisperBackend,
+    audio: &[f32],
+    reps: usize,
+) -> Result<Vec<f32>, String> {
+    let reps = reps.max(1);
     let e = |e: pulsed::Error| e.to_string();
     let time = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
         f()?; // warm-up
@@ -61,19 +105,9 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         }
         Ok(median(v))
     };
-    println!(
-        "model {} ({} + {} layers, d {}), file {} ({:.2} s), one thread, {}",
-        model.dir.display(),
-        model.config.encoder_layers,
-        model.config.decoder_layers,
-        model.config.d_model,
-        file.display(),
-        audio.duration_s,
-        super::transcribe::cpu_model()
-    );
     let mut mel = Vec::new();
     let t_mel = time(&mut || {
-        mel = w.log_mel(&audio.samples).map_err(e)?;
+        mel = w.log_mel(audio).map_err(e)?;
         Ok(())
     })?;
     let (m, frames) = (w.n_mels(), mel.len() / w.n_mels());
@@ -85,40 +119,31 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     }
     let t_enc = time(&mut || w.encode(&[&window]).map_err(e))?;
     let mut logits = Vec::new();
-    let mut steps = |w: &mut CpuWhisper, beams: usize| -> Result<f64, String> {
-        // a prompt, then 20 steps; the time per step
-        let mut v = Vec::with_capacity(reps);
-        for _ in 0..=reps {
-            w.start(&[0]).map_err(e)?;
-            w.feed(&[50257, 50362], 2, &[1], &mut logits).map_err(e)?;
-            w.reorder(&vec![0; beams]).map_err(e)?;
-            let t = Instant::now();
-            for i in 0..20u32 {
-                let toks: Vec<u32> = (0..beams as u32).map(|b| 1000 + 7 * i + b).collect();
-                w.feed(&toks, 1, &[0], &mut logits).map_err(e)?;
+    let mut steps =
+        |w: &mut dyn pulsed::whisper::WhisperBackend, beams: usize| -> Result<f64, String> {
+            // a prompt, then 20 steps; the time per step
+            let mut v = Vec::with_capacity(reps);
+            for _ in 0..=reps {
+                w.start(&[0]).map_err(e)?;
+                w.feed(&[50257, 50362], 2, &[1], &mut logits).map_err(e)?;
+                w.reorder(&vec![0; beams]).map_err(e)?;
+                let t = Instant::now();
+                for i in 0..20u32 {
+                    let toks: Vec<u32> = (0..beams as u32).map(|b| 1000 + 7 * i + b).collect();
+                    w.feed(&toks, 1, &[0], &mut logits).map_err(e)?;
+                }
+                v.push(t.elapsed().as_secs_f64() * 1000.0 / 20.0);
             }
-            v.push(t.elapsed().as_secs_f64() * 1000.0 / 20.0);
-        }
-        Ok(median(v[1..].to_vec()))
-    };
-    let t_step1 = steps(&mut w, 1)?;
-    let t_step5 = steps(&mut w, 5)?;
-    println!("  front end:          {t_mel:8.2} ms for the file");
-    println!("  encoder:            {t_enc:8.2} ms per 30 s window");
-    println!("  decoder step, 1:    {t_step1:8.2} ms per token");
-    println!("  decoder step, 5:    {t_step5:8.2} ms per token (5 beams)");
-    w.time_nodes();
-    w.encode(&[&window]).map_err(e)?;
-    println!("  encoder by op kind (one window):");
-    for (g, op, t) in w
-        .node_times()
-        .into_iter()
-        .filter(|x| x.0 == "encoder")
-        .take(8)
-    {
-        println!("    {g} {op:<20} {:8.2} ms", t.as_secs_f64() * 1000.0);
-    }
-    Ok(ExitCode::SUCCESS)
+            Ok(median(v[1..].to_vec()))
+        };
+    let t_step1 = steps(w, 1)?;
+    let t_step5 = steps(w, 5)?;
+    println!("  {label}:");
+    println!("    front end:          {t_mel:8.2} ms for the file");
+    println!("    encoder:            {t_enc:8.2} ms per 30 s window");
+    println!("    decoder step, 1:    {t_step1:8.2} ms per token");
+    println!("    decoder step, 5:    {t_step5:8.2} ms per token (5 beams)");
+    Ok(window)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

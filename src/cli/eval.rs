@@ -35,6 +35,13 @@ pub struct Args {
     /// word's end to the audio position where it was committed.
     #[arg(long)]
     live: bool,
+    /// Whisper: where the network runs (default auto: a GPU when one is
+    /// usable).
+    #[arg(long, value_enum)]
+    device: Option<super::device::Device>,
+    /// Whisper on a GPU: how weights and activations are stored.
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: super::device::Precision,
     /// Whisper: parallel workers (default: one per core).
     #[arg(long, short)]
     jobs: Option<usize>,
@@ -181,6 +188,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.live {
         return Err("--live is for Whisper checkpoints (--model whisper-*)".into());
     }
+    if a.device.is_some() {
+        return Err("--device is for Whisper checkpoints (--model whisper-*)".into());
+    }
     let mode = if a.whole {
         Mode::Whole
     } else {
@@ -213,9 +223,18 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 /// `--model whisper-*`: the files on parallel workers, then the rates.
 fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     let model = a.model.as_deref().unwrap_or(Path::new(""));
-    let job =
-        super::whisper::WhisperJob::open(model, a.beam, pulsed::output::Format::Text, &a.whisper)?;
-    eprintln!("pulsed: whisper {} on the CPU", job.describe());
+    let engine = a
+        .device
+        .unwrap_or(super::device::Device::Auto)
+        .engine(a.precision)?;
+    let job = super::whisper::WhisperJob::open(
+        model,
+        a.beam,
+        pulsed::output::Format::Text,
+        &a.whisper,
+        engine,
+    )?;
+    eprintln!("pulsed: whisper {}", job.describe());
     let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
     let opts = BatchOptions {
         jobs: a.jobs.unwrap_or_else(batch::default_jobs),
@@ -258,7 +277,13 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     let model = pulsed::whisper::WhisperModel::open(spec).map_err(|e| e.to_string())?;
     let vad = pulsed::vad::Vad::load_default()
         .map_err(|e| format!("--live needs Silero VAD (bash scripts/fetch_silero.sh): {e}"))?;
-    let mut opts = WhisperLiveOptions::default();
+    let mut opts = WhisperLiveOptions {
+        engine: a
+            .device
+            .unwrap_or(super::device::Device::Auto)
+            .engine(a.precision)?,
+        ..WhisperLiveOptions::default()
+    };
     if let Some(b) = a.beam {
         opts.decode.beam_size = b.max(1);
     }
@@ -266,8 +291,9 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         opts.decode.temperatures = vec![0.0];
     }
     eprintln!(
-        "pulsed: live whisper {} on the CPU, step {} s, beam {}",
+        "pulsed: live whisper {} on {}, step {} s, beam {}",
         model.dir.display(),
+        super::device::describe(&opts.engine),
         opts.step_s,
         opts.decode.beam_size
     );

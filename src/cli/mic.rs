@@ -98,9 +98,6 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 
 /// `--model whisper-*`: the checkpoint under the LocalAgreement policy.
 fn run_whisper(a: Args) -> Result<ExitCode, String> {
-    if a.device == super::device::Device::Cuda {
-        return Err("pulsed mic --model whisper-*: runs on the CPU only (use --device cpu)".into());
-    }
     let spec = a
         .model
         .as_deref()
@@ -133,6 +130,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         // compute were free; live audio is decoded where it stands
         paced: a.input.is_some() && !a.realtime,
         decode,
+        engine: a.device.engine(a.precision)?,
         ..WhisperLiveOptions::default()
     };
     let live = WhisperLive::open(spec, vad.as_ref(), opts).map_err(|e| e.to_string())?;

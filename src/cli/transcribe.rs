@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
 use pulsed::batch::{self, BatchOptions, Control, FileResult, Outcome};
+use pulsed::engine::Engine;
 use pulsed::output::{
     write_error_line, write_transcript, write_transcript_with, Format, WriteOptions,
 };
@@ -54,7 +55,8 @@ pub struct Args {
     whisper: super::whisper::WhisperArgs,
     #[command(flatten)]
     lm: super::lm::LmArgs,
-    /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
+    /// Where the encoder runs (Whisper: the encoder and decoder): a GPU when
+    /// one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: Device,
     /// How the GPU stores weights and activations (bf16: half the memory traffic,
@@ -137,7 +139,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         return Err("--streams must be at least 1".into());
     }
     if super::whisper::is_whisper(a.model.as_deref()) {
-        return run_whisper(a, files, several);
+        return run_whisper(a, files, several, engine);
     }
     let mode = if a.whole {
         Mode::Whole
@@ -322,15 +324,15 @@ type RunFiles<'a> = dyn Fn(
     + 'a;
 
 /// `--model whisper-*`: whole recordings on workers with a network each.
-fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, String> {
+fn run_whisper(
+    a: Args,
+    files: Vec<PathBuf>,
+    several: bool,
+    engine: Engine,
+) -> Result<ExitCode, String> {
     if a.whole || a.streams.is_some() || a.lm.is_set() {
         return Err(
             "--whole, --streams and the LM options are for the shipped model, not Whisper".into(),
-        );
-    }
-    if matches!(a.device, Device::Cuda) {
-        return Err(
-            "Whisper runs on the CPU for now (--device cpu); its GPU path is not built yet".into(),
         );
     }
     if a.bench {
@@ -343,6 +345,7 @@ fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, 
         a.beam,
         a.format,
         &a.whisper,
+        engine,
     )?;
     let opts = BatchOptions {
         jobs: a.jobs.unwrap_or_else(batch::default_jobs),
@@ -350,7 +353,7 @@ fn run_whisper(a: Args, files: Vec<PathBuf>, several: bool) -> Result<ExitCode, 
         longest_first: true,
         streams: 1,
     };
-    eprintln!("pulsed: whisper {} on the CPU", job.describe());
+    eprintln!("pulsed: whisper {}", job.describe());
     let make = || job.worker();
     write_results(
         &a,

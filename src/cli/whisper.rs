@@ -9,15 +9,14 @@ use std::sync::{Arc, Mutex};
 use pulsed::audio::WavStream;
 use pulsed::batch::{Control, FileWorker, Outcome};
 use pulsed::decode::{Transcript, Word};
+use pulsed::engine::Engine;
 use pulsed::vad::Vad;
 use pulsed::whisper::decode::{
-    transcribe_batched, transcribe_features, BatchedOptions, DecodeOptions, InitialPrompt, Network,
-    Segment,
+    transcribe_batched, transcribe_features, AlignedBackend, BatchedOptions, DecodeOptions,
+    InitialPrompt, Network, Segment,
 };
 use pulsed::whisper::features::FeatureStream;
-use pulsed::whisper::{
-    CpuWhisper, GenerationConfig, Task, WhisperBackend, WhisperModel, WhisperTokenizer,
-};
+use pulsed::whisper::{GenerationConfig, Task, WhisperModel, WhisperTokenizer};
 use serde_json::{json, Map, Value};
 
 use pulsed::output::Format;
@@ -81,18 +80,25 @@ pub struct WhisperJob {
     opts: DecodeOptions,
     /// `--vad`: the batched pipeline's settings and its voice detector.
     batched: Option<(BatchedOptions, Arc<Vad>)>,
+    /// Where the networks run.
+    engine: Engine,
     /// The network built while checking the folder, for the first worker.
-    first: Mutex<Option<CpuWhisper>>,
+    first: Mutex<Option<Net>>,
 }
+
+/// One worker's network, on whichever engine.
+type Net = Box<dyn AlignedBackend + Send>;
 
 impl WhisperJob {
     /// Loads the checkpoint `--model` names and turns the arguments into
-    /// decoding options (`beam`: `None` is faster-whisper's default of 5).
+    /// decoding options (`beam`: `None` is faster-whisper's default of 5);
+    /// its networks run on `engine`.
     pub fn open(
         model: &Path,
         beam: Option<usize>,
         format: Format,
         a: &WhisperArgs,
+        engine: Engine,
     ) -> Result<WhisperJob, String> {
         let spec = model.to_str().ok_or("--model: not a UTF-8 path")?;
         let model = WhisperModel::open(spec).map_err(|e| e.to_string())?;
@@ -140,13 +146,14 @@ impl WhisperJob {
         opts.word_timestamps = a.word_timestamps.unwrap_or(format != Format::Text);
         // building the graphs checks every weight's shape: a bad folder is
         // refused here, once, rather than by every file
-        let first = CpuWhisper::new(&model).map_err(|e| e.to_string())?;
+        let first = pulsed::whisper::network(&model, &engine).map_err(|e| e.to_string())?;
         Ok(WhisperJob {
             model: Arc::new(model),
             tokenizer: Arc::new(tokenizer),
             gen: Arc::new(gen),
             opts,
             batched,
+            engine,
             first: Mutex::new(Some(first)),
         })
     }
@@ -156,7 +163,9 @@ impl WhisperJob {
         let first = self.first.lock().ok().and_then(|mut f| f.take());
         let net = match first {
             Some(net) => net,
-            None => CpuWhisper::new(&self.model).map_err(|e| e.to_string())?,
+            None => {
+                pulsed::whisper::network(&self.model, &self.engine).map_err(|e| e.to_string())?
+            }
         };
         Ok(WhisperWorker {
             batched: self.batched.clone(),
@@ -167,14 +176,15 @@ impl WhisperJob {
         })
     }
 
-    /// What runs, for messages.
+    /// What runs where, for messages.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({} layers, d {}), beam {}",
+            "{} ({} layers, d {}), beam {}, on {}",
             self.model.dir.display(),
             self.model.config.encoder_layers,
             self.model.config.d_model,
-            self.opts.beam_size
+            self.opts.beam_size,
+            super::device::describe(&self.engine)
         )
     }
 }
@@ -182,7 +192,7 @@ impl WhisperJob {
 /// One worker: its network plus the shared text side.
 pub struct WhisperWorker {
     batched: Option<(BatchedOptions, Arc<Vad>)>,
-    net: CpuWhisper,
+    net: Net,
     tokenizer: Arc<WhisperTokenizer>,
     gen: Arc<GenerationConfig>,
     opts: DecodeOptions,
@@ -209,9 +219,9 @@ impl FileWorker for WhisperWorker {
         };
         let n_mels = self.net.n_mels();
         let net = if self.opts.word_timestamps {
-            Network::Aligned(&mut self.net)
+            Network::Aligned(&mut *self.net)
         } else {
-            Network::Plain(&mut self.net)
+            Network::Plain(&mut *self.net)
         };
         let (tok, gen, opts) = (&self.tokenizer, &self.gen, &self.opts);
         let (r, duration_s) = match &self.batched {

@@ -18,9 +18,11 @@ use std::time::Instant;
 use super::agreement::LocalAgreement;
 use super::LiveEvent;
 use crate::decode::Word;
+use crate::engine::Engine;
 use crate::vad::{SegmentOptions, Segmenter, Vad, VadSession, CHUNK};
+use crate::whisper::decode::AlignedBackend;
 use crate::whisper::decode::{transcribe, DecodeOptions, InitialPrompt, Network, SAMPLE_RATE};
-use crate::whisper::{CpuWhisper, GenerationConfig, WhisperModel, WhisperTokenizer};
+use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::Result;
 
 /// A segment Whisper itself thinks is silence is left out of a hypothesis
@@ -51,6 +53,8 @@ pub struct WhisperLiveOptions {
     pub paced: bool,
     /// Decoding of each buffer (word timestamps are always on).
     pub decode: DecodeOptions,
+    /// Where the network runs.
+    pub engine: Engine,
 }
 
 impl Default for WhisperLiveOptions {
@@ -64,6 +68,7 @@ impl Default for WhisperLiveOptions {
             prompt_chars: 200,
             paced: true,
             decode: DecodeOptions::default(),
+            engine: Engine::Cpu,
         }
     }
 }
@@ -87,7 +92,7 @@ pub struct Update {
 
 /// The streaming policy over one Whisper network.
 pub struct WhisperLive {
-    net: CpuWhisper,
+    net: Box<dyn AlignedBackend + Send>,
     tokenizer: Arc<WhisperTokenizer>,
     gen: Arc<GenerationConfig>,
     o: WhisperLiveOptions,
@@ -137,7 +142,7 @@ impl WhisperLive {
             )));
         }
         Ok(WhisperLive {
-            net: CpuWhisper::new(model)?,
+            net: crate::whisper::network(model, &o.engine)?,
             tokenizer: Arc::new(tokenizer),
             gen: Arc::new(gen),
             in_utterance: vad.is_none(),
@@ -320,7 +325,7 @@ impl WhisperLive {
         opts.initial_prompt = (!prompt.is_empty()).then_some(InitialPrompt::Text(prompt));
         let mut segments = Vec::new();
         transcribe(
-            Network::Aligned(&mut self.net),
+            Network::Aligned(&mut *self.net),
             &self.tokenizer,
             &self.gen,
             &self.buffer,

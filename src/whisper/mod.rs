@@ -11,16 +11,22 @@ mod error;
 pub mod features;
 pub mod folder;
 pub mod generation;
+#[cfg(feature = "cuda")]
+mod gpu;
 pub mod graphs;
 mod layers;
+mod net;
 mod projection;
 pub mod streaming;
 pub mod tokenizer;
 
 pub use backend::{AlignmentSource, WhisperBackend};
 pub use config::{EncoderContext, WhisperConfig};
-pub use cpu::{CpuWhisper, WhisperModel};
+pub use cpu::{CpuRunners, CpuWhisper, WhisperModel};
 pub use error::WhisperError;
 pub use folder::LoadError;
 pub use generation::GenerationConfig;
+#[cfg(feature = "cuda")]
+pub use gpu::{GpuRunners, GpuWhisper};
+pub use net::{network, NetRunners, WhisperNet};
 pub use tokenizer::{SpecialTokens, Task, WhisperTokenizer};

@@ -72,3 +72,4 @@ pub fn nvrtc_or_fail() -> bool {
          into third_party/nvrtc and sets LD_LIBRARY_PATH), or set PULSED_SKIP_NVRTC=1 to skip"
     );
 }
+pub mod whisper;

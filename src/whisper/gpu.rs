@@ -1,0 +1,142 @@
+//! The Whisper network on the GPU: the same three graphs as on the CPU, run
+//! by the GPU runner, which places each node on the GPU or, when it has no
+//! kernel there (the token lookup, the decoder's cached attentions), on the
+//! CPU with explicit copies.
+//!
+//! A GPU runner is planned for concrete sizes, so each graph keeps one
+//! runner per size it has run at: per window count for the encoder, per
+//! batch for the decoder step (both captured as CUDA graphs after their
+//! first run) and per prompt length for the prompt (launched eagerly: a
+//! prompt length rarely repeats). Runners of one graph share its weights on
+//! the device.
+
+use std::sync::Arc;
+
+use super::graphs::{self, DecoderShape};
+use super::net::{NetRunners, WhisperNet};
+use super::WhisperModel;
+use crate::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
+use crate::graph::{Graph, StepRunner};
+use crate::ops::kv_cache::KvCache;
+use crate::Result;
+
+/// Prompt runners kept: beyond this, the least recently used is dropped.
+const PROMPT_RUNNERS: usize = 8;
+
+/// One graph and its runners by size, least recently used first.
+struct Sized {
+    graph: Arc<Graph>,
+    options: GpuRunnerOptions,
+    runners: Vec<(usize, GpuRunner)>,
+    keep: usize,
+}
+
+impl Sized {
+    fn new(graph: Graph, options: GpuRunnerOptions, keep: usize) -> Sized {
+        Sized {
+            graph: Arc::new(graph),
+            options,
+            runners: Vec::new(),
+            keep,
+        }
+    }
+
+    /// The runner for size `s`, planned on first use, now the most recent.
+    fn get(&mut self, dev: &Arc<GpuDevice>, s: usize) -> Result<&mut GpuRunner> {
+        match self.runners.iter().position(|(n, _)| *n == s) {
+            Some(i) => {
+                let r = self.runners.remove(i);
+                self.runners.push(r);
+            }
+            None => {
+                let r = GpuRunner::new(
+                    dev.clone(),
+                    self.graph.clone(),
+                    Some(s as i64),
+                    &self.options,
+                )?;
+                if self.runners.len() >= self.keep {
+                    self.runners.remove(0);
+                }
+                self.runners.push((s, r));
+            }
+        }
+        Ok(&mut self.runners.last_mut().expect("pushed").1)
+    }
+
+    fn last(&self) -> Option<&GpuRunner> {
+        self.runners.last().map(|(_, r)| r)
+    }
+}
+
+/// The encoder, prompt and step graphs with their GPU runners.
+pub struct GpuRunners {
+    dev: Arc<GpuDevice>,
+    encoder: Sized,
+    prompt: Sized,
+    step: Sized,
+}
+
+impl NetRunners for GpuRunners {
+    fn encoder(&mut self, windows: usize) -> Result<&mut dyn StepRunner> {
+        Ok(self.encoder.get(&self.dev, windows)?)
+    }
+
+    fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner> {
+        let g = match shape {
+            DecoderShape::Prompt => &mut self.prompt,
+            DecoderShape::Step => &mut self.step,
+        };
+        Ok(g.get(&self.dev, s)?)
+    }
+
+    fn last_decoder(&self, shape: DecoderShape) -> Option<&dyn StepRunner> {
+        let g = match shape {
+            DecoderShape::Prompt => &self.prompt,
+            DecoderShape::Step => &self.step,
+        };
+        g.last().map(|r| r as &dyn StepRunner)
+    }
+}
+
+/// The GPU backend of one model; one per thread of work (it holds the
+/// decoder's cache and its runners).
+pub type GpuWhisper = WhisperNet<GpuRunners>;
+
+impl WhisperNet<GpuRunners> {
+    /// Builds the graphs of `model` for `dev`; runners are planned as sizes
+    /// come (`options`: precision and launches of the encoder and step).
+    pub fn on_gpu(
+        model: &WhisperModel,
+        dev: Arc<GpuDevice>,
+        options: &GpuRunnerOptions,
+    ) -> Result<GpuWhisper> {
+        let (cfg, w) = (&model.config, &model.f32_weights);
+        let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+        let eager = GpuRunnerOptions {
+            launches: Launches::Eager,
+            ..options.clone()
+        };
+        let runners = GpuRunners {
+            dev,
+            encoder: Sized::new(graphs::encoder(cfg, w)?, options.clone(), 2),
+            prompt: Sized::new(
+                graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?,
+                eager,
+                PROMPT_RUNNERS,
+            ),
+            step: Sized::new(
+                graphs::decoder(cfg, w, &cache, DecoderShape::Step)?,
+                options.clone(),
+                4,
+            ),
+        };
+        WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
+    }
+
+    /// Where the nodes of the decoder step run: `(gpu, cpu)` counts, once a
+    /// step has run.
+    pub fn step_placement(&self) -> Option<(usize, usize)> {
+        self.runners.step.last().map(GpuRunner::placement_counts)
+    }
+}

@@ -1,0 +1,256 @@
+//! [`WhisperBackend`] over any engine: the encoder and decoder graphs run
+//! by whatever [`NetRunners`] gives them (the CPU runner, or the GPU runner
+//! with per-node CPU fallback), the decoder's cache shared by its prompt
+//! and step graphs, and logits computed only at the positions decoding
+//! asks for.
+
+use super::backend::{AlignmentSource, WhisperBackend};
+use super::features::FeatureStream;
+use super::graphs::DecoderShape;
+use super::projection::Projection;
+use super::WhisperConfig;
+use crate::graph::StepRunner;
+use crate::ops::kv_cache::KvCache;
+use crate::ops::{OpError, Tensor};
+use crate::{Error, Result};
+
+/// The runners of one network's graphs, for the sizes decoding asks for.
+/// A CPU runner takes any size of its graph's symbol; a GPU runner is
+/// planned for one, so the GPU side keeps one per size.
+pub trait NetRunners: Send {
+    /// The encoder over `windows` windows.
+    fn encoder(&mut self, windows: usize) -> Result<&mut dyn StepRunner>;
+    /// A decoder graph: `Prompt` over `s` tokens of one sequence, `Step`
+    /// over one token of `s` sequences.
+    fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner>;
+    /// The runner of the last [`NetRunners::decoder`] call of `shape`.
+    fn last_decoder(&self, shape: DecoderShape) -> Option<&dyn StepRunner>;
+}
+
+/// A Whisper network on one engine; one per thread of work (it holds the
+/// decoder's cache).
+pub struct WhisperNet<R: NetRunners> {
+    pub(super) cfg: WhisperConfig,
+    pub(super) runners: R,
+    pub(super) cache: KvCache,
+    /// The output projection (the token embedding, as stored).
+    projection: Projection,
+    /// Encoded windows.
+    windows: usize,
+    rows: Vec<f32>,
+}
+
+fn internal(what: String) -> Error {
+    Error::Op(OpError::Other(what))
+}
+
+impl<R: NetRunners> WhisperNet<R> {
+    /// A network of `cfg` whose graphs `runners` runs; `cache` is the one
+    /// their decoder graphs were built over.
+    pub(super) fn from_parts(
+        cfg: &WhisperConfig,
+        runners: R,
+        cache: KvCache,
+        embedding: &Tensor,
+    ) -> Result<WhisperNet<R>> {
+        Ok(WhisperNet {
+            cfg: cfg.clone(),
+            runners,
+            cache,
+            projection: Projection::new(embedding)?,
+            windows: 0,
+            rows: Vec::new(),
+        })
+    }
+
+    /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
+    fn run_decoder(&mut self, tokens: &[u32], batch: usize, n: usize) -> Result<()> {
+        let past = self.cache.len() as i64;
+        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        let (shape, s, dims) = if n == 1 {
+            (DecoderShape::Step, batch, vec![batch, 1])
+        } else {
+            (DecoderShape::Prompt, n, vec![1, n])
+        };
+        let tokens = Tensor::from_vec(dims, ids)?;
+        let positions = Tensor::from_vec(vec![n], (past..past + n as i64).collect::<Vec<_>>())?;
+        self.runners.decoder(shape, s)?.step(&[&tokens, &positions])
+    }
+
+    /// The decoder's last output, `[batch, n, d]`.
+    fn hidden(&self, n: usize) -> Result<&Tensor> {
+        let shape = if n == 1 {
+            DecoderShape::Step
+        } else {
+            DecoderShape::Prompt
+        };
+        self.runners
+            .last_decoder(shape)
+            .map(|r| r.output(0))
+            .ok_or_else(|| internal("no decoder step has run".into()))
+    }
+}
+
+impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
+    fn n_mels(&self) -> usize {
+        self.cfg.num_mel_bins
+    }
+
+    fn window_frames(&self) -> usize {
+        self.cfg.window_frames()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn max_text_positions(&self) -> usize {
+        self.cfg.max_target_positions
+    }
+
+    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
+        let mut s = FeatureStream::new(self.cfg.num_mel_bins)?;
+        for piece in audio.chunks(1 << 16) {
+            s.push(piece)?;
+        }
+        s.finish()
+    }
+
+    fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
+        let (m, f) = (self.cfg.num_mel_bins, self.cfg.window_frames());
+        if windows.is_empty() {
+            return Err(internal("no window to encode".into()));
+        }
+        if let Some(w) = windows.iter().find(|w| w.len() != m * f) {
+            return Err(Error::Input {
+                name: "mel".into(),
+                reason: format!("a window has {} values, not {m} x {f}", w.len()),
+            });
+        }
+        let mel = Tensor::from_vec(vec![windows.len(), m, f], windows.concat())?;
+        let encoder = self.runners.encoder(windows.len())?;
+        encoder.step(&[&mel])?;
+        for l in 0..self.cfg.decoder_layers {
+            let (k, v) = (encoder.output(1 + 2 * l), encoder.output(2 + 2 * l));
+            self.cache.set_cross(l, k, v)?;
+        }
+        self.windows = windows.len();
+        Ok(())
+    }
+
+    fn start(&mut self, windows: &[usize]) -> Result<()> {
+        Ok(self.cache.start(windows)?)
+    }
+
+    fn feed(
+        &mut self,
+        tokens: &[u32],
+        n: usize,
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let batch = self.cache.batch();
+        if n == 0 || tokens.len() != batch * n {
+            return Err(Error::Input {
+                name: "tokens".into(),
+                reason: format!("{} tokens for {batch} sequences of {n}", tokens.len()),
+            });
+        }
+        if let Some(p) = positions.iter().find(|&&p| p >= n) {
+            return Err(internal(format!("position {p} of {n} new tokens")));
+        }
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::Input {
+                name: "tokens".into(),
+                reason: format!(
+                    "token id {t} is outside the vocabulary ({})",
+                    self.cfg.vocab_size
+                ),
+            });
+        }
+        let d = self.cfg.d_model;
+        if n > 1 && batch > 1 {
+            // the prompt graph takes one sequence: feed the others' tokens
+            // one position at a time (same numbers, slower); only the rows
+            // asked for are kept
+            let mut kept = vec![0f32; batch * positions.len() * d];
+            for i in 0..n {
+                let col: Vec<u32> = (0..batch).map(|b| tokens[b * n + i]).collect();
+                self.run_decoder(&col, batch, 1)?;
+                let h = self.hidden(1)?.to_f32_vec();
+                for (pi, _) in positions.iter().enumerate().filter(|(_, &p)| p == i) {
+                    for b in 0..batch {
+                        let dst = (b * positions.len() + pi) * d;
+                        kept[dst..dst + d].copy_from_slice(&h[b * d..(b + 1) * d]);
+                    }
+                }
+            }
+            self.rows = kept;
+        } else {
+            self.run_decoder(tokens, batch, n)?;
+            let mut rows = std::mem::take(&mut self.rows);
+            rows.clear();
+            let h = self.hidden(n)?.as_slice::<f32>()?;
+            for b in 0..batch {
+                for &p in positions {
+                    let r = (b * n + p) * d;
+                    rows.extend_from_slice(&h[r..r + d]);
+                }
+            }
+            self.rows = rows;
+        }
+        self.projection.logits(&self.rows, logits);
+        Ok(())
+    }
+
+    fn reorder(&mut self, src: &[usize]) -> Result<()> {
+        Ok(self.cache.reorder(src)?)
+    }
+}
+
+impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
+    fn cross_attention(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
+        if let Some(&(l, h)) = heads
+            .iter()
+            .find(|(l, h)| *l >= self.cfg.decoder_layers || *h >= self.cfg.decoder_attention_heads)
+        {
+            return Err(internal(format!(
+                "alignment head ({l}, {h}) is not in the decoder"
+            )));
+        }
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.cache.start(&[window])?;
+        self.cache.record(Some(heads.to_vec()));
+        let mut logits = Vec::new();
+        let r = self.feed(tokens, tokens.len(), &[tokens.len() - 1], &mut logits);
+        let rec = self.cache.recorded();
+        self.cache.record(None);
+        r?;
+        Ok(rec.concat())
+    }
+}
+
+/// The network of `model` on `engine`: the CPU runner, or the GPU runner
+/// with per-node CPU fallback.
+pub fn network(
+    model: &super::WhisperModel,
+    engine: &crate::engine::Engine,
+) -> Result<Box<dyn super::decode::AlignedBackend + Send>> {
+    use crate::engine::Engine;
+    match engine {
+        Engine::Cpu => Ok(Box::new(super::CpuWhisper::new(model)?)),
+        #[cfg(feature = "cuda")]
+        Engine::Gpu { device, options } => Ok(Box::new(super::GpuWhisper::on_gpu(
+            model,
+            device.clone(),
+            options,
+        )?)),
+    }
+}

@@ -1,0 +1,79 @@
+//! Whisper tiny.en fixtures shared by the CPU and GPU parity tests: the
+//! checkpoint (fetched by the test command), the LibriVox clip, its encoder
+//! window and CTranslate2's goldens for it (`scripts/whisper/golden.py`).
+
+use std::path::{Path, PathBuf};
+
+use pulsed::whisper::WhisperModel;
+use safetensors::SafeTensors;
+
+pub const MODEL: &str = "whisper-tiny.en";
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/whisper")
+}
+
+pub fn model() -> WhisperModel {
+    WhisperModel::open(MODEL).unwrap_or_else(|e| {
+        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh {MODEL})")
+    })
+}
+
+pub struct Golden {
+    bytes: Vec<u8>,
+    json: serde_json::Value,
+}
+
+impl Golden {
+    pub fn load() -> Golden {
+        let bytes = std::fs::read(fixtures().join(format!("{MODEL}_dev00.safetensors"))).unwrap();
+        let json = std::fs::read_to_string(fixtures().join(format!("{MODEL}_dev00.json"))).unwrap();
+        Golden {
+            bytes,
+            json: serde_json::from_str(&json).unwrap(),
+        }
+    }
+
+    pub fn tensor<T: bytemuck::Pod>(&self, name: &str) -> (Vec<usize>, Vec<T>) {
+        let st = SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap();
+        (t.shape().to_vec(), bytemuck::pod_collect_to_vec(t.data()))
+    }
+
+    pub fn ids(&self, path: &[&str]) -> Vec<u32> {
+        let mut v = &self.json;
+        for p in path {
+            v = &v[p];
+        }
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    }
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+pub fn clip() -> Vec<f32> {
+    pulsed::audio::load_wav(&fixtures().join("librivox_dev00.wav"), 16_000)
+        .unwrap()
+        .samples
+}
+
+/// The encoder's window: the features without their last frame, padded
+/// with zeros to 3000 frames (as `transcribe` gives them).
+pub fn window(mel: &[f32], n_mels: usize, frames: usize) -> Vec<f32> {
+    let mut w = vec![0f32; n_mels * 3000];
+    for m in 0..n_mels {
+        let keep = (frames - 1).min(3000);
+        w[m * 3000..m * 3000 + keep].copy_from_slice(&mel[m * frames..m * frames + keep]);
+    }
+    w
+}

@@ -1,0 +1,192 @@
+//! Whisper tiny.en on the GPU runner (ignored by default; run on the GPU
+//! machine with `--include-ignored`): the decoder's logits against
+//! CTranslate2's goldens as the CPU test holds them (invariant 8), beams
+//! forked on the device side's cache, transcripts equal to the CPU's, and
+//! decoder steps that allocate nothing once captured. Each test returns
+//! early, saying so, when no GPU is usable, unless PULSED_REQUIRE_GPU=1,
+//! where that is a failure.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::whisper::{clip, max_abs_diff, model, window, Golden};
+use pulsed::asr::metrics::{edit_distance, normalize};
+use pulsed::gpu::memory::capture_allocations;
+use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision};
+use pulsed::whisper::decode::{transcribe_features, DecodeOptions, Network};
+use pulsed::whisper::{
+    CpuWhisper, GenerationConfig, GpuWhisper, WhisperBackend, WhisperModel, WhisperTokenizer,
+};
+
+fn dev() -> Option<Arc<GpuDevice>> {
+    match GpuDevice::shared() {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var("PULSED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            eprintln!("no usable GPU ({e}); test skipped");
+            None
+        }
+        Err(e) => panic!("PULSED_REQUIRE_GPU=1 but no usable GPU: {e}"),
+    }
+}
+
+fn gpu(model: &WhisperModel, dev: &Arc<GpuDevice>, p: Precision) -> GpuWhisper {
+    GpuWhisper::on_gpu(model, dev.clone(), &GpuRunnerOptions::new(p)).unwrap()
+}
+
+/// Logits along the golden prefix and greedy tokens, fed as one prompt,
+/// then token by token through the step graph.
+fn golden_logits(w: &mut dyn WhisperBackend, g: &Golden) -> (Vec<f32>, Vec<f32>) {
+    let (shape, mel) = g.tensor::<f32>("mel");
+    let win = window(&mel, shape[0], shape[1]);
+    w.encode(&[&win]).unwrap();
+    let prefix = g.ids(&["logits", "prefix"]);
+    let tokens = g.ids(&["logits", "tokens"]);
+    let seq: Vec<u32> = prefix.iter().chain(&tokens).copied().collect();
+    let positions: Vec<usize> = (prefix.len() - 1..seq.len()).collect();
+    w.start(&[0]).unwrap();
+    let mut prompt = Vec::new();
+    w.feed(&seq, seq.len(), &positions, &mut prompt).unwrap();
+    w.start(&[0]).unwrap();
+    let (mut stepped, mut one) = (Vec::new(), Vec::new());
+    w.feed(&prefix, prefix.len(), &[prefix.len() - 1], &mut one)
+        .unwrap();
+    stepped.extend_from_slice(&one);
+    for &t in &tokens {
+        w.feed(&[t], 1, &[0], &mut one).unwrap();
+        stepped.extend_from_slice(&one);
+    }
+    (prompt, stepped)
+}
+
+/// The largest distance of `logits` from the goldens: the whole first row,
+/// and the top 32 of every row.
+fn from_golden(logits: &[f32], g: &Golden, vocab: usize) -> (f32, f32) {
+    let (_, full) = g.tensor::<f32>("logits_full");
+    let d0 = max_abs_diff(&logits[..vocab], &full);
+    let (kshape, top_ids) = g.tensor::<i32>("logits_topk_ids");
+    let (_, top) = g.tensor::<f32>("logits_topk");
+    let mut dk = 0f32;
+    for r in 0..logits.len() / vocab {
+        for j in 0..kshape[1] {
+            let id = top_ids[r * kshape[1] + j] as usize;
+            dk = dk.max((logits[r * vocab + id] - top[r * kshape[1] + j]).abs());
+        }
+    }
+    (d0, dk)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_logits_match_ctranslate2() {
+    let Some(dev) = dev() else { return };
+    let (g, model) = (Golden::load(), model());
+    let vocab = model.config.vocab_size;
+    let mut w = gpu(&model, &dev, Precision::F32);
+    let (prompt, stepped) = golden_logits(&mut w, &g);
+    let (d0, dk) = from_golden(&prompt, &g, vocab);
+    let ds = max_abs_diff(&prompt, &stepped);
+    println!("f32 logits: max abs diff {d0:e} (first row), {dk:e} (top 32 of every row), stepped vs prompt {ds:e}");
+    // the CPU test's bound: a wrong weight or op is off by 1e-2 or more
+    assert!(d0 < 1e-3 && dk < 1e-3 && ds < 1e-3, "{d0} / {dk} / {ds}");
+    if let Some((on_gpu, on_cpu)) = w.step_placement() {
+        println!("decoder step: {on_gpu} nodes on the GPU, {on_cpu} on the CPU");
+        assert!(on_gpu > on_cpu, "the step runs mostly on the CPU");
+    }
+
+    let mut w = gpu(&model, &dev, Precision::Bf16);
+    let (prompt, _) = golden_logits(&mut w, &g);
+    let (d0, dk) = from_golden(&prompt, &g, vocab);
+    println!("bf16 logits: max abs diff {d0:e} (first row), {dk:e} (top 32 of every row)");
+    // bf16 keeps 8 bits of mantissa through 8 layers: logits of about 20
+    // move by tenths; a wrong kernel moves them by units
+    assert!(d0 < 1.0 && dk < 1.0, "bf16 logits differ by {d0} / {dk}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_beams_share_a_window() {
+    let Some(dev) = dev() else { return };
+    let model = model();
+    let mut w = gpu(&model, &dev, Precision::F32);
+    let mel = w.log_mel(&clip()).unwrap();
+    let win = window(&mel, 80, mel.len() / 80);
+    w.encode(&[&win]).unwrap();
+    let prefix = [50257u32, 50362];
+    w.start(&[0]).unwrap();
+    let mut one = Vec::new();
+    w.feed(&prefix, 2, &[1], &mut one).unwrap();
+    w.reorder(&[0, 0, 0]).unwrap();
+    let next = [679u32, 314, 1119];
+    let mut three = Vec::new();
+    w.feed(&next, 1, &[0], &mut three).unwrap();
+    let vocab = model.config.vocab_size;
+    for (b, &t) in next.iter().enumerate() {
+        w.start(&[0]).unwrap();
+        let mut lone = Vec::new();
+        w.feed(&[prefix[0], prefix[1], t], 3, &[2], &mut lone)
+            .unwrap();
+        let d = max_abs_diff(&three[b * vocab..(b + 1) * vocab], &lone);
+        assert!(d < 1e-3, "beam {b} differs from a lone run by {d}");
+    }
+}
+
+fn transcript(w: &mut dyn WhisperBackend, model: &WhisperModel, beam: usize) -> String {
+    let tok = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json")).unwrap();
+    let gen = GenerationConfig::load(&model.dir).unwrap();
+    let audio = clip();
+    let mel = w.log_mel(&audio).unwrap();
+    let opts = DecodeOptions {
+        beam_size: beam,
+        ..DecodeOptions::default()
+    };
+    let mut text = String::new();
+    transcribe_features(
+        Network::Plain(w),
+        &tok,
+        &gen,
+        &mel,
+        audio.len() as f64 / 16_000.0,
+        &opts,
+        |s| {
+            text.push_str(&s.text);
+            Ok(())
+        },
+    )
+    .unwrap();
+    text
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_transcripts_equal_the_cpu() {
+    let Some(dev) = dev() else { return };
+    let model = model();
+    let mut cpu = CpuWhisper::new(&model).unwrap();
+    for beam in [1, 5] {
+        let want = transcript(&mut cpu, &model, beam);
+        let mut w = gpu(&model, &dev, Precision::F32);
+        let got = transcript(&mut w, &model, beam);
+        println!("beam {beam}: {got}");
+        assert_eq!(got, want, "beam {beam}");
+        // once each step size has been captured, steps allocate nothing
+        let before = capture_allocations();
+        let again = transcript(&mut w, &model, beam);
+        assert_eq!(again, want, "beam {beam}, second run");
+        assert_eq!(capture_allocations(), before, "allocations during capture");
+    }
+    let f32 = transcript(&mut cpu, &model, 1);
+    let mut w = gpu(&model, &dev, Precision::Bf16);
+    let bf16 = transcript(&mut w, &model, 1);
+    println!("bf16, greedy: {bf16}");
+    let words = |t: &str| -> Vec<String> {
+        normalize(t)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let (a, b) = (words(&f32), words(&bf16));
+    // rounding may change a word of the clip, a wrong kernel its text
+    assert!(edit_distance(&a, &b) <= 1, "bf16 {bf16:?} vs f32 {f32:?}");
+}
