@@ -9,7 +9,7 @@ bash scripts/fetch_silero.sh
 rm -rf .gpu && mkdir -p .gpu/bin
 cargo build --release --quiet
 cp target/release/pulsed .gpu/bin/pulsed
-TESTS=(gpu_nvrtc gpu_kernel_cache gpu_op_attention gpu_op_conv gpu_op_norm gpu_runner)
+TESTS=(gpu_nvrtc gpu_kernel_cache gpu_op_attention gpu_op_conv gpu_op_norm gpu_runner gpu_whisper)
 args=()
 for t in "${TESTS[@]}"; do args+=(--test "$t"); done
 cargo test --release --no-run --message-format=json "${args[@]}" 2>/dev/null |

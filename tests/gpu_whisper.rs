@@ -15,7 +15,7 @@ use common::whisper::{clip, max_abs_diff, model, window, Golden};
 use pulsed::asr::metrics::{edit_distance, normalize};
 use pulsed::gpu::memory::capture_allocations;
 use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision};
-use pulsed::whisper::decode::{transcribe_features, DecodeOptions, Network};
+use pulsed::whisper::decode::{transcribe_features, AlignedBackend, DecodeOptions, Network};
 use pulsed::whisper::{
     CpuWhisper, GenerationConfig, GpuWhisper, WhisperBackend, WhisperModel, WhisperTokenizer,
 };
@@ -92,7 +92,9 @@ fn gpu_logits_match_ctranslate2() {
     assert!(d0 < 1e-3 && dk < 1e-3 && ds < 1e-3, "{d0} / {dk} / {ds}");
     if let Some((on_gpu, on_cpu)) = w.step_placement() {
         println!("decoder step: {on_gpu} nodes on the GPU, {on_cpu} on the CPU");
-        assert!(on_gpu > on_cpu, "the step runs mostly on the CPU");
+        // the token and position lookups only: the cache's attentions run
+        // on the device copy of the cache
+        assert!(on_cpu <= 2, "{on_cpu} nodes of the step on the CPU");
     }
 
     let mut w = gpu(&model, &dev, Precision::Bf16);
@@ -132,18 +134,26 @@ fn gpu_beams_share_a_window() {
     }
 }
 
-fn transcript(w: &mut dyn WhisperBackend, model: &WhisperModel, beam: usize) -> String {
+/// The clip's text, and its words with their times when `words` (the
+/// alignment pass).
+fn transcript(
+    w: &mut dyn AlignedBackend,
+    model: &WhisperModel,
+    beam: usize,
+    words: bool,
+) -> String {
     let tok = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json")).unwrap();
     let gen = GenerationConfig::load(&model.dir).unwrap();
     let audio = clip();
     let mel = w.log_mel(&audio).unwrap();
     let opts = DecodeOptions {
         beam_size: beam,
+        word_timestamps: words,
         ..DecodeOptions::default()
     };
     let mut text = String::new();
     transcribe_features(
-        Network::Plain(w),
+        Network::Aligned(w),
         &tok,
         &gen,
         &mel,
@@ -151,6 +161,9 @@ fn transcript(w: &mut dyn WhisperBackend, model: &WhisperModel, beam: usize) -> 
         &opts,
         |s| {
             text.push_str(&s.text);
+            for w in s.words.iter().flatten() {
+                text.push_str(&format!(" [{} {:.2}-{:.2}]", w.word.trim(), w.start, w.end));
+            }
             Ok(())
         },
     )
@@ -164,21 +177,21 @@ fn gpu_transcripts_equal_the_cpu() {
     let Some(dev) = dev() else { return };
     let model = model();
     let mut cpu = CpuWhisper::new(&model).unwrap();
-    for beam in [1, 5] {
-        let want = transcript(&mut cpu, &model, beam);
+    for (beam, words) in [(1, false), (5, false), (5, true)] {
+        let want = transcript(&mut cpu, &model, beam, words);
         let mut w = gpu(&model, &dev, Precision::F32);
-        let got = transcript(&mut w, &model, beam);
+        let got = transcript(&mut w, &model, beam, words);
         println!("beam {beam}: {got}");
         assert_eq!(got, want, "beam {beam}");
         // once each step size has been captured, steps allocate nothing
         let before = capture_allocations();
-        let again = transcript(&mut w, &model, beam);
+        let again = transcript(&mut w, &model, beam, words);
         assert_eq!(again, want, "beam {beam}, second run");
         assert_eq!(capture_allocations(), before, "allocations during capture");
     }
-    let f32 = transcript(&mut cpu, &model, 1);
+    let f32 = transcript(&mut cpu, &model, 1, false);
     let mut w = gpu(&model, &dev, Precision::Bf16);
-    let bf16 = transcript(&mut w, &model, 1);
+    let bf16 = transcript(&mut w, &model, 1, false);
     println!("bf16, greedy: {bf16}");
     let words = |t: &str| -> Vec<String> {
         normalize(t)

@@ -9,19 +9,29 @@
 //! first run) and per prompt length for the prompt (launched eagerly: a
 //! prompt length rarely repeats). Runners of one graph share its weights on
 //! the device.
+//!
+//! The decoder's key/value cache lives on the device
+//! ([`DeviceKvCache`], made at its largest so captured steps stay valid),
+//! so a decoder step runs on the GPU but for the token lookup. Word
+//! alignment needs the cross-attention weights, which the GPU kernels do
+//! not keep: it runs the prompt graph on the CPU over a host copy of the
+//! encoder output.
 
 use std::sync::Arc;
 
 use super::graphs::{self, DecoderShape};
 use super::net::{NetRunners, WhisperNet};
 use super::WhisperModel;
+use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
 use crate::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
-use crate::graph::{Graph, StepRunner};
+use crate::graph::{Graph, Runner, StepRunner};
 use crate::ops::kv_cache::KvCache;
 use crate::Result;
 
 /// Prompt runners kept: beyond this, the least recently used is dropped.
 const PROMPT_RUNNERS: usize = 8;
+/// Sequences a device cache holds (beam search's 5, or batched decoding).
+const SEQUENCES: usize = 32;
 
 /// One graph and its runners by size, least recently used first.
 struct Sized {
@@ -75,10 +85,33 @@ pub struct GpuRunners {
     encoder: Sized,
     prompt: Sized,
     step: Sized,
+    /// The decoder graphs' cache and its device copy's shape.
+    cache: KvCache,
+    kv: DeviceKvShape,
+    kv_dtype: crate::ops::DType,
+    /// The prompt graph on the CPU over a cache of its own, for alignment.
+    aligner: (Runner, KvCache),
+}
+
+impl GpuRunners {
+    /// A device cache for at least `windows` encoder windows: a new one
+    /// (and new decoder runners, whose captured steps point into the old)
+    /// when the current one holds fewer.
+    fn ensure_windows(&mut self, windows: usize) -> Result<()> {
+        if windows <= self.kv.windows && self.cache.mirror().is_some() {
+            return Ok(());
+        }
+        self.kv.windows = windows.max(self.kv.windows);
+        self.prompt.runners.clear();
+        self.step.runners.clear();
+        DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
+        Ok(())
+    }
 }
 
 impl NetRunners for GpuRunners {
     fn encoder(&mut self, windows: usize) -> Result<&mut dyn StepRunner> {
+        self.ensure_windows(windows)?;
         Ok(self.encoder.get(&self.dev, windows)?)
     }
 
@@ -97,6 +130,11 @@ impl NetRunners for GpuRunners {
         };
         g.last().map(|r| r as &dyn StepRunner)
     }
+
+    fn aligner(&mut self) -> Option<(&mut dyn StepRunner, &KvCache)> {
+        let (r, c) = &mut self.aligner;
+        Some((r, c))
+    }
 }
 
 /// The GPU backend of one model; one per thread of work (it holds the
@@ -112,12 +150,29 @@ impl WhisperNet<GpuRunners> {
         options: &GpuRunnerOptions,
     ) -> Result<GpuWhisper> {
         let (cfg, w) = (&model.config, &model.f32_weights);
+        // a stream of its own, so networks on other threads run concurrently
+        let dev = dev.lane()?;
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
         let eager = GpuRunnerOptions {
             launches: Launches::Eager,
             ..options.clone()
         };
-        let runners = GpuRunners {
+        let own = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+        let aligner = Runner::new(graphs::decoder(cfg, w, &own, DecoderShape::Prompt)?)?;
+        let kv = DeviceKvShape {
+            layers: cfg.decoder_layers,
+            width: cfg.d_model,
+            capacity: cfg.max_target_positions,
+            sequences: SEQUENCES,
+            windows: 1,
+            frames: cfg.max_source_positions,
+        };
+        let kv_dtype = options.translate.precision.storage(crate::ops::DType::F32);
+        let mut runners = GpuRunners {
+            cache: cache.clone(),
+            kv,
+            kv_dtype,
+            aligner: (aligner, own),
             dev,
             encoder: Sized::new(graphs::encoder(cfg, w)?, options.clone(), 2),
             prompt: Sized::new(
@@ -131,6 +186,7 @@ impl WhisperNet<GpuRunners> {
                 4,
             ),
         };
+        runners.ensure_windows(1)?;
         WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
     }
 

@@ -25,6 +25,12 @@ pub trait NetRunners: Send {
     fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner>;
     /// The runner of the last [`NetRunners::decoder`] call of `shape`.
     fn last_decoder(&self, shape: DecoderShape) -> Option<&dyn StepRunner>;
+    /// A prompt graph over a cache of its own that keeps cross-attention
+    /// weights, for word alignment when the decoder's own cache cannot
+    /// (`None`: the decoder's own graphs do).
+    fn aligner(&mut self) -> Option<(&mut dyn StepRunner, &KvCache)> {
+        None
+    }
 }
 
 /// A Whisper network on one engine; one per thread of work (it holds the
@@ -74,7 +80,10 @@ impl<R: NetRunners> WhisperNet<R> {
         };
         let tokens = Tensor::from_vec(dims, ids)?;
         let positions = Tensor::from_vec(vec![n], (past..past + n as i64).collect::<Vec<_>>())?;
-        self.runners.decoder(shape, s)?.step(&[&tokens, &positions])
+        self.runners
+            .decoder(shape, s)?
+            .step(&[&tokens, &positions])?;
+        Ok(self.cache.advance(n)?)
     }
 
     /// The decoder's last output, `[batch, n, d]`.
@@ -225,6 +234,19 @@ impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
         }
         if tokens.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Some((runner, cache)) = self.runners.aligner() {
+            cache.copy_cross_from(&self.cache)?;
+            cache.start(&[window])?;
+            cache.record(Some(heads.to_vec()));
+            let n = tokens.len();
+            let ids = Tensor::from_vec(vec![1, n], tokens.iter().map(|&t| t as i64).collect())?;
+            let positions = Tensor::from_vec(vec![n], (0..n as i64).collect::<Vec<_>>())?;
+            let r = runner.step(&[&ids, &positions]);
+            let rec = cache.recorded();
+            cache.record(None);
+            r?;
+            return Ok(rec.concat());
         }
         self.cache.start(&[window])?;
         self.cache.record(Some(heads.to_vec()));

@@ -334,3 +334,98 @@ FLOAT_KERNELS(sdpa,
      i64 sm0, i64 sm1, i64 smq, i64 smk, float scale, int mask_kind),
     (q, k, v, mask, out, tq, tk, d, dv, inner, sq0, sq1, sk0, sk1, sv0, sv1, sm0, sm1, smq, smk,
      scale, mask_kind))
+
+// A text decoder's key/value cache (gpu/ops/kv_cache.rs). The filled length
+// lives in device memory (`len`, written by the host between steps), so a
+// captured decoder step stays valid as the text grows. Caches are
+// [sequences][capacity][width]; a head is a column block of `dh`.
+
+// Writes the step's n new key and value rows of each of b sequences at
+// positions len .. len + n (element-wise; total = b * n * width).
+template <typename T>
+__device__ void kv_append_impl(const T* k, const T* v, T* ck, T* cv, const i64* len, int n,
+                               int width, i64 capacity, i64 total) {
+    const i64 past = len[0];
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (i64)gridDim.x * blockDim.x) {
+        const i64 c = e % width, r = e / width;
+        const i64 i = r % n, s = r / n;
+        const u64 dst = ((u64)s * capacity + past + i) * width + c;
+        ck[dst] = k[e];
+        cv[dst] = v[e];
+    }
+}
+
+FLOAT_KERNELS(kv_append,
+    (const float* k, const float* v, float* ck, float* cv, const i64* len, int n, int width,
+     i64 capacity, i64 total),
+    (const bf16_t* k, const bf16_t* v, bf16_t* ck, bf16_t* cv, const i64* len, int n, int width,
+     i64 capacity, i64 total),
+    (k, v, ck, cv, len, n, width, capacity, total))
+
+// Causal attention of new row i of sequence s over its cached positions
+// 0 ..= len + i: one block per (head, row, sequence).
+template <typename T>
+__device__ void kv_self_attention_impl(const T* q, const T* ck, const T* cv, T* out,
+                                       const i64* len, int n, int width, int dh, i64 capacity,
+                                       float scale) {
+    extern __shared__ float sh[];
+    const int h = blockIdx.x, i = blockIdx.y;
+    const u64 s = blockIdx.z;
+    const u64 off = (u64)h * dh;
+    const u64 row = (s * n + i) * width + off;
+    const u64 base = s * capacity * width + off;
+    RowMask<T> none = {0, 0, 0, 0};
+    attend_row(q + row, ck + base, cv + base, out + row, (u64)width, (u64)width, dh, dh, (i64)0,
+               len[0] + i, scale, none, sh);
+}
+
+FLOAT_KERNELS(kv_self_attention,
+    (const float* q, const float* ck, const float* cv, float* out, const i64* len, int n,
+     int width, int dh, i64 capacity, float scale),
+    (const bf16_t* q, const bf16_t* ck, const bf16_t* cv, bf16_t* out, const i64* len, int n,
+     int width, int dh, i64 capacity, float scale),
+    (q, ck, cv, out, len, n, width, dh, capacity, scale))
+
+// Attention of new row i of sequence s over the encoder frames of the
+// window it reads (seq_window[s]): one block per (head, row, sequence).
+template <typename T>
+__device__ void kv_cross_attention_impl(const T* q, const T* xk, const T* xv,
+                                        const int* seq_window, T* out, int n, int width, int dh,
+                                        i64 frames, float scale) {
+    extern __shared__ float sh[];
+    const int h = blockIdx.x, i = blockIdx.y;
+    const u64 s = blockIdx.z;
+    const u64 off = (u64)h * dh;
+    const u64 row = (s * n + i) * width + off;
+    const u64 base = (u64)seq_window[s] * frames * width + off;
+    RowMask<T> none = {0, 0, 0, 0};
+    attend_row(q + row, xk + base, xv + base, out + row, (u64)width, (u64)width, dh, dh, (i64)0,
+               frames - 1, scale, none, sh);
+}
+
+FLOAT_KERNELS(kv_cross_attention,
+    (const float* q, const float* xk, const float* xv, const int* seq_window, float* out, int n,
+     int width, int dh, i64 frames, float scale),
+    (const bf16_t* q, const bf16_t* xk, const bf16_t* xv, const int* seq_window, bf16_t* out,
+     int n, int width, int dh, i64 frames, float scale),
+    (q, xk, xv, seq_window, out, n, width, dh, frames, scale))
+
+// Beam search's reorder: sequence b of dst takes the first `rows` cached
+// rows of sequence src[b] of `from` (total = b * rows * width).
+template <typename T>
+__device__ void kv_gather_impl(const T* from, T* dst, const int* src, i64 rows, int width,
+                               i64 capacity, i64 total) {
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (i64)gridDim.x * blockDim.x) {
+        const i64 c = e % width, r = e / width;
+        const i64 p = r % rows, b = r / rows;
+        dst[((u64)b * capacity + p) * width + c] = from[((u64)src[b] * capacity + p) * width + c];
+    }
+}
+
+FLOAT_KERNELS(kv_gather,
+    (const float* from, float* dst, const int* src, i64 rows, int width, i64 capacity, i64 total),
+    (const bf16_t* from, bf16_t* dst, const int* src, i64 rows, int width, i64 capacity,
+     i64 total),
+    (from, dst, src, rows, width, capacity, total))

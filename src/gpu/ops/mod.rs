@@ -7,6 +7,7 @@ pub mod attention;
 pub mod conv;
 pub mod ctc;
 pub mod elementwise;
+pub mod kv_cache;
 pub mod linear;
 pub mod linear_fused;
 mod linear_launch;
@@ -64,6 +65,7 @@ fn builders() -> &'static Builders {
         conv::register(&mut r);
         ctc::register(&mut r);
         elementwise::register(&mut r);
+        kv_cache::register(&mut r);
         linear::register(&mut r);
         lstm::register(&mut r);
         norm::register(&mut r);

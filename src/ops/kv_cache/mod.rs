@@ -13,7 +13,15 @@
 //! Layouts are row-major `[rows, heads * head_dim]` per sequence, as the
 //! projecting Linears write them; a head is a column block read through
 //! strides, so nothing is transposed.
+//!
+//! The filled length is advanced by whoever runs the graph
+//! ([`KvCache::advance`], after every layer wrote its rows), not by the
+//! ops: every layer of a step writes at the same position, wherever it
+//! runs. A [`CacheMirror`] (a GPU's copy of the cache, whose ops run there)
+//! is told of every change made from outside the graph.
 
+use std::any::Any;
+use std::fmt::Debug;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::checks::{float, input_count, rank};
@@ -26,6 +34,24 @@ pub struct KvCache {
     inner: Arc<Mutex<CacheState>>,
 }
 
+/// A copy of a cache's keys and values kept elsewhere (a GPU's memory, for
+/// the GPU forms of the ops). The host cache keeps the bookkeeping and
+/// tells the mirror of each change; each call sees the state after it.
+pub trait CacheMirror: Debug + Send + Sync {
+    /// Sequences start, reading these encoder windows; nothing filled.
+    fn start(&self, windows: &[usize]) -> OpResult<()>;
+    /// New sequence `b` continues old sequence `src[b]`, whose first `len`
+    /// positions are filled.
+    fn reorder(&self, src: &[usize], windows: &[usize], len: usize) -> OpResult<()>;
+    /// Layer `layer`'s cross-attention keys and values, `[windows, frames,
+    /// width]` f32 contiguous.
+    fn set_cross(&self, layer: usize, k: &Tensor, v: &Tensor) -> OpResult<()>;
+    /// Positions filled from now on.
+    fn set_len(&self, len: usize) -> OpResult<()>;
+    /// The mirror as its concrete type, for the ops that read it.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
 #[derive(Debug)]
 struct CacheState {
     layers: usize,
@@ -33,11 +59,11 @@ struct CacheState {
     capacity: usize,
     /// Sequences being decoded.
     batch: usize,
-    /// Per layer: `[batch, capacity, width]` keys and values, and how many
-    /// rows are filled.
+    /// Per layer: `[batch, capacity, width]` keys and values.
     self_k: Vec<Vec<f32>>,
     self_v: Vec<Vec<f32>>,
-    filled: Vec<usize>,
+    /// Positions filled (in every layer).
+    len: usize,
     /// Per layer: `[windows, frames, width]` cross-attention keys and values.
     cross_k: Vec<Vec<f32>>,
     cross_v: Vec<Vec<f32>>,
@@ -51,6 +77,10 @@ struct CacheState {
     /// kept, in order, as `[rows, frames]` each.
     record: Option<Vec<(usize, usize)>>,
     recorded: Vec<Vec<f32>>,
+    /// Told of every change from outside the graph; while set, the host
+    /// keeps the bookkeeping and the windows (for alignment passes), not
+    /// the self-attention rows, and host ops refuse to run.
+    mirror: Option<Arc<dyn CacheMirror>>,
 }
 
 /// What can go wrong when driving the cache from outside the graph.
@@ -70,7 +100,7 @@ impl KvCache {
                 batch: 0,
                 self_k: vec![Vec::new(); layers],
                 self_v: vec![Vec::new(); layers],
-                filled: vec![0; layers],
+                len: 0,
                 cross_k: vec![Vec::new(); layers],
                 cross_v: vec![Vec::new(); layers],
                 windows: 0,
@@ -79,6 +109,7 @@ impl KvCache {
                 spare: Vec::new(),
                 record: None,
                 recorded: Vec::new(),
+                mirror: None,
             })),
         }
     }
@@ -94,9 +125,36 @@ impl KvCache {
         self.lock().capacity
     }
 
-    /// Text positions filled so far (those of layer 0).
+    /// Text positions filled so far.
     pub fn len(&self) -> usize {
-        self.lock().filled.first().copied().unwrap_or(0)
+        self.lock().len
+    }
+
+    /// The positions the last step wrote (`n` new tokens) are now filled;
+    /// called once the whole decoder ran over them.
+    pub fn advance(&self, n: usize) -> OpResult<()> {
+        let mut st = self.lock();
+        if st.len + n > st.capacity {
+            return Err(OpError::Shape(format!(
+                "{} + {n} text positions exceed the decoder's {}",
+                st.len, st.capacity
+            )));
+        }
+        st.len += n;
+        if let Some(m) = &st.mirror {
+            m.set_len(st.len)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps `mirror` told of every change from now on.
+    pub fn attach(&self, mirror: Arc<dyn CacheMirror>) {
+        self.lock().mirror = Some(mirror);
+    }
+
+    /// The attached mirror, if any.
+    pub fn mirror(&self) -> Option<Arc<dyn CacheMirror>> {
+        self.lock().mirror.clone()
     }
 
     /// Whether no position is filled.
@@ -146,6 +204,9 @@ impl KvCache {
         st.cross_k[layer].extend_from_slice(k.as_slice::<f32>()?);
         st.cross_v[layer].clear();
         st.cross_v[layer].extend_from_slice(v.as_slice::<f32>()?);
+        if let Some(m) = &st.mirror {
+            m.set_cross(layer, &k, &v)?;
+        }
         Ok(())
     }
 
@@ -161,13 +222,18 @@ impl KvCache {
         }
         let n = windows.len() * st.capacity * st.width;
         let st = &mut *st;
-        for buf in st.self_k.iter_mut().chain(st.self_v.iter_mut()) {
-            buf.resize(n, 0.0);
+        if st.mirror.is_none() {
+            for buf in st.self_k.iter_mut().chain(st.self_v.iter_mut()) {
+                buf.resize(n, 0.0);
+            }
         }
-        st.filled.fill(0);
+        st.len = 0;
         st.batch = windows.len();
         st.seq_window.clear();
         st.seq_window.extend_from_slice(windows);
+        if let Some(m) = &st.mirror {
+            m.start(windows)?;
+        }
         Ok(())
     }
 
@@ -178,9 +244,14 @@ impl KvCache {
         if let Some(&s) = src.iter().find(|&&s| s >= st.batch) {
             return Err(param(format!("sequence {s} of {}", st.batch)));
         }
+        st.seq_window = src.iter().map(|&s| st.seq_window[s]).collect();
+        st.batch = src.len();
+        if let Some(m) = &st.mirror {
+            return m.reorder(src, &st.seq_window, st.len);
+        }
         let row = st.capacity * st.width;
         for l in 0..st.layers {
-            let used = st.filled[l] * st.width;
+            let used = st.len * st.width;
             for buf in [&mut st.self_k[l], &mut st.self_v[l]] {
                 st.spare.resize(src.len() * row, 0.0);
                 for (b, &s) in src.iter().enumerate() {
@@ -190,8 +261,6 @@ impl KvCache {
                 std::mem::swap(buf, &mut st.spare);
             }
         }
-        st.seq_window = src.iter().map(|&s| st.seq_window[s]).collect();
-        st.batch = src.len();
         Ok(())
     }
 
@@ -209,6 +278,23 @@ impl KvCache {
         self.lock().recorded.clone()
     }
 
+    /// Takes `other`'s encoder windows (its cross-attention keys and
+    /// values, as host copies), for a pass over them with a cache of its own.
+    pub fn copy_cross_from(&self, other: &KvCache) -> OpResult<()> {
+        let src = other.lock();
+        let mut st = self.lock();
+        if (st.layers, st.width) != (src.layers, src.width) {
+            return Err(param(format!(
+                "a cache of {} layers x {} takes the windows of one of {} x {}",
+                st.layers, st.width, src.layers, src.width
+            )));
+        }
+        st.cross_k.clone_from(&src.cross_k);
+        st.cross_v.clone_from(&src.cross_v);
+        (st.windows, st.frames) = (src.windows, src.frames);
+        Ok(())
+    }
+
     /// Encoder frames per window.
     pub fn frames(&self) -> usize {
         self.lock().frames
@@ -219,6 +305,13 @@ impl CacheState {
     /// Checks a layer's head count and a query `[B, n, width]` of the
     /// cache's `B` sequences; returns `(B, n)`.
     fn check_query(&self, layer: usize, heads: usize, q: &Tensor) -> OpResult<(usize, usize)> {
+        if self.mirror.is_some() {
+            // its rows are written on the GPU only: reading the host's
+            // would be wrong, not slow
+            return Err(param(format!(
+                "layer {layer}: this cache's rows live on the GPU, so its attentions must run there"
+            )));
+        }
         let width = self.width;
         if layer >= self.layers || heads == 0 || !width.is_multiple_of(heads) {
             return Err(param(format!(
@@ -237,19 +330,13 @@ impl CacheState {
     }
 }
 
-/// `[B, n, width]` f32 facts shared by both attentions.
+/// `[B, n, width]` float facts shared by both attentions (the host ops
+/// compute in f32; a GPU's bf16 form keeps the dtype).
 fn attention_facts(inputs: &[&TypedFact], count: usize) -> OpResult<Vec<TypedFact>> {
     input_count(inputs, count)?;
     for (i, f) in inputs.iter().enumerate() {
         rank(f, i, 3)?;
         float(f, i)?;
-        if f.dtype != DType::F32 {
-            return Err(OpError::DType {
-                input: i,
-                expected: "f32".into(),
-                got: f.dtype,
-            });
-        }
         if f.shape != inputs[0].shape {
             return Err(OpError::Shape(format!(
                 "input {i} {f} is not shaped as q {}",
@@ -377,7 +464,7 @@ impl Op for CachedSelfAttention {
                 )));
             }
         }
-        let past = st.filled[layer];
+        let past = st.len;
         if past + n > cap {
             return Err(OpError::Shape(format!(
                 "{past} + {n} text positions exceed the decoder's {cap}"
@@ -397,7 +484,6 @@ impl Op for CachedSelfAttention {
             st.self_k[layer][dst..dst + n * width].copy_from_slice(&k[src.clone()]);
             st.self_v[layer][dst..dst + n * width].copy_from_slice(&v[src]);
         }
-        st.filled[layer] = past + n;
         outputs_len(outputs, 1);
         outputs[0].ensure(DType::F32, &[b, n, width]);
         let out = outputs[0].as_slice_mut::<f32>()?;

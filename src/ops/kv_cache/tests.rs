@@ -3,6 +3,7 @@
 use super::*;
 use crate::ops::attention::Attention;
 use crate::ops::eval_op;
+use std::any::Any;
 
 fn rand(n: usize, seed: u32) -> Vec<f32> {
     let mut x = seed.wrapping_mul(2654435761).max(1);
@@ -88,6 +89,7 @@ fn check_pieces(b: usize, n: usize, h: usize, dh: usize, cuts: &[usize], seed: u
         let y = eval_op(&op, &[&ins[0], &ins[1], &ins[2]])
             .unwrap()
             .remove(0);
+        cache.advance(hi - lo).unwrap();
         assert_eq!(
             want[0]
                 .shape
@@ -170,6 +172,11 @@ fn capacity_is_enforced() {
     assert!(eval_op(&op, &[&x, &x, &x]).is_err());
     let x = t(&[1, 2, width], 3);
     assert!(eval_op(&op, &[&x, &x, &x]).is_ok());
+    op.cache.advance(2).unwrap();
+    // the next position is past the capacity, for the op and the driver
+    let x = t(&[1, 1, width], 3);
+    assert!(eval_op(&op, &[&x, &x, &x]).is_err());
+    assert!(op.cache.advance(1).is_err());
 }
 
 #[test]
@@ -195,4 +202,83 @@ fn records_alignment_heads() {
     for row in rec[0].chunks(5) {
         assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
     }
+}
+
+/// Records what a cache tells its mirror.
+#[derive(Debug, Default)]
+struct Log(std::sync::Mutex<Vec<String>>);
+
+impl CacheMirror for Log {
+    fn start(&self, windows: &[usize]) -> OpResult<()> {
+        self.0.lock().unwrap().push(format!("start {windows:?}"));
+        Ok(())
+    }
+    fn reorder(&self, src: &[usize], windows: &[usize], len: usize) -> OpResult<()> {
+        let line = format!("reorder {src:?} {windows:?} {len}");
+        self.0.lock().unwrap().push(line);
+        Ok(())
+    }
+    fn set_cross(&self, layer: usize, k: &Tensor, _v: &Tensor) -> OpResult<()> {
+        let line = format!("cross {layer} {:?}", k.shape());
+        self.0.lock().unwrap().push(line);
+        Ok(())
+    }
+    fn set_len(&self, len: usize) -> OpResult<()> {
+        self.0.lock().unwrap().push(format!("len {len}"));
+        Ok(())
+    }
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+#[test]
+fn a_mirror_is_told_every_change_and_host_ops_refuse() {
+    let width = 4;
+    let cache = KvCache::new(1, width, 8);
+    let log = Arc::new(Log::default());
+    cache.attach(log.clone());
+    let x = t(&[2, 3, width], 1);
+    cache.set_cross(0, &x, &x).unwrap();
+    cache.start(&[1, 0]).unwrap();
+    cache.advance(2).unwrap();
+    cache.reorder(&[1, 1, 0]).unwrap();
+    cache.advance(1).unwrap();
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [
+            "cross 0 [2, 3, 4]",
+            "start [1, 0]",
+            "len 2",
+            "reorder [1, 1, 0] [0, 0, 1] 2",
+            "len 3"
+        ]
+    );
+    assert_eq!((cache.len(), cache.batch()), (3, 3));
+    // the rows are the mirror's: a host op would read stale ones
+    let op = CachedSelfAttention {
+        layer: 0,
+        heads: 1,
+        cache: cache.clone(),
+    };
+    let q = t(&[3, 1, width], 2);
+    assert!(eval_op(&op, &[&q, &q, &q]).is_err());
+    let cross = CrossAttention {
+        layer: 0,
+        heads: 1,
+        cache: cache.clone(),
+    };
+    assert!(eval_op(&cross, &[&q]).is_err());
+    // an alignment pass copies the windows into a cache of its own
+    let own = KvCache::new(1, width, 8);
+    own.copy_cross_from(&cache).unwrap();
+    own.start(&[1]).unwrap();
+    let one = t(&[1, 1, width], 3);
+    assert!(eval_op(&cross, &[&one]).is_err());
+    let own_cross = CrossAttention {
+        layer: 0,
+        heads: 1,
+        cache: own,
+    };
+    assert!(eval_op(&own_cross, &[&one]).is_ok());
 }

@@ -1,0 +1,462 @@
+//! A text decoder's key/value cache on the GPU, and the GPU forms of the
+//! two attentions that read it (`kernels/attention.cu`, `kv_*`).
+//!
+//! The cache's data lives in device buffers made once, at their largest
+//! (sequences x the model's text positions), so a captured decoder step
+//! bakes in addresses that never change; the filled length and each
+//! sequence's encoder window live in device memory, written by the host
+//! between steps. The host's [`KvCache`] keeps the bookkeeping and tells
+//! this mirror of every change ([`CacheMirror`]); the ops are built on the
+//! GPU only for a cache that has one.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::CudaFunction;
+
+use crate::gpu::memory::{copy_device, copy_to_device, DeviceBuffer};
+use crate::gpu::op::{expect_io, int, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
+use crate::gpu::ops::Builders;
+use crate::gpu::tensor::{float_suffix, host_bytes};
+use crate::gpu::{GpuDevice, GpuError};
+use crate::ops::kv_cache::{CacheMirror, CachedSelfAttention, CrossAttention, KvCache};
+use crate::ops::{DType, OpError, OpResult, Tensor};
+
+/// Threads per attention block (a query row of one head).
+const THREADS: u32 = 128;
+
+/// Sizes of a device cache.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceKvShape {
+    pub layers: usize,
+    pub width: usize,
+    /// Text positions per sequence.
+    pub capacity: usize,
+    /// Sequences decoded at once, at most.
+    pub sequences: usize,
+    /// Encoder windows, at most, and their frames.
+    pub windows: usize,
+    pub frames: usize,
+}
+
+/// The device copy of one decoder's cache.
+#[derive(Debug)]
+pub struct DeviceKvCache {
+    dev: Arc<GpuDevice>,
+    shape: DeviceKvShape,
+    /// Storage dtype of keys and values (the precision's).
+    dtype: DType,
+    self_k: Vec<DeviceBuffer>,
+    self_v: Vec<DeviceBuffer>,
+    cross_k: Vec<DeviceBuffer>,
+    cross_v: Vec<DeviceBuffer>,
+    /// One layer's self rows, for reordering.
+    spare: DeviceBuffer,
+    /// `i64`: positions filled.
+    len: DeviceBuffer,
+    /// `i32 [sequences]`: the window each sequence reads.
+    seq_window: DeviceBuffer,
+    /// `i32 [sequences]`: a reorder's sources.
+    index: DeviceBuffer,
+    gather: CudaFunction,
+    /// Sequences now (the host's batch), for reorders.
+    batch: Mutex<usize>,
+}
+
+fn op_err(e: GpuError) -> OpError {
+    OpError::Other(format!("GPU cache: {e}"))
+}
+
+fn i32_bytes(v: &[usize]) -> Vec<u8> {
+    v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect()
+}
+
+impl DeviceKvCache {
+    /// Allocates a zeroed cache of `shape` on `dev` (a lane: the decoder's
+    /// runners must run on the same one) in `dtype` (f32 or bf16).
+    pub fn new(
+        dev: Arc<GpuDevice>,
+        shape: DeviceKvShape,
+        dtype: DType,
+    ) -> Result<DeviceKvCache, GpuError> {
+        let gpu = &dev.ctx;
+        let e = dtype.size_of();
+        let rows = shape.sequences * shape.capacity * shape.width * e;
+        let cross = shape.windows * shape.frames * shape.width * e;
+        let zeroed = |bytes: usize| DeviceBuffer::from_bytes(gpu, &vec![0u8; bytes]);
+        let many = |bytes: usize| -> Result<Vec<DeviceBuffer>, GpuError> {
+            (0..shape.layers).map(|_| zeroed(bytes)).collect()
+        };
+        let gather = dev
+            .lib
+            .function("attention", &format!("kv_gather_{}", float_suffix(dtype)?))?;
+        Ok(DeviceKvCache {
+            self_k: many(rows)?,
+            self_v: many(rows)?,
+            cross_k: many(cross)?,
+            cross_v: many(cross)?,
+            spare: zeroed(rows)?,
+            len: zeroed(8)?,
+            seq_window: zeroed(shape.sequences * 4)?,
+            index: zeroed(shape.sequences * 4)?,
+            gather,
+            batch: Mutex::new(0),
+            shape,
+            dtype,
+            dev,
+        })
+    }
+
+    /// Makes a device copy for `cache` on `dev` and attaches it.
+    pub fn attach(
+        cache: &KvCache,
+        dev: Arc<GpuDevice>,
+        shape: DeviceKvShape,
+        dtype: DType,
+    ) -> Result<Arc<DeviceKvCache>, GpuError> {
+        let kv = Arc::new(DeviceKvCache::new(dev, shape, dtype)?);
+        cache.attach(kv.clone());
+        Ok(kv)
+    }
+
+    fn check_sequences(&self, n: usize) -> OpResult<()> {
+        if n > self.shape.sequences {
+            return Err(OpError::Param(format!(
+                "{n} sequences at once; the GPU cache holds {}",
+                self.shape.sequences
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl CacheMirror for DeviceKvCache {
+    fn start(&self, windows: &[usize]) -> OpResult<()> {
+        self.check_sequences(windows.len())?;
+        let gpu = &self.dev.ctx;
+        copy_to_device(gpu, &i32_bytes(windows), self.seq_window.ptr()).map_err(op_err)?;
+        copy_to_device(gpu, &0i64.to_le_bytes(), self.len.ptr()).map_err(op_err)?;
+        *self.batch.lock().unwrap_or_else(|p| p.into_inner()) = windows.len();
+        Ok(())
+    }
+
+    fn reorder(&self, src: &[usize], windows: &[usize], len: usize) -> OpResult<()> {
+        self.check_sequences(src.len())?;
+        let gpu = &self.dev.ctx;
+        let s = &self.shape;
+        copy_to_device(gpu, &i32_bytes(src), self.index.ptr()).map_err(op_err)?;
+        copy_to_device(gpu, &i32_bytes(windows), self.seq_window.ptr()).map_err(op_err)?;
+        *self.batch.lock().unwrap_or_else(|p| p.into_inner()) = src.len();
+        let total = src.len() * len * s.width;
+        if total == 0 {
+            return Ok(());
+        }
+        let cx = LaunchCx {
+            gpu,
+            blas: &self.dev.blas,
+            step: 0,
+            stream_len: 0,
+        };
+        let bytes = src.len() * s.capacity * s.width * self.dtype.size_of();
+        for buf in self.self_k.iter().chain(&self.self_v) {
+            launch(
+                &cx,
+                &self.gather,
+                Grid::linear(total),
+                &[
+                    Arg::Ptr(buf.ptr()),
+                    Arg::Ptr(self.spare.ptr()),
+                    Arg::Ptr(self.index.ptr()),
+                    Arg::I64(len as i64),
+                    Arg::I32(s.width as i32),
+                    Arg::I64(s.capacity as i64),
+                    Arg::I64(total as i64),
+                ],
+            )
+            .map_err(op_err)?;
+            copy_device(gpu, self.spare.ptr(), buf.ptr(), bytes).map_err(op_err)?;
+        }
+        Ok(())
+    }
+
+    fn set_cross(&self, layer: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
+        let s = &self.shape;
+        let (w, f) = (k.shape()[0], k.shape()[1]);
+        if layer >= s.layers || w > s.windows || f != s.frames || k.shape()[2] != s.width {
+            return Err(OpError::Param(format!(
+                "layer {layer}: {w} windows of {f} frames of {}; the GPU cache holds {} layers of {} windows of {} frames of {}",
+                k.shape()[2],
+                s.layers,
+                s.windows,
+                s.frames,
+                s.width
+            )));
+        }
+        let gpu = &self.dev.ctx;
+        copy_to_device(gpu, &host_bytes(k, self.dtype), self.cross_k[layer].ptr())
+            .map_err(op_err)?;
+        copy_to_device(gpu, &host_bytes(v, self.dtype), self.cross_v[layer].ptr()).map_err(op_err)
+    }
+
+    fn set_len(&self, len: usize) -> OpResult<()> {
+        copy_to_device(&self.dev.ctx, &(len as i64).to_le_bytes(), self.len.ptr()).map_err(op_err)
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// The device cache `cache` mirrors to, when its storage is `dtype`.
+fn device_cache(cache: &KvCache, dtype: DType, what: &str) -> Result<Arc<DeviceKvCache>, GpuError> {
+    let kv = cache
+        .mirror()
+        .ok_or_else(|| GpuError::refused(what, "its cache has no GPU copy"))?
+        .into_any()
+        .downcast::<DeviceKvCache>()
+        .map_err(|_| GpuError::refused(what, "its cache is mirrored elsewhere"))?;
+    if kv.dtype != dtype {
+        return Err(GpuError::refused(
+            what,
+            format!("the GPU cache holds {}, the inputs are {dtype}", kv.dtype),
+        ));
+    }
+    Ok(kv)
+}
+
+/// `(batch, rows, width)` of a `[B, n, width]` input, checked against the cache.
+fn query_dims(cx: &BuildCx, kv: &DeviceKvCache, what: &str) -> Result<(usize, usize), GpuError> {
+    let q = cx.shape(0)?;
+    let (&[b, n, w], s) = (&q[..], &kv.shape) else {
+        return Err(GpuError::refused(
+            what,
+            format!("query {q:?} is not [B, n, width]"),
+        ));
+    };
+    if w != s.width || b > s.sequences || n > s.capacity {
+        return Err(GpuError::refused(
+            what,
+            format!(
+                "query {q:?} does not fit a cache of {} sequences x {} positions x {}",
+                s.sequences, s.capacity, s.width
+            ),
+        ));
+    }
+    if cx
+        .inputs
+        .iter()
+        .chain(cx.outputs)
+        .any(|f| f.dtype != kv.dtype)
+    {
+        return Err(GpuError::mixed_dtypes(what));
+    }
+    Ok((b, n))
+}
+
+#[derive(Debug)]
+struct CachedSelfGpu {
+    kv: Arc<DeviceKvCache>,
+    layer: usize,
+    heads: usize,
+    b: usize,
+    n: usize,
+    append: CudaFunction,
+    attend: CudaFunction,
+}
+
+impl GpuOp for CachedSelfGpu {
+    fn describe(&self) -> String {
+        format!(
+            "kv_append + kv_self_attention (layer {}, {} heads, {} x {} rows)",
+            self.layer, self.heads, self.b, self.n
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("kv_self_attention", io, 3, 1)?;
+        let s = &self.kv.shape;
+        let (ck, cv) = (
+            self.kv.self_k[self.layer].ptr(),
+            self.kv.self_v[self.layer].ptr(),
+        );
+        let total = self.b * self.n * s.width;
+        launch(
+            cx,
+            &self.append,
+            Grid::linear(total),
+            &[
+                Arg::Ptr(io.ins[1].ptr),
+                Arg::Ptr(io.ins[2].ptr),
+                Arg::Ptr(ck),
+                Arg::Ptr(cv),
+                Arg::Ptr(self.kv.len.ptr()),
+                Arg::I32(int("rows", self.n)?),
+                Arg::I32(int("width", s.width)?),
+                Arg::I64(s.capacity as i64),
+                Arg::I64(total as i64),
+            ],
+        )?;
+        let dh = s.width / self.heads;
+        let shared = ((32 + dh + s.capacity) * 4) as u32;
+        launch(
+            cx,
+            &self.attend,
+            Grid {
+                grid: (self.heads as u32, self.n as u32, self.b as u32),
+                block: (THREADS, 1, 1),
+                shared_bytes: shared,
+            },
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(ck),
+                Arg::Ptr(cv),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::Ptr(self.kv.len.ptr()),
+                Arg::I32(self.n as i32),
+                Arg::I32(s.width as i32),
+                Arg::I32(dh as i32),
+                Arg::I64(s.capacity as i64),
+                Arg::F32(1.0 / (dh as f32).sqrt()),
+            ],
+        )
+    }
+}
+
+#[derive(Debug)]
+struct CrossGpu {
+    kv: Arc<DeviceKvCache>,
+    layer: usize,
+    heads: usize,
+    b: usize,
+    n: usize,
+    f: CudaFunction,
+}
+
+impl GpuOp for CrossGpu {
+    fn describe(&self) -> String {
+        format!(
+            "kv_cross_attention (layer {}, {} heads, {} x {} rows)",
+            self.layer, self.heads, self.b, self.n
+        )
+    }
+
+    fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
+        expect_io("kv_cross_attention", io, 1, 1)?;
+        let s = &self.kv.shape;
+        let dh = s.width / self.heads;
+        let shared = ((32 + dh + s.frames) * 4) as u32;
+        launch(
+            cx,
+            &self.f,
+            Grid {
+                grid: (self.heads as u32, self.n as u32, self.b as u32),
+                block: (THREADS, 1, 1),
+                shared_bytes: shared,
+            },
+            &[
+                Arg::Ptr(io.ins[0].ptr),
+                Arg::Ptr(self.kv.cross_k[self.layer].ptr()),
+                Arg::Ptr(self.kv.cross_v[self.layer].ptr()),
+                Arg::Ptr(self.kv.seq_window.ptr()),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::I32(self.n as i32),
+                Arg::I32(s.width as i32),
+                Arg::I32(dh as i32),
+                Arg::I64(s.frames as i64),
+                Arg::F32(1.0 / (dh as f32).sqrt()),
+            ],
+        )
+    }
+}
+
+/// Checks what both attentions share and returns the cache and the shapes.
+fn build_common(
+    cache: &KvCache,
+    layer: usize,
+    heads: usize,
+    cx: &BuildCx,
+    what: &str,
+) -> Result<(Arc<DeviceKvCache>, usize, usize), GpuError> {
+    let dt = cx.inputs[0].dtype;
+    let kv = device_cache(cache, dt, what)?;
+    let s = &kv.shape;
+    if layer >= s.layers || heads == 0 || !s.width.is_multiple_of(heads) {
+        return Err(GpuError::refused(
+            what,
+            format!(
+                "layer {layer} of {}, {heads} heads over {}",
+                s.layers, s.width
+            ),
+        ));
+    }
+    let dh = s.width / heads;
+    let keys = s.capacity.max(s.frames);
+    if (32 + dh + keys) * 4 > crate::gpu::op::MAX_SHARED {
+        return Err(GpuError::refused(
+            what,
+            format!("{keys} keys exceed a block's shared memory"),
+        ));
+    }
+    let (b, n) = query_dims(cx, &kv, what)?;
+    Ok((kv, b, n))
+}
+
+fn build_self(op: &CachedSelfAttention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let what = "kv_self_attention";
+    if cx.inputs.len() != 3 || cx.outputs.len() != 1 {
+        return Err(GpuError::arity(
+            what,
+            "3 and 1",
+            cx.inputs.len(),
+            cx.outputs.len(),
+        ));
+    }
+    let (kv, b, n) = build_common(&op.cache, op.layer, op.heads, cx, what)?;
+    if cx.shape(1)? != [b, n, kv.shape.width] || cx.shape(2)? != [b, n, kv.shape.width] {
+        return Err(GpuError::refused(
+            what,
+            "keys and values are not shaped as the queries",
+        ));
+    }
+    let sfx = float_suffix(kv.dtype)?;
+    Ok(Box::new(CachedSelfGpu {
+        append: cx.lib.function("attention", &format!("kv_append_{sfx}"))?,
+        attend: cx
+            .lib
+            .function("attention", &format!("kv_self_attention_{sfx}"))?,
+        layer: op.layer,
+        heads: op.heads,
+        b,
+        n,
+        kv,
+    }))
+}
+
+fn build_cross(op: &CrossAttention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
+    let what = "kv_cross_attention";
+    if cx.inputs.len() != 1 || cx.outputs.len() != 1 {
+        return Err(GpuError::arity(
+            what,
+            "1 and 1",
+            cx.inputs.len(),
+            cx.outputs.len(),
+        ));
+    }
+    let (kv, b, n) = build_common(&op.cache, op.layer, op.heads, cx, what)?;
+    let sfx = float_suffix(kv.dtype)?;
+    Ok(Box::new(CrossGpu {
+        f: cx
+            .lib
+            .function("attention", &format!("kv_cross_attention_{sfx}"))?,
+        layer: op.layer,
+        heads: op.heads,
+        b,
+        n,
+        kv,
+    }))
+}
+
+pub(super) fn register(r: &mut Builders) {
+    r.add::<CachedSelfAttention>(build_self);
+    r.add::<CrossAttention>(build_cross);
+}
