@@ -36,6 +36,13 @@ pub enum Error {
     },
     #[error("{path}: {reason}")]
     File { path: PathBuf, reason: String },
+    /// A conformer `config.json` whose sizes the graph cannot be built from.
+    #[error("{path}: {source}")]
+    ModelConfig {
+        path: PathBuf,
+        #[source]
+        source: crate::models::ConformerConfigError,
+    },
     #[error(transparent)]
     Op(#[from] OpError),
     #[error(transparent)]
