@@ -53,6 +53,9 @@ pub enum Error {
     Decode(#[from] crate::decode::DecodeError),
     #[error(transparent)]
     Audio(#[from] crate::audio::AudioError),
+    /// A resampler of a stream that is not a file (the microphone's).
+    #[error(transparent)]
+    Resample(#[from] crate::audio::ResampleError),
     #[error(transparent)]
     Whisper(#[from] crate::whisper::WhisperError),
     #[error(transparent)]
