@@ -36,6 +36,13 @@ pub enum Error {
     },
     #[error("{path}: {reason}")]
     File { path: PathBuf, reason: String },
+    /// A conformer `config.json` whose sizes the graph cannot be built from.
+    #[error("{path}: {source}")]
+    ModelConfig {
+        path: PathBuf,
+        #[source]
+        source: crate::models::ConformerConfigError,
+    },
     #[error(transparent)]
     Op(#[from] OpError),
     #[error(transparent)]
@@ -46,6 +53,9 @@ pub enum Error {
     Decode(#[from] crate::decode::DecodeError),
     #[error(transparent)]
     Audio(#[from] crate::audio::AudioError),
+    /// A resampler of a stream that is not a file (the microphone's).
+    #[error(transparent)]
+    Resample(#[from] crate::audio::ResampleError),
     #[error(transparent)]
     Whisper(#[from] crate::whisper::WhisperError),
     #[error(transparent)]

@@ -610,7 +610,7 @@ fn compare_pins_a_wrong_kernel_to_its_node_and_chunk() {
     let target = "blocks.2.conv.pointwise2";
     let mut o = GpuRunnerOptions::new(Precision::F32);
     o.translate.force_cpu = ForceCpu::parse("");
-    o.translate.wrap = Some(pulsed::gpu::test_util::fault(target, 3));
+    o.translate.wrap = Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
     o.keep_values = true;
     let mut r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).expect("GPU runner");
     let a = audio();

@@ -1,4 +1,5 @@
-//! Why a WAV could not be turned into model input, naming the file.
+//! Why a WAV could not be turned into model input, naming the file, and why
+//! the resampler under it failed.
 
 use thiserror::Error;
 
@@ -29,12 +30,13 @@ pub enum AudioError {
         source: std::io::Error,
     },
     /// The resampler refused the rates or failed mid-way.
-    #[error("{path}: cannot resample {from} Hz to {to} Hz: {reason}")]
+    #[error("{path}: cannot resample {from} Hz to {to} Hz: {source}")]
     Resample {
         path: String,
         from: u32,
         to: u32,
-        reason: String,
+        #[source]
+        source: ResampleError,
     },
 }
 
@@ -51,4 +53,28 @@ impl AudioError {
             | AudioError::Resample { path, .. } => path,
         }
     }
+}
+
+/// Why the resampler refused two rates or failed on a block; the caller
+/// names the stream ([`AudioError::Resample`] adds the file and the rates).
+#[derive(Debug, Error)]
+pub enum ResampleError {
+    #[error("sample rates must be positive")]
+    ZeroRate { source_rate: u32, target_rate: u32 },
+    /// A block longer than this machine's addresses.
+    #[error(transparent)]
+    BlockLength(#[from] std::num::TryFromIntError),
+    /// rubato refused the rates or the block length.
+    #[error(transparent)]
+    Construction(#[from] rubato::ResamplerConstructionError),
+    /// rubato's blocks are not an exact multiple of the rate ratio, so its
+    /// delay and the output length could not be cut exactly.
+    #[error("block sizes {chunk_in}/{chunk_out} do not match the rate ratio")]
+    BlockSizes { chunk_in: usize, chunk_out: usize },
+    /// A block buffer of the wrong length for rubato.
+    #[error(transparent)]
+    Buffer(#[from] rubato::audioadapter_buffers::SizeError),
+    /// rubato failed on a block.
+    #[error(transparent)]
+    Process(#[from] rubato::ResampleError),
 }

@@ -28,7 +28,7 @@ mod tests;
 use std::io::Read;
 use std::path::Path;
 
-pub use error::AudioError;
+pub use error::{AudioError, ResampleError};
 pub use stream::WavStream;
 
 use resample::StreamResampler;
@@ -70,11 +70,11 @@ pub fn decode_wav<R: Read>(reader: R, target_rate: u32, name: &str) -> Result<Au
     let mut source = WavSource::open(reader, name)?;
     let mut resampler = new_resampler(&source, target_rate)?;
     let from = source.rate();
-    let resample_err = |reason| AudioError::Resample {
+    let resample_err = |source| AudioError::Resample {
         path: name.to_string(),
         from,
         to: target_rate,
-        reason,
+        source,
     };
     // Never size a buffer from the header alone: a lying header must not
     // allocate gigabytes before the truncation is noticed.
@@ -103,10 +103,10 @@ fn new_resampler<R: Read>(
     source: &WavSource<R>,
     target_rate: u32,
 ) -> Result<StreamResampler, AudioError> {
-    StreamResampler::new(source.rate(), target_rate).map_err(|reason| AudioError::Resample {
+    StreamResampler::new(source.rate(), target_rate).map_err(|e| AudioError::Resample {
         path: source.name().to_string(),
         from: source.rate(),
         to: target_rate,
-        reason,
+        source: e,
     })
 }

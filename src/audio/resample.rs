@@ -10,6 +10,8 @@
 use rubato::audioadapter_buffers::direct::InterleavedSlice;
 use rubato::{Fft, FixedSync, Resampler};
 
+use super::ResampleError;
+
 /// The smaller FFT block (input or output side) is at least this long: long
 /// blocks give a sharper anti-aliasing filter (cutoff ~0.98 of Nyquist here).
 const MIN_BLOCK: usize = 512;
@@ -57,9 +59,12 @@ pub(crate) fn resampled_len(n: u64, source: u32, target: u32) -> u64 {
 
 impl StreamResampler {
     /// A resampler from `source_rate` to `target_rate` (both > 0).
-    pub(crate) fn new(source_rate: u32, target_rate: u32) -> Result<Self, String> {
+    pub(crate) fn new(source_rate: u32, target_rate: u32) -> Result<Self, ResampleError> {
         if source_rate == 0 || target_rate == 0 {
-            return Err("sample rates must be positive".into());
+            return Err(ResampleError::ZeroRate {
+                source_rate,
+                target_rate,
+            });
         }
         let mode = if source_rate == target_rate {
             Mode::PassThrough
@@ -74,20 +79,20 @@ impl StreamResampler {
             let k_cap = (MAX_BLOCK as u64 / min_in.max(min_out)).max(1);
             let mut k = k_quality.min(k_cap).max(2);
             k += k % 2;
-            let chunk = usize::try_from(k * min_in).map_err(|e| e.to_string())?;
+            let chunk = usize::try_from(k * min_in)?;
             let fft = Fft::<f32>::new(
                 source_rate as usize,
                 target_rate as usize,
                 chunk,
                 1,
                 FixedSync::Both,
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
             let (chunk_in, chunk_out) = (fft.input_frames_next(), fft.output_frames_next());
             if chunk_in as u64 * target_rate as u64 != chunk_out as u64 * source_rate as u64 {
-                return Err(format!(
-                    "block sizes {chunk_in}/{chunk_out} do not match the rate ratio"
-                ));
+                return Err(ResampleError::BlockSizes {
+                    chunk_in,
+                    chunk_out,
+                });
             }
             let skip = fft.output_delay();
             Mode::Fft {
@@ -113,7 +118,7 @@ impl StreamResampler {
     }
 
     /// Resamples `input`, appending every output sample that is ready to `out`.
-    pub(crate) fn push(&mut self, input: &[f32], out: &mut Vec<f32>) -> Result<(), String> {
+    pub(crate) fn push(&mut self, input: &[f32], out: &mut Vec<f32>) -> Result<(), ResampleError> {
         self.frames_in += input.len() as u64;
         let Mode::Fft {
             fft,
@@ -151,7 +156,7 @@ impl StreamResampler {
 
     /// Flushes the tail: after this, `out` has received exactly
     /// [`final_len`](Self::final_len) samples in all.
-    pub(crate) fn finish(&mut self, out: &mut Vec<f32>) -> Result<(), String> {
+    pub(crate) fn finish(&mut self, out: &mut Vec<f32>) -> Result<(), ResampleError> {
         let want = self.final_len();
         let Mode::Fft {
             fft,
@@ -190,14 +195,11 @@ fn run_block(
     out_buf: &mut [f32],
     skip: &mut usize,
     out: &mut Vec<f32>,
-) -> Result<usize, String> {
+) -> Result<usize, ResampleError> {
     let frames_out = out_buf.len();
-    let input = InterleavedSlice::new(block, 1, block.len()).map_err(|e| e.to_string())?;
-    let mut output =
-        InterleavedSlice::new_mut(out_buf, 1, frames_out).map_err(|e| e.to_string())?;
-    let (_, produced) = fft
-        .process_into_buffer(&input, &mut output, None)
-        .map_err(|e| e.to_string())?;
+    let input = InterleavedSlice::new(block, 1, block.len())?;
+    let mut output = InterleavedSlice::new_mut(out_buf, 1, frames_out)?;
+    let (_, produced) = fft.process_into_buffer(&input, &mut output, None)?;
     let produced = &out_buf[..produced.min(frames_out)];
     let drop = (*skip).min(produced.len());
     *skip -= drop;

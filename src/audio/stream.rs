@@ -88,11 +88,11 @@ impl WavStream {
         self.block.clear();
         let n = self.source.read_frames(READ_FRAMES, &mut self.block)?;
         let (from, to) = (self.source.rate(), self.target_rate);
-        let err = |reason| AudioError::Resample {
+        let err = |source| AudioError::Resample {
             path: self.source.name().to_string(),
             from,
             to,
-            reason,
+            source,
         };
         if n > 0 {
             self.resampler

@@ -493,7 +493,23 @@ fn missing_file_and_zero_target_rate() {
     assert_one_line(&e, &t.path().display().to_string());
     let ok = write_wav(Fmt::I16, 8_000, 1, &mono(&[0.1, 0.2]));
     let e = load_wav(ok.path(), 0).unwrap_err();
-    assert!(matches!(e, AudioError::Resample { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            AudioError::Resample {
+                from: 8_000,
+                to: 0,
+                source: ResampleError::ZeroRate { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .ends_with(": cannot resample 8000 Hz to 0 Hz: sample rates must be positive"),
+        "{e}"
+    );
 }
 
 proptest! {

@@ -9,9 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
+use thiserror::Error;
+
 use super::pool::{panic_message, Control, FileResult, MakeBatch, Outcome};
 use crate::asr::{MultiStreamTranscriber, Recognizer};
-use crate::audio::WavStream;
+use crate::audio::{AudioError, WavStream};
+use crate::pulse::MultiStreamError;
 
 /// One file in a slot of the cohort.
 struct Member {
@@ -153,7 +156,7 @@ fn run_cohort(
                 continue;
             }
             if let Err(e) = feed(bt, b, m, chunk, control) {
-                m.failed = Some(e);
+                m.failed = Some(e.to_string());
                 bt.end(b)?;
             }
         }
@@ -190,6 +193,29 @@ fn run_cohort(
     }
 }
 
+/// Why a member's file failed while it was fed; each message starts with
+/// the file.
+#[derive(Debug, Error)]
+enum FeedError {
+    /// The file could not be read on (its error names the file).
+    #[error(transparent)]
+    Audio(#[from] AudioError),
+    /// A sample the session refused, counted from the file's start.
+    #[error("{}: sample {sample} (at the model's rate) is not finite ({value})", .path.display())]
+    NotFinite {
+        path: PathBuf,
+        sample: u64,
+        value: f32,
+    },
+    /// The batched session refused this stream's feed or end.
+    #[error("{}: {source}", .path.display())]
+    Session {
+        path: PathBuf,
+        #[source]
+        source: crate::Error,
+    },
+}
+
 /// Fills stream `b`'s pulse from its file, ending it at the file's end.
 fn feed(
     bt: &mut MultiStreamTranscriber,
@@ -197,33 +223,31 @@ fn feed(
     m: &mut Member,
     chunk: usize,
     control: &Control,
-) -> Result<(), String> {
-    let name = |e: crate::Error| format!("{}: {e}", m.path.display());
-    while bt.room(b).map_err(name)? > 0 {
+) -> Result<(), FeedError> {
+    let session = |source| FeedError::Session {
+        path: m.path.clone(),
+        source,
+    };
+    while bt.room(b).map_err(session)? > 0 {
         if m.used == m.pending.len() {
-            match m.wav.next_chunk(chunk) {
-                Ok(Some(samples)) => {
+            match m.wav.next_chunk(chunk)? {
+                Some(samples) => {
                     m.pending = samples;
                     m.used = 0;
                 }
-                Ok(None) => return bt.end(b).map_err(name),
-                Err(e) => return Err(e.to_string()),
+                None => return bt.end(b).map_err(session),
             }
         }
         let took = bt.fill(b, &m.pending[m.used..]).map_err(|e| match e {
             // where in the file, not where in the batch
-            crate::Error::MultiStream(crate::pulse::MultiStreamError::NotFinite {
-                index,
-                value,
-                ..
-            }) => {
-                format!(
-                    "{}: sample {} (at the model's rate) is not finite ({value})",
-                    m.path.display(),
-                    m.pushed + index as u64
-                )
+            crate::Error::MultiStream(MultiStreamError::NotFinite { index, value, .. }) => {
+                FeedError::NotFinite {
+                    path: m.path.clone(),
+                    sample: m.pushed + index as u64,
+                    value,
+                }
             }
-            e => name(e),
+            e => session(e),
         })?;
         m.used += took;
         m.pushed += took as u64;

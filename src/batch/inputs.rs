@@ -23,12 +23,26 @@ pub enum InputError {
     #[error("{pattern}: no file matches this pattern")]
     NoMatch { pattern: String },
     /// A manifest line that names no file.
-    #[error("{path}:{line}: {reason}")]
+    #[error("{path}:{line}: {source}")]
     Manifest {
         path: String,
         line: usize,
-        reason: String,
+        #[source]
+        source: ManifestLineError,
     },
+}
+
+/// Why a JSON line of a manifest names no file ([`InputError::Manifest`]
+/// adds the manifest and the line).
+#[derive(Debug, Error)]
+pub enum ManifestLineError {
+    #[error("not a JSON object: {0}")]
+    Json(#[source] serde_json::Error),
+    /// The path key holds something else than a non-empty string.
+    #[error("\"{key}\" is not a non-empty string")]
+    NotAPath { key: &'static str },
+    #[error("no \"audio_filepath\" or \"file\" key")]
+    NoPath,
 }
 
 /// Expands command-line inputs into files, in order, each once.
@@ -78,10 +92,10 @@ pub fn read_manifest(path: &Path) -> Result<Vec<PathBuf>, InputError> {
             continue;
         }
         let entry = if line.starts_with('{') {
-            manifest_json_path(line).map_err(|reason| InputError::Manifest {
+            manifest_json_path(line).map_err(|source| InputError::Manifest {
                 path: name.clone(),
                 line: i + 1,
-                reason,
+                source,
             })?
         } else {
             PathBuf::from(line)
@@ -95,17 +109,16 @@ pub fn read_manifest(path: &Path) -> Result<Vec<PathBuf>, InputError> {
     Ok(dedup(files))
 }
 
-fn manifest_json_path(line: &str) -> Result<PathBuf, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
+fn manifest_json_path(line: &str) -> Result<PathBuf, ManifestLineError> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(ManifestLineError::Json)?;
     for key in ["audio_filepath", "file"] {
         match v.get(key) {
             Some(serde_json::Value::String(s)) if !s.is_empty() => return Ok(PathBuf::from(s)),
-            Some(_) => return Err(format!("\"{key}\" is not a non-empty string")),
+            Some(_) => return Err(ManifestLineError::NotAPath { key }),
             None => {}
         }
     }
-    Err("no \"audio_filepath\" or \"file\" key".into())
+    Err(ManifestLineError::NoPath)
 }
 
 fn is_pattern(p: &Path) -> bool {
@@ -218,8 +231,28 @@ mod tests {
         std::fs::write(&m, "{broken\n").unwrap();
         assert!(matches!(
             read_manifest(&m),
-            Err(InputError::Manifest { line: 1, .. })
+            Err(InputError::Manifest {
+                line: 1,
+                source: ManifestLineError::Json(_),
+                ..
+            })
         ));
+        std::fs::write(&m, "x.wav\n{\"file\": 3}\n").unwrap();
+        let e = read_manifest(&m).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                InputError::Manifest {
+                    line: 2,
+                    source: ManifestLineError::NotAPath { key: "file" },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e
+            .to_string()
+            .ends_with("m.jsonl:2: \"file\" is not a non-empty string"));
         assert!(matches!(
             read_manifest(&d.join("none")),
             Err(InputError::Io { .. })

@@ -33,7 +33,7 @@ pub fn run_whole<W, E>(
     files: &[PathBuf],
     opts: BatchOptions,
     control: &Control,
-    make: &(dyn Fn() -> Result<W, String> + Sync),
+    make: &(dyn Fn() -> crate::Result<W> + Sync),
     mut on_result: impl FnMut(FileResult) -> Result<(), E>,
 ) -> Result<Summary, E>
 where
@@ -73,7 +73,7 @@ fn worker<W: FileWorker>(
     order: &[usize],
     next: &AtomicUsize,
     control: &Control,
-    make: &(dyn Fn() -> Result<W, String> + Sync),
+    make: &(dyn Fn() -> crate::Result<W> + Sync),
     tx: mpsc::Sender<FileResult>,
 ) {
     let mut model = None;
@@ -186,7 +186,7 @@ mod tests {
         let files = vec![PathBuf::from("a")];
         let control = Control::new();
         let mut got = Vec::new();
-        let make = || Err::<Fake, _>("no model here".to_string());
+        let make = || Err::<Fake, _>(crate::Error::Other("no model here".into()));
         run_whole(&files, BatchOptions::default(), &control, &make, |r| {
             got.push(r.outcome);
             Ok::<(), ()>(())

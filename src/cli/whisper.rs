@@ -159,13 +159,11 @@ impl WhisperJob {
     }
 
     /// One worker's network.
-    pub fn worker(&self) -> Result<WhisperWorker, String> {
+    pub fn worker(&self) -> pulsed::Result<WhisperWorker> {
         let first = self.first.lock().ok().and_then(|mut f| f.take());
         let net = match first {
             Some(net) => net,
-            None => {
-                pulsed::whisper::network(&self.model, &self.engine).map_err(|e| e.to_string())?
-            }
+            None => pulsed::whisper::network(&self.model, &self.engine)?,
         };
         Ok(WhisperWorker {
             batched: self.batched.clone(),

@@ -14,9 +14,11 @@ use cudarc::nvrtc::{result, sys};
 
 use super::GpuError;
 
-/// Every kernel module: (name, CUDA C source). A new `.cu` file is added here
-/// and is then covered by the NVRTC test automatically. Each is compiled
-/// after [`PRELUDE`].
+/// Every kernel module the kernel library loads: (name, CUDA C source). A
+/// new `.cu` file is added here and is then covered by the NVRTC test
+/// automatically; a kernel only tests use goes in
+/// [`super::test_util::TEST_KERNEL_SOURCES`] instead, which that test covers
+/// too. Each is compiled after [`PRELUDE`].
 pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("elementwise", include_str!("kernels/elementwise.cu")),
     ("linear", include_str!("kernels/linear.cu")),

@@ -69,14 +69,23 @@ impl KernelLibrary {
         let m = self.modules.get(module).ok_or_else(|| GpuError::NoModule {
             module: module.to_string(),
         })?;
-        let f = no_panic(|| Ok(m.load_function(function)?)).map_err(|e| GpuError::NoFunction {
-            module: module.to_string(),
-            function: function.to_string(),
-            why: e.to_string(),
-        })?;
+        let f = module_function(module, m, function)?;
         cache.insert(key, f.clone());
         Ok(f)
     }
+}
+
+/// The kernel `function` of the loaded module `m`, named `module` in errors.
+pub fn module_function(
+    module: &str,
+    m: &Arc<CudaModule>,
+    function: &str,
+) -> Result<CudaFunction, GpuError> {
+    no_panic(|| Ok(m.load_function(function)?)).map_err(|e| GpuError::NoFunction {
+        module: module.to_string(),
+        function: function.to_string(),
+        why: e.to_string(),
+    })
 }
 
 /// Every module in [`KERNEL_SOURCES`], in that order, for a device of compute

@@ -28,4 +28,4 @@ pub use context::{device_count, driver_available, probe, GpuContext, GpuError};
 pub use device::GpuDevice;
 pub use kernel_cache::KernelCache;
 pub use runner::{GpuRunner, GpuRunnerOptions, Launches};
-pub use tensor::{DevTensor, Precision};
+pub use tensor::{DevTensor, ParsePrecisionError, Precision};

@@ -80,13 +80,18 @@ impl Precision {
     }
 }
 
+/// A precision name that is neither `f32` nor `bf16`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown precision `{0}` (f32 or bf16)")]
+pub struct ParsePrecisionError(pub String);
+
 impl std::str::FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParsePrecisionError;
+    fn from_str(s: &str) -> Result<Self, ParsePrecisionError> {
         match s {
             "f32" => Ok(Precision::F32),
             "bf16" => Ok(Precision::Bf16),
-            _ => Err(format!("unknown precision `{s}` (f32 or bf16)")),
+            _ => Err(ParsePrecisionError(s.to_string())),
         }
     }
 }
@@ -156,4 +161,17 @@ pub fn tensor_from_bytes(
     } else {
         t.cast(logical)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precision_names() {
+        assert_eq!("bf16".parse(), Ok(Precision::Bf16));
+        let e = "f16".parse::<Precision>().unwrap_err();
+        assert_eq!(e, ParsePrecisionError("f16".into()));
+        assert_eq!(e.to_string(), "unknown precision `f16` (f32 or bf16)");
+    }
 }

@@ -5,7 +5,10 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::CudaModule;
+
 use super::device::GpuDevice;
+use super::library::module_function;
 use super::memory::{copy_to_device, copy_to_host, DeviceBuffer};
 use super::op::{BuildCx, GpuOp, Io, LaunchCx};
 use super::tensor::{host_bytes, tensor_from_bytes, DevTensor, Precision};
@@ -204,18 +207,28 @@ pub fn assert_within(name: &str, diffs: &[Diff], precision: Precision) {
     );
 }
 
+/// The module of the fault kernels ([`fault`]): (name, source).
+const FAULT_MODULE: (&str, &str) = ("test_fault", include_str!("kernels/test_fault.cu"));
+
+/// Kernel modules only these helpers load, never the kernel library, so no
+/// production run compiles them: (name, source), compiled after the same
+/// prelude as [`super::KERNEL_SOURCES`] (tests/gpu_nvrtc.rs compiles both).
+pub const TEST_KERNEL_SOURCES: &[(&str, &str)] = &[FAULT_MODULE];
+
 /// A translation hook ([`TranslateOptions::wrap`](super::translator::TranslateOptions))
 /// that corrupts the GPU output of the node named `node` from chunk step
-/// `from` on: shows that comparisons catch a wrong kernel and pin it.
-pub fn fault(node: &str, from: u64) -> WrapGpuOp {
+/// `from` on: shows that comparisons catch a wrong kernel and pin it. Loads
+/// the fault kernels on `dev`.
+pub fn fault(dev: &GpuDevice, node: &str, from: u64) -> Result<WrapGpuOp, GpuError> {
+    let (module, _) = dev.ctx.load_source(FAULT_MODULE.0, FAULT_MODULE.1)?;
     let node = node.to_string();
-    WrapGpuOp(Arc::new(move |name, op, cx| {
+    Ok(WrapGpuOp(Arc::new(move |name, op, cx| {
         if name == node {
-            faulty(op, cx, from)
+            faulty(op, cx, &module, from)
         } else {
             Ok(op)
         }
-    }))
+    })))
 }
 
 /// The op, followed by a kernel that corrupts its first output from step
@@ -227,14 +240,19 @@ struct Faulty {
     from: u64,
 }
 
-fn faulty(inner: Box<dyn GpuOp>, cx: &BuildCx, from: u64) -> Result<Box<dyn GpuOp>, GpuError> {
+fn faulty(
+    inner: Box<dyn GpuOp>,
+    cx: &BuildCx,
+    module: &Arc<CudaModule>,
+    from: u64,
+) -> Result<Box<dyn GpuOp>, GpuError> {
     let suffix = super::tensor::float_suffix(cx.outputs[0].dtype)?;
     if inner.alias().is_some() {
         return Err(GpuError::refused("fault", "cannot corrupt a view"));
     }
     Ok(Box::new(Faulty {
         inner,
-        f: cx.lib.function("elementwise", &format!("fault_{suffix}"))?,
+        f: module_function(FAULT_MODULE.0, module, &format!("fault_{suffix}"))?,
         from,
     }))
 }

@@ -70,7 +70,7 @@ pub fn capture_default_input(mut input: AudioInput, rate: u32) -> Result<MicCapt
     stream
         .play()
         .map_err(|e| Error::Other(format!("cannot start audio input: {e}")))?;
-    let mut resampler = StreamResampler::new(device_rate, rate).map_err(Error::Other)?;
+    let mut resampler = StreamResampler::new(device_rate, rate)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
     let thread = std::thread::spawn(move || {

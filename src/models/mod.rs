@@ -5,5 +5,5 @@ pub mod conformer;
 mod package;
 pub mod silero;
 
-pub use config::ConformerConfig;
+pub use config::{ConformerConfig, ConformerConfigError};
 pub use package::ModelDir;

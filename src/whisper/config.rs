@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::LoadError;
+use super::{LoadError, WhisperConfigError};
 
 /// What the graphs need to know of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -68,20 +68,20 @@ impl WhisperConfig {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        WhisperConfig::parse(&text).map_err(|reason| LoadError::Config {
+        WhisperConfig::parse(&text).map_err(|source| LoadError::Config {
             path: path.to_path_buf(),
-            reason,
+            source,
         })
     }
 
     /// Parses and checks the text of a `config.json`.
-    pub fn parse(text: &str) -> Result<WhisperConfig, String> {
-        let cfg: WhisperConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<WhisperConfig, WhisperConfigError> {
+        let cfg: WhisperConfig = serde_json::from_str(text)?;
         cfg.check()?;
         Ok(cfg)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), WhisperConfigError> {
         let sizes = [
             ("d_model", self.d_model),
             ("encoder_layers", self.encoder_layers),
@@ -95,35 +95,35 @@ impl WhisperConfig {
             ("max_source_positions", self.max_source_positions),
             ("max_target_positions", self.max_target_positions),
         ];
-        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0 || *v > 1 << 20) {
-            return Err(format!("`{name}` must be between 1 and 2^20"));
+        if let Some(&(field, got)) = sizes.iter().find(|(_, v)| *v == 0 || *v > 1 << 20) {
+            return Err(WhisperConfigError::Size { field, got });
         }
-        for (name, heads) in [
+        for (field, heads) in [
             ("encoder_attention_heads", self.encoder_attention_heads),
             ("decoder_attention_heads", self.decoder_attention_heads),
         ] {
             if !self.d_model.is_multiple_of(heads) {
-                return Err(format!(
-                    "`d_model` {} is not a multiple of `{name}` {heads}",
-                    self.d_model
-                ));
+                return Err(WhisperConfigError::Heads {
+                    field,
+                    d_model: self.d_model,
+                    heads,
+                });
             }
         }
         if self.activation_function != "gelu" {
-            return Err(format!(
-                "activation `{}` is not supported (only `gelu`)",
-                self.activation_function
-            ));
+            return Err(WhisperConfigError::Activation {
+                got: self.activation_function.clone(),
+            });
         }
         if self.scale_embedding {
-            return Err("`scale_embedding: true` is not supported".into());
+            return Err(WhisperConfigError::ScaleEmbedding);
         }
         if let Some(c) = self.encoder_context {
             if c.chunk == 0 || c.chunk > self.max_source_positions {
-                return Err(format!(
-                    "`pulsed_encoder_context.chunk` must be between 1 and {} frames, got {}",
-                    self.max_source_positions, c.chunk
-                ));
+                return Err(WhisperConfigError::Chunk {
+                    max: self.max_source_positions,
+                    got: c.chunk,
+                });
             }
         }
         Ok(())
@@ -157,9 +157,24 @@ mod tests {
             "\"encoder_attention_heads\": 5",
         );
         let e = WhisperConfig::parse(&five).unwrap_err();
-        assert!(e.contains("encoder_attention_heads"), "{e}");
+        assert!(
+            matches!(
+                e,
+                WhisperConfigError::Heads {
+                    field: "encoder_attention_heads",
+                    d_model: 384,
+                    heads: 5
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "`d_model` 384 is not a multiple of `encoder_attention_heads` 5"
+        );
         let e = WhisperConfig::parse(&TINY.replace("\"d_model\": 384,", "")).unwrap_err();
-        assert!(e.contains("d_model"), "{e}");
+        assert!(matches!(e, WhisperConfigError::Json(_)), "{e}");
+        assert!(e.to_string().contains("d_model"), "{e}");
         assert!(WhisperConfig::parse("{not json").is_err());
         let e = WhisperConfig::load(Path::new("/nonexistent/config.json")).unwrap_err();
         assert!(matches!(e, LoadError::Read { .. }), "{e}");

@@ -1,5 +1,6 @@
-//! What can go wrong reading a Whisper checkpoint's text side or decoding
-//! with it: each variant names the file, field, token or option at fault.
+//! What can go wrong reading a Whisper checkpoint's config or text side or
+//! decoding with it: each variant names the file, field, token or option at
+//! fault.
 
 use std::path::PathBuf;
 
@@ -66,4 +67,32 @@ pub enum WhisperError {
          (its config.json has no `pulsed_encoder_context`)"
     )]
     NotStreaming,
+}
+
+/// Why the text of a `config.json` cannot give the network's sizes; each
+/// variant names the field at fault ([`super::LoadError::Config`] adds the
+/// file).
+#[derive(Debug, Error)]
+pub enum WhisperConfigError {
+    /// Not JSON, or a field missing or of the wrong type: serde's message
+    /// names the field and the position.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A size of zero or one too large to allocate for.
+    #[error("`{field}` must be between 1 and 2^20")]
+    Size { field: &'static str, got: usize },
+    /// Attention heads that do not split `d_model` evenly.
+    #[error("`d_model` {d_model} is not a multiple of `{field}` {heads}")]
+    Heads {
+        field: &'static str,
+        d_model: usize,
+        heads: usize,
+    },
+    #[error("activation `{got}` is not supported (only `gelu`)")]
+    Activation { got: String },
+    #[error("`scale_embedding: true` is not supported")]
+    ScaleEmbedding,
+    /// A streaming chunk that is empty or longer than the encoder's window.
+    #[error("`pulsed_encoder_context.chunk` must be between 1 and {max} frames, got {got}")]
+    Chunk { max: usize, got: usize },
 }

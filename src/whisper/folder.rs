@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use super::WhisperConfigError;
+
 /// Why a Whisper model folder cannot be used.
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -18,8 +20,12 @@ pub enum LoadError {
     MissingFile { dir: PathBuf, file: &'static str },
     #[error("{}: {reason}", .path.display())]
     Read { path: PathBuf, reason: String },
-    #[error("{}: bad config: {reason}", .path.display())]
-    Config { path: PathBuf, reason: String },
+    #[error("{}: bad config: {source}", .path.display())]
+    Config {
+        path: PathBuf,
+        #[source]
+        source: WhisperConfigError,
+    },
 }
 
 /// The files a folder must have.

@@ -23,7 +23,7 @@ pub mod tokenizer;
 pub use backend::{AlignmentSource, WhisperBackend};
 pub use config::{EncoderContext, WhisperConfig};
 pub use cpu::{CpuRunners, CpuWhisper, WhisperModel};
-pub use error::WhisperError;
+pub use error::{WhisperConfigError, WhisperError};
 pub use folder::LoadError;
 pub use generation::GenerationConfig;
 #[cfg(feature = "cuda")]

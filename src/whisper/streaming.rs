@@ -128,6 +128,13 @@ mod tests {
         assert_eq!(e.right_of(3), 0);
         let zero = text.replace("\"chunk\": 16", "\"chunk\": 0");
         let err = WhisperConfig::parse(&zero).unwrap_err();
-        assert!(err.contains("pulsed_encoder_context.chunk"), "{err}");
+        assert!(
+            matches!(
+                err,
+                crate::whisper::WhisperConfigError::Chunk { max: 1500, got: 0 }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("pulsed_encoder_context.chunk"));
     }
 }

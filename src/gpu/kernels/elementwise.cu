@@ -55,16 +55,3 @@ FLOAT_KERNELS(unary,
     (const float* x, float* out, u64 n, int code),
     (const bf16_t* x, bf16_t* out, u64 n, int code),
     (x, out, n, code))
-
-// Test-only fault injection (PULSED_GPU_FAULT): from chunk step `from` on,
-// corrupts a node's output, so the comparison tools can be shown to pin it.
-template <typename T>
-__device__ void fault_impl(T* x, u64 n, const u64* step, u64 from) {
-    if (*step < from) return;
-    GRID_STRIDE(i, n) { st(x, i, ld(x, i) * 1.5f + 0.25f); }
-}
-
-FLOAT_KERNELS(fault,
-    (float* x, u64 n, const u64* step, u64 from),
-    (bf16_t* x, u64 n, const u64* step, u64 from),
-    (x, n, step, from))
