@@ -12,21 +12,26 @@
 # Prints median, p90 and max over all words, and the machine's load.
 #
 #   bash scripts/whisper/live_latency.sh [whisper-tiny.en] [extra mic flags...]
+# PULSED=path runs that binary instead of building one (the GPU machine has no
+# Rust); MANIFEST=path reads another copy of realdev (it does not travel).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${1:-whisper-tiny.en}
 shift || true
-MANIFEST=../shared/realdev/manifest.jsonl
+MANIFEST=${MANIFEST:-../shared/realdev/manifest.jsonl}
 BASE=$(dirname "$MANIFEST")
 OUT=$(mktemp -d)
-cargo build --release --quiet
+if [ -z "${PULSED:-}" ]; then
+    cargo build --release --quiet
+    PULSED=$PWD/target/release/pulsed
+fi
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 FILES=$(python3 -c "import json,sys; [print(json.loads(l)['file']) for l in open('$MANIFEST') if l.strip()]")
 # offline word times, one worker (the live runs below are alone on the machine)
-(cd "$BASE" && "$OLDPWD/target/release/pulsed" transcribe --model "$MODEL" --format jsonl -j 1 $FILES) \
+(cd "$BASE" && "$PULSED" transcribe --model "$MODEL" --format jsonl -j 1 $FILES) \
     > "$OUT/offline.jsonl" 2>/dev/null
 for f in $FILES; do
-    ./target/release/pulsed mic --model "$MODEL" --input "$BASE/$f" --realtime --format jsonl "$@" \
+    "$PULSED" mic --model "$MODEL" --input "$BASE/$f" --realtime --format jsonl "$@" \
         > "$OUT/$(basename "$f").live.jsonl" 2>/dev/null
 done
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -12,7 +12,8 @@
 //!
 //! The decoder's key/value cache lives on the device
 //! ([`DeviceKvCache`], made at its largest so captured steps stay valid),
-//! so a decoder step runs on the GPU but for the token lookup. Word
+//! so a decoder step runs on the GPU but for the token lookup, its logits
+//! included (the step graph projects onto the vocabulary there). Word
 //! alignment needs the cross-attention weights, which the GPU kernels do
 //! not keep: it runs the prompt graph on the CPU over a host copy of the
 //! encoder output.
@@ -131,6 +132,10 @@ impl NetRunners for GpuRunners {
         g.last().map(|r| r as &dyn StepRunner)
     }
 
+    fn step_logits(&self) -> bool {
+        true
+    }
+
     fn aligner(&mut self) -> Option<(&mut dyn StepRunner, &KvCache)> {
         let (r, c) = &mut self.aligner;
         Some((r, c))
@@ -181,7 +186,7 @@ impl WhisperNet<GpuRunners> {
                 PROMPT_RUNNERS,
             ),
             step: Sized::new(
-                graphs::decoder(cfg, w, &cache, DecoderShape::Step)?,
+                graphs::decoder_with_logits(cfg, w, &cache, DecoderShape::Step)?,
                 options.clone(),
                 4,
             ),

@@ -9,6 +9,7 @@ use super::WhisperConfig;
 use crate::graph::{Graph, GraphBuilder};
 use crate::ops::gather::Gather;
 use crate::ops::kv_cache::KvCache;
+use crate::ops::matmul::Linear;
 use crate::ops::mel::{mel_filterbank, LogMel, MelScale};
 use crate::ops::pad::{Pad, PadMode};
 use crate::ops::reduce::{Reduce, ReduceOp};
@@ -190,6 +191,28 @@ pub fn decoder(
     cache: &KvCache,
     shape: DecoderShape,
 ) -> Result<Graph> {
+    decoder_graph(cfg, w, cache, shape, false)
+}
+
+/// [`decoder`] with a second output, `logits` `[B, n, vocab]` (`hidden ·
+/// Eᵀ` in the graph): where the projection runs on the same device as the
+/// decoder (a GPU), every step's logits come from there.
+pub fn decoder_with_logits(
+    cfg: &WhisperConfig,
+    w: &Weights,
+    cache: &KvCache,
+    shape: DecoderShape,
+) -> Result<Graph> {
+    decoder_graph(cfg, w, cache, shape, true)
+}
+
+fn decoder_graph(
+    cfg: &WhisperConfig,
+    w: &Weights,
+    cache: &KvCache,
+    shape: DecoderShape,
+    logits: bool,
+) -> Result<Graph> {
     let d = cfg.d_model;
     let mut b = GraphBuilder::new();
     let (tok, pos) = match shape {
@@ -231,6 +254,13 @@ pub fn decoder(
         })?;
     }
     let hidden = n.layer_norm("model.decoder.layer_norm", x)?;
+    let logits = match logits {
+        true => Some(n.b.op("model.decoder.logits", Linear, &[hidden, emb])?),
+        false => None,
+    };
     b.output("hidden", hidden);
+    if let Some(l) = logits {
+        b.output("logits", l);
+    }
     b.build()
 }

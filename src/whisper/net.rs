@@ -25,6 +25,11 @@ pub trait NetRunners: Send {
     fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner>;
     /// The runner of the last [`NetRunners::decoder`] call of `shape`.
     fn last_decoder(&self, shape: DecoderShape) -> Option<&dyn StepRunner>;
+    /// Whether the step graph's second output is the logits of every
+    /// sequence (else they are projected on the host from `hidden`).
+    fn step_logits(&self) -> bool {
+        false
+    }
     /// A prompt graph over a cache of its own that keeps cross-attention
     /// weights, for word alignment when the decoder's own cache cannot
     /// (`None`: the decoder's own graphs do).
@@ -195,6 +200,22 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
                 }
             }
             self.rows = kept;
+        } else if n == 1 && self.runners.step_logits() {
+            self.run_decoder(tokens, batch, n)?;
+            let step = self.runners.last_decoder(DecoderShape::Step);
+            let all = step
+                .ok_or_else(|| internal("no decoder step has run".into()))?
+                .output(1)
+                .as_slice::<f32>()?;
+            // n = 1: every listed position is the new token's
+            let vocab = self.cfg.vocab_size;
+            logits.clear();
+            for b in 0..batch {
+                for _ in positions {
+                    logits.extend_from_slice(&all[b * vocab..(b + 1) * vocab]);
+                }
+            }
+            return Ok(());
         } else {
             self.run_decoder(tokens, batch, n)?;
             let mut rows = std::mem::take(&mut self.rows);
