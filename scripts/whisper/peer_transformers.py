@@ -13,6 +13,7 @@ import sys
 import time
 
 import torch
+import transformers
 from tokenizers import Tokenizer
 from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
@@ -56,7 +57,7 @@ def main():
     counts = Counts()
     for it, h in zip(items, texts):
         counts.add(normalize(it["text"]), normalize(h))
-    print(f"transformers {torch.__version__} {a.dtype} sdpa, beam {a.beam}, batch {a.batch}: "
+    print(f"transformers {transformers.__version__} (torch {torch.__version__}) {a.dtype} sdpa, beam {a.beam}, batch {a.batch}: "
           f"{seconds:.1f} s of audio in {wall:.2f} s ({seconds / wall:.1f} audio s/s); "
           f"{counts.line()}; {torch.cuda.get_device_name()}; {machine()}")
 
