@@ -5,7 +5,11 @@
 //! PULSED_REQUIRE_GPU=1, where that is a failure.
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use std::sync::Arc;
+
+use common::gpu::dev;
 
 use pulsed::engine::Engine;
 use pulsed::gpu::compare::compare_pulsed;
@@ -22,17 +26,6 @@ use pulsed::ops::pad::{Pad, PadMode};
 use pulsed::ops::shape::{Permute, Reshape, Slice};
 use pulsed::ops::{Binary, DType, Op, Tensor, Unary};
 use pulsed::pulse::{pulsify, Delay, PulsePad, PulsedModel};
-
-fn dev() -> Option<Arc<GpuDevice>> {
-    match GpuDevice::shared() {
-        Ok(d) => Some(d),
-        Err(e) if std::env::var("PULSED_REQUIRE_GPU").as_deref() != Ok("1") => {
-            eprintln!("no usable GPU ({e}); test skipped");
-            None
-        }
-        Err(e) => panic!("PULSED_REQUIRE_GPU=1 but no usable GPU: {e}"),
-    }
-}
 
 /// Deterministic values in [-scale, scale): never zeros, never all alike.
 fn random(shape: &[usize], seed: u64, scale: f32) -> Tensor {

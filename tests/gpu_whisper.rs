@@ -11,7 +11,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::whisper::{clip, max_abs_diff, model, window, Golden};
+use common::gpu::dev;
+use common::whisper::{check_beams_share_a_window, clip, max_abs_diff, model, window, Golden};
 use pulsed::asr::metrics::{edit_distance, normalize};
 use pulsed::gpu::memory::capture_allocations;
 use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision};
@@ -19,17 +20,6 @@ use pulsed::whisper::decode::{transcribe_features, AlignedBackend, DecodeOptions
 use pulsed::whisper::{
     CpuWhisper, GenerationConfig, GpuWhisper, WhisperBackend, WhisperModel, WhisperTokenizer,
 };
-
-fn dev() -> Option<Arc<GpuDevice>> {
-    match GpuDevice::shared() {
-        Ok(d) => Some(d),
-        Err(e) if std::env::var("PULSED_REQUIRE_GPU").as_deref() != Ok("1") => {
-            eprintln!("no usable GPU ({e}); test skipped");
-            None
-        }
-        Err(e) => panic!("PULSED_REQUIRE_GPU=1 but no usable GPU: {e}"),
-    }
-}
 
 fn gpu(model: &WhisperModel, dev: &Arc<GpuDevice>, p: Precision) -> GpuWhisper {
     GpuWhisper::on_gpu(model, dev.clone(), &GpuRunnerOptions::new(p)).unwrap()
@@ -110,28 +100,7 @@ fn gpu_logits_match_ctranslate2() {
 #[ignore = "needs a GPU"]
 fn gpu_beams_share_a_window() {
     let Some(dev) = dev() else { return };
-    let model = model();
-    let mut w = gpu(&model, &dev, Precision::F32);
-    let mel = w.log_mel(&clip()).unwrap();
-    let win = window(&mel, 80, mel.len() / 80);
-    w.encode(&[&win]).unwrap();
-    let prefix = [50257u32, 50362];
-    w.start(&[0]).unwrap();
-    let mut one = Vec::new();
-    w.feed(&prefix, 2, &[1], &mut one).unwrap();
-    w.reorder(&[0, 0, 0]).unwrap();
-    let next = [679u32, 314, 1119];
-    let mut three = Vec::new();
-    w.feed(&next, 1, &[0], &mut three).unwrap();
-    let vocab = model.config.vocab_size;
-    for (b, &t) in next.iter().enumerate() {
-        w.start(&[0]).unwrap();
-        let mut lone = Vec::new();
-        w.feed(&[prefix[0], prefix[1], t], 3, &[2], &mut lone)
-            .unwrap();
-        let d = max_abs_diff(&three[b * vocab..(b + 1) * vocab], &lone);
-        assert!(d < 1e-3, "beam {b} differs from a lone run by {d}");
-    }
+    check_beams_share_a_window(&mut gpu(&model(), &dev, Precision::F32));
 }
 
 /// The clip's text, and its words with their times when `words` (the

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::whisper::{clip, max_abs_diff, model, window, Golden};
+use common::whisper::{check_beams_share_a_window, clip, max_abs_diff, model, window, Golden};
 use pulsed::whisper::{CpuWhisper, WhisperBackend};
 
 #[test]
@@ -98,27 +98,5 @@ fn features_encoder_and_logits_match_ctranslate2() {
 #[test]
 fn beams_share_a_window() {
     let model = model();
-    let mut w = CpuWhisper::new(&model).unwrap();
-    let mel = w.log_mel(&clip()).unwrap();
-    let frames = mel.len() / 80;
-    let win = window(&mel, 80, frames);
-    w.encode(&[&win]).unwrap();
-    let prefix = [50257u32, 50362];
-    w.start(&[0]).unwrap();
-    let mut one = Vec::new();
-    w.feed(&prefix, 2, &[1], &mut one).unwrap();
-    // fork into three beams fed different tokens; each equals a lone run
-    w.reorder(&[0, 0, 0]).unwrap();
-    let next = [679u32, 314, 1119];
-    let mut three = Vec::new();
-    w.feed(&next, 1, &[0], &mut three).unwrap();
-    let vocab = model.config.vocab_size;
-    for (b, &t) in next.iter().enumerate() {
-        w.start(&[0]).unwrap();
-        let mut lone = Vec::new();
-        w.feed(&[prefix[0], prefix[1], t], 3, &[2], &mut lone)
-            .unwrap();
-        let d = max_abs_diff(&three[b * vocab..(b + 1) * vocab], &lone);
-        assert!(d < 1e-3, "beam {b} differs from a lone run by {d}");
-    }
+    check_beams_share_a_window(&mut CpuWhisper::new(&model).unwrap());
 }

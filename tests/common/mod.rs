@@ -72,4 +72,6 @@ pub fn nvrtc_or_fail() -> bool {
          into third_party/nvrtc and sets LD_LIBRARY_PATH), or set PULSED_SKIP_NVRTC=1 to skip"
     );
 }
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod whisper;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pulsed::whisper::WhisperModel;
+use pulsed::whisper::{WhisperBackend, WhisperModel};
 use safetensors::SafeTensors;
 
 pub const MODEL: &str = "whisper-tiny.en";
@@ -76,4 +76,29 @@ pub fn window(mel: &[f32], n_mels: usize, frames: usize) -> Vec<f32> {
         w[m * 3000..m * 3000 + keep].copy_from_slice(&mel[m * frames..m * frames + keep]);
     }
     w
+}
+
+/// Forks the clip's decoding into three beams fed different tokens and
+/// checks that each equals a lone run of its tokens (the cache's reorder).
+pub fn check_beams_share_a_window(w: &mut dyn WhisperBackend) {
+    let mel = w.log_mel(&clip()).unwrap();
+    let win = window(&mel, 80, mel.len() / 80);
+    w.encode(&[&win]).unwrap();
+    let prefix = [50257u32, 50362];
+    w.start(&[0]).unwrap();
+    let mut one = Vec::new();
+    w.feed(&prefix, 2, &[1], &mut one).unwrap();
+    w.reorder(&[0, 0, 0]).unwrap();
+    let next = [679u32, 314, 1119];
+    let mut three = Vec::new();
+    w.feed(&next, 1, &[0], &mut three).unwrap();
+    let vocab = w.vocab_size();
+    for (b, &t) in next.iter().enumerate() {
+        w.start(&[0]).unwrap();
+        let mut lone = Vec::new();
+        w.feed(&[prefix[0], prefix[1], t], 3, &[2], &mut lone)
+            .unwrap();
+        let d = max_abs_diff(&three[b * vocab..(b + 1) * vocab], &lone);
+        assert!(d < 1e-3, "beam {b} differs from a lone run by {d}");
+    }
 }
