@@ -99,10 +99,10 @@ impl GpuRunners {
     /// (and new decoder runners, whose captured steps point into the old)
     /// when the current one holds fewer.
     fn ensure_windows(&mut self, windows: usize) -> Result<()> {
-        if windows <= self.kv.windows && self.cache.mirror().is_some() {
+        if windows <= self.kv.windows {
             return Ok(());
         }
-        self.kv.windows = windows.max(self.kv.windows);
+        self.kv.windows = windows;
         self.prompt.runners.clear();
         self.step.runners.clear();
         DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
@@ -173,7 +173,8 @@ impl WhisperNet<GpuRunners> {
             frames: cfg.max_source_positions,
         };
         let kv_dtype = options.translate.precision.storage(crate::ops::DType::F32);
-        let mut runners = GpuRunners {
+        DeviceKvCache::attach(&cache, dev.clone(), kv, kv_dtype)?;
+        let runners = GpuRunners {
             cache: cache.clone(),
             kv,
             kv_dtype,
@@ -191,7 +192,6 @@ impl WhisperNet<GpuRunners> {
                 4,
             ),
         };
-        runners.ensure_windows(1)?;
         WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
     }
 

@@ -46,8 +46,6 @@ pub struct WhisperNet<R: NetRunners> {
     pub(super) cache: KvCache,
     /// The output projection (the token embedding, as stored).
     projection: Projection,
-    /// Encoded windows.
-    windows: usize,
     rows: Vec<f32>,
 }
 
@@ -69,7 +67,6 @@ impl<R: NetRunners> WhisperNet<R> {
             runners,
             cache,
             projection: Projection::new(embedding)?,
-            windows: 0,
             rows: Vec::new(),
         })
     }
@@ -148,7 +145,6 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
             let (k, v) = (encoder.output(1 + 2 * l), encoder.output(2 + 2 * l));
             self.cache.set_cross(l, k, v)?;
         }
-        self.windows = windows.len();
         Ok(())
     }
 

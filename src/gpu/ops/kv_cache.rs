@@ -10,7 +10,7 @@
 //! GPU only for a cache that has one.
 
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::CudaFunction;
 
@@ -59,8 +59,6 @@ pub struct DeviceKvCache {
     /// `i32 [sequences]`: a reorder's sources.
     index: DeviceBuffer,
     gather: CudaFunction,
-    /// Sequences now (the host's batch), for reorders.
-    batch: Mutex<usize>,
 }
 
 fn op_err(e: GpuError) -> OpError {
@@ -100,7 +98,6 @@ impl DeviceKvCache {
             seq_window: zeroed(shape.sequences * 4)?,
             index: zeroed(shape.sequences * 4)?,
             gather,
-            batch: Mutex::new(0),
             shape,
             dtype,
             dev,
@@ -135,9 +132,7 @@ impl CacheMirror for DeviceKvCache {
         self.check_sequences(windows.len())?;
         let gpu = &self.dev.ctx;
         copy_to_device(gpu, &i32_bytes(windows), self.seq_window.ptr()).map_err(op_err)?;
-        copy_to_device(gpu, &0i64.to_le_bytes(), self.len.ptr()).map_err(op_err)?;
-        *self.batch.lock().unwrap_or_else(|p| p.into_inner()) = windows.len();
-        Ok(())
+        copy_to_device(gpu, &0i64.to_le_bytes(), self.len.ptr()).map_err(op_err)
     }
 
     fn reorder(&self, src: &[usize], windows: &[usize], len: usize) -> OpResult<()> {
@@ -146,7 +141,6 @@ impl CacheMirror for DeviceKvCache {
         let s = &self.shape;
         copy_to_device(gpu, &i32_bytes(src), self.index.ptr()).map_err(op_err)?;
         copy_to_device(gpu, &i32_bytes(windows), self.seq_window.ptr()).map_err(op_err)?;
-        *self.batch.lock().unwrap_or_else(|p| p.into_inner()) = src.len();
         let total = src.len() * len * s.width;
         if total == 0 {
             return Ok(());
@@ -193,9 +187,18 @@ impl CacheMirror for DeviceKvCache {
             )));
         }
         let gpu = &self.dev.ctx;
-        copy_to_device(gpu, &host_bytes(k, self.dtype), self.cross_k[layer].ptr())
+        for (t, dst) in [(k, &self.cross_k[layer]), (v, &self.cross_v[layer])] {
+            // f32 storage takes the host values as they are (no copy of a
+            // window's megabytes); bf16 needs the cast
+            match self.dtype {
+                DType::F32 => {
+                    copy_to_device(gpu, bytemuck::cast_slice(t.as_slice::<f32>()?), dst.ptr())
+                }
+                _ => copy_to_device(gpu, &host_bytes(t, self.dtype), dst.ptr()),
+            }
             .map_err(op_err)?;
-        copy_to_device(gpu, &host_bytes(v, self.dtype), self.cross_v[layer].ptr()).map_err(op_err)
+        }
+        Ok(())
     }
 
     fn set_len(&self, len: usize) -> OpResult<()> {
