@@ -230,6 +230,41 @@ fn sdpa_shapes_and_masks() {
     for (name, inputs) in cases {
         check(&dev, &format!("sdpa {name}"), &op, &[inputs], &[]);
     }
+    // long unmasked rows run as two GEMMs around a softmax; masked ones,
+    // and short ones, on the row kernel
+    let whisper = vec![
+        tensor(&[1, 6, 1500, 64], 16, 1.0),
+        tensor(&[1, 6, 1500, 64], 17, 1.0),
+        tensor(&[1, 6, 1500, 64], 18, 1.0),
+    ];
+    let gemm_cases: Vec<(&str, Vec<Tensor>, bool)> = vec![
+        ("Whisper's encoder", whisper, true),
+        (
+            "broadcast k and v over heads",
+            vec![
+                tensor(&[4, 200, 32], 19, 2.0),
+                tensor(&[1, 300, 32], 20, 2.0),
+                tensor(&[300, 8], 21, 2.0),
+            ],
+            true,
+        ),
+        (
+            "short rows",
+            vec![
+                tensor(&[2, 3, 10, 16], 22, 1.0),
+                tensor(&[2, 3, 12, 16], 23, 1.0),
+                tensor(&[2, 3, 12, 20], 24, 1.0),
+            ],
+            false,
+        ),
+    ];
+    for (name, inputs, gemm) in gemm_cases {
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let g = build_for(&dev, &op, &refs, &[], Precision::F32)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(g.describe().contains("GEMMs"), gemm, "{name}: {}", g.describe());
+        check(&dev, &format!("sdpa {name}"), &op, &[inputs], &[]);
+    }
     let scaled = Attention { scale: Some(0.05) };
     let inputs = vec![
         tensor(&[5, 7, 9], 13, 3.0),

@@ -24,6 +24,9 @@ pub struct Args {
     /// bf16, whole-file throughput) side by side with the CPU.
     #[arg(long, value_enum, default_value = "cpu")]
     device: super::device::Device,
+    /// With cuda: also time GPU f32 with TF32 matrix products (Whisper).
+    #[arg(long)]
+    tf32: bool,
 }
 
 /// `--model whisper-*`: one thread, the parts of a 30 s window's work
@@ -58,17 +61,23 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         super::transcribe::cpu_model()
     );
     let window = whisper_times("cpu", &mut w, &audio.samples, a.reps)?;
-    let gpus: &[super::device::Precision] = match a.device {
-        super::device::Device::Cpu => &[],
-        _ => &[
-            super::device::Precision::F32,
-            super::device::Precision::Bf16,
-        ],
+    use super::device::Precision as P;
+    let mut gpus = match a.device {
+        super::device::Device::Cpu => vec![],
+        _ => vec![(P::F32, false), (P::Bf16, false)],
     };
-    for &p in gpus {
-        let engine = super::device::Device::Cuda.engine(p)?;
+    if a.tf32 && !gpus.is_empty() {
+        gpus.push((P::F32, true));
+    }
+    for &(p, tf32) in &gpus {
+        let engine = super::device::Device::Cuda.engine_tf32(p, tf32)?;
         let mut g = pulsed::whisper::network(&model, &engine).map_err(|e| e.to_string())?;
-        whisper_times(&format!("cuda {p:?}"), &mut *g, &audio.samples, a.reps)?;
+        let tf = if tf32 { " TF32" } else { "" };
+        whisper_times(&format!("cuda {p:?}{tf}"), &mut *g, &audio.samples, a.reps)?;
+    }
+    #[cfg(feature = "cuda")]
+    if !gpus.is_empty() {
+        whisper_gpu_detail(&model, &window, a.reps)?;
     }
     w.time_nodes();
     w.encode(&[&window]).map_err(|e| e.to_string())?;
@@ -82,6 +91,102 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         println!("    {g} {op:<20} {:8.2} ms", t.as_secs_f64() * 1000.0);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Device-to-device copy bandwidth of the H100 here, bytes read plus
+/// written (/work/.library/device/KINDS.md): the floor's rate.
+#[cfg(feature = "cuda")]
+const H100_COPY_BYTES_PER_S: f64 = 3.0e12;
+
+/// The GPU's decoder step captured against eager at 1, 5 and 32
+/// sequences, beside its floor (bytes a step must read at the card's copy
+/// bandwidth), then where an eager encoder pass and step spend their time.
+#[cfg(feature = "cuda")]
+fn whisper_gpu_detail(
+    model: &pulsed::whisper::WhisperModel,
+    window: &[f32],
+    reps: usize,
+) -> Result<(), String> {
+    use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Launches, Precision};
+    use pulsed::whisper::{GpuWhisper, WhisperBackend};
+    let e = |e: pulsed::Error| e.to_string();
+    let dev = GpuDevice::shared().map_err(|e| e.to_string())?;
+    let captured = GpuRunnerOptions::new(Precision::F32);
+    let eager = GpuRunnerOptions {
+        launches: Launches::Eager,
+        ..captured.clone()
+    };
+    let mut nets = Vec::new();
+    for o in [&captured, &eager] {
+        let mut n = GpuWhisper::on_gpu(model, dev.clone(), o).map_err(e)?;
+        n.encode(&[window]).map_err(e)?;
+        nets.push(n);
+    }
+    let c = &model.config;
+    let f32s = |n: usize| 4.0 * n as f64;
+    let embedding = f32s(c.vocab_size * c.d_model);
+    let layers = c.decoder_layers as f64;
+    // per layer: self q, k, v, o; cross q, o; two MLP matrices; their
+    // biases and norms are a rounding error
+    let weights = layers
+        * (f32s(6 * c.d_model * c.d_model) + f32s(2 * c.d_model * c.decoder_ffn_dim))
+        + embedding;
+    let cross_window = layers * 2.0 * f32s(c.max_source_positions * c.d_model);
+    println!(
+        "  cuda F32 decoder step, captured vs eager (20 steps after a 2-token prompt; floor: \
+         weights {:.1} MB + cached keys and values read, at {:.1} TB/s):",
+        weights / 1e6,
+        H100_COPY_BYTES_PER_S / 1e12
+    );
+    for batch in [1usize, 5, 32] {
+        let cap = step_ms(&mut nets[0], batch, reps)?;
+        let eag = step_ms(&mut nets[1], batch, reps)?;
+        // self-attention rows at mid-run (12 of the 22 positions), and the
+        // one window beams share or a window per sequence (batched files)
+        let self_kv = batch as f64 * layers * 2.0 * f32s(12 * c.d_model);
+        let floor = |windows: f64| (weights + self_kv + windows * cross_window) / H100_COPY_BYTES_PER_S;
+        println!(
+            "    {batch:>2} sequences: captured {cap:7.3} ms, eager {eag:7.3} ms; floor {:.1} us \
+             (one window), {:.1} us (a window each)",
+            floor(1.0) * 1e6,
+            floor(batch as f64) * 1e6
+        );
+    }
+    for batch in [1usize, 32] {
+        let times = nets[1].profile(window, batch).map_err(e)?;
+        for graph in ["encoder", "step"] {
+            if graph == "encoder" && batch != 1 {
+                continue;
+            }
+            let mine: Vec<_> = times.iter().filter(|t| t.graph == graph).collect();
+            let mut by_kind: std::collections::BTreeMap<(&str, bool), (f64, usize)> =
+                Default::default();
+            for t in &mine {
+                let k = by_kind.entry((t.op, t.on_gpu)).or_default();
+                k.0 += t.seconds;
+                k.1 += 1;
+            }
+            let total: f64 = mine.iter().map(|t| t.seconds).sum();
+            let mut v: Vec<_> = by_kind.into_iter().collect();
+            v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+            let what = if graph == "step" {
+                format!("decoder step, {batch} sequences")
+            } else {
+                "encoder, one window".into()
+            };
+            println!("  cuda F32 profile, {what} (eager, node by node; {:.3} ms in all):", total * 1e3);
+            for ((kind, gpu), (t, n)) in v.iter().take(10) {
+                let place = if *gpu { "gpu" } else { "cpu" };
+                println!("    {kind:<24} {place} {n:>4} nodes {:>9.3} ms", t * 1e3);
+            }
+            let mut slow = mine.clone();
+            slow.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            for t in slow.iter().take(4) {
+                println!("    slowest: {:<36} {:<20} {:>9.1} us", t.node, t.op, t.seconds * 1e6);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Times `w`'s front end, encoder and decoder steps on `audio` (medians of
@@ -118,32 +223,38 @@ fn whisper_times(
         window[k * wf..k * wf + keep].copy_from_slice(&mel[k * frames..k * frames + keep]);
     }
     let t_enc = time(&mut || w.encode(&[&window]).map_err(e))?;
-    let mut logits = Vec::new();
-    let mut steps =
-        |w: &mut dyn pulsed::whisper::WhisperBackend, beams: usize| -> Result<f64, String> {
-            // a prompt, then 20 steps; the time per step
-            let mut v = Vec::with_capacity(reps);
-            for _ in 0..=reps {
-                w.start(&[0]).map_err(e)?;
-                w.feed(&[50257, 50362], 2, &[1], &mut logits).map_err(e)?;
-                w.reorder(&vec![0; beams]).map_err(e)?;
-                let t = Instant::now();
-                for i in 0..20u32 {
-                    let toks: Vec<u32> = (0..beams as u32).map(|b| 1000 + 7 * i + b).collect();
-                    w.feed(&toks, 1, &[0], &mut logits).map_err(e)?;
-                }
-                v.push(t.elapsed().as_secs_f64() * 1000.0 / 20.0);
-            }
-            Ok(median(v[1..].to_vec()))
-        };
-    let t_step1 = steps(w, 1)?;
-    let t_step5 = steps(w, 5)?;
+    let t_step1 = step_ms(w, 1, reps)?;
+    let t_step5 = step_ms(w, 5, reps)?;
     println!("  {label}:");
     println!("    front end:          {t_mel:8.2} ms for the file");
     println!("    encoder:            {t_enc:8.2} ms per 30 s window");
     println!("    decoder step, 1:    {t_step1:8.2} ms per token");
     println!("    decoder step, 5:    {t_step5:8.2} ms per token (5 beams)");
     Ok(window)
+}
+
+/// Median milliseconds of a decoder step of `beams` sequences on window
+/// 0: a prompt, then 20 steps, `reps` times after a warm-up.
+fn step_ms(
+    w: &mut dyn pulsed::whisper::WhisperBackend,
+    beams: usize,
+    reps: usize,
+) -> Result<f64, String> {
+    let e = |e: pulsed::Error| e.to_string();
+    let mut logits = Vec::new();
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..=reps {
+        w.start(&[0]).map_err(e)?;
+        w.feed(&[50257, 50362], 2, &[1], &mut logits).map_err(e)?;
+        w.reorder(&vec![0; beams]).map_err(e)?;
+        let t = Instant::now();
+        for i in 0..20u32 {
+            let toks: Vec<u32> = (0..beams as u32).map(|b| 1000 + 7 * i + b).collect();
+            w.feed(&toks, 1, &[0], &mut logits).map_err(e)?;
+        }
+        v.push(t.elapsed().as_secs_f64() * 1000.0 / 20.0);
+    }
+    Ok(median(v[1..].to_vec()))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -358,7 +469,7 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
                 continue; // warm-up
             }
             slowest = times.clone();
-            for (id, t) in times {
+            for (id, t, _) in times {
                 let e = by_kind.entry(pm.graph.nodes[id].op.name()).or_default();
                 e.0 += t;
                 e.1 += 1;
@@ -375,7 +486,7 @@ fn gpu_bench(rec: &Recognizer, samples: &[f32], dur: f64, reps: usize) -> Result
             println!("    {kind:<24} {n:>4} nodes {:>8.3} ms", t * 1e3);
         }
         slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
-        for (id, t) in slowest.iter().take(6) {
+        for (id, t, _) in slowest.iter().take(6) {
             let n = &pm.graph.nodes[*id];
             println!(
                 "    slowest: {:<32} {:<22} {:>7.1} us",

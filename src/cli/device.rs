@@ -19,9 +19,12 @@ pub enum Precision {
 }
 
 #[cfg(feature = "cuda")]
-fn gpu_engine(precision: Precision) -> Result<Engine, String> {
+fn gpu_engine(precision: Precision, tf32: bool) -> Result<Engine, String> {
     use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision as P};
-    let device = GpuDevice::shared().map_err(|e| e.to_string())?;
+    let mut device = GpuDevice::shared().map_err(|e| e.to_string())?;
+    if tf32 {
+        device = device.lane_with_tf32().map_err(|e| e.to_string())?;
+    }
     let p = match precision {
         Precision::F32 => P::F32,
         Precision::Bf16 => P::Bf16,
@@ -33,7 +36,7 @@ fn gpu_engine(precision: Precision) -> Result<Engine, String> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn gpu_engine(_: Precision) -> Result<Engine, String> {
+fn gpu_engine(_: Precision, _: bool) -> Result<Engine, String> {
     Err("this build of pulsed has no CUDA backend (built without the `cuda` feature)".into())
 }
 
@@ -42,16 +45,22 @@ impl Device {
     /// `auto` takes the GPU when one is usable (and says so) and the CPU
     /// otherwise; `cuda` fails when there is no usable GPU.
     pub fn engine(self, precision: Precision) -> Result<Engine, String> {
+        self.engine_tf32(precision, false)
+    }
+
+    /// [`Device::engine`], with f32 GEMMs on TF32 tensor cores when `tf32`
+    /// (`--tf32`: faster, products to about 1e-3 relative).
+    pub fn engine_tf32(self, precision: Precision, tf32: bool) -> Result<Engine, String> {
         match self {
             Device::Cpu => Ok(Engine::Cpu),
-            Device::Auto => match gpu_engine(precision) {
+            Device::Auto => match gpu_engine(precision, tf32) {
                 Ok(e) => {
                     eprintln!("device: {}", describe(&e));
                     Ok(e)
                 }
                 Err(_) => Ok(Engine::Cpu),
             },
-            Device::Cuda => gpu_engine(precision)
+            Device::Cuda => gpu_engine(precision, tf32)
                 .map_err(|why| format!("--device cuda: {why}; use --device cpu or auto")),
         }
     }
@@ -63,9 +72,10 @@ pub fn describe(e: &Engine) -> String {
         Engine::Cpu => "CPU".into(),
         #[cfg(feature = "cuda")]
         Engine::Gpu { device, options } => format!(
-            "CUDA {} ({:?}, {})",
+            "CUDA {} ({:?}{}, {})",
             device.ctx.describe().unwrap_or_else(|e| e.to_string()),
             options.translate.precision,
+            if device.blas.tf32 { ", TF32 GEMMs" } else { "" },
             device.lib.describe_load()
         ),
     }

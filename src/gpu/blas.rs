@@ -166,12 +166,26 @@ impl Blas {
 
     /// Runs `g` on device addresses `a`, `b`, `c`; row-major throughout.
     pub fn gemm(&self, g: &Gemm, a: u64, b: u64, c: u64) -> Result<(), GpuError> {
-        let ty = match g.dtype {
-            DType::F32 => sys::cudaDataType::CUDA_R_32F,
-            DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
-            DType::F16 => sys::cudaDataType::CUDA_R_16F,
-            d => return Err(GpuError::refused("GEMM", format!("no GEMM for {d}"))),
+        self.gemm_into(g, g.dtype, a, b, c)
+    }
+
+    /// [`Blas::gemm`] with C stored as `c_dtype` (f32 products of bf16
+    /// operands, for instance).
+    pub fn gemm_into(
+        &self,
+        g: &Gemm,
+        c_dtype: DType,
+        a: u64,
+        b: u64,
+        c: u64,
+    ) -> Result<(), GpuError> {
+        let data_type = |d: DType| match d {
+            DType::F32 => Ok(sys::cudaDataType::CUDA_R_32F),
+            DType::BF16 => Ok(sys::cudaDataType::CUDA_R_16BF),
+            DType::F16 => Ok(sys::cudaDataType::CUDA_R_16F),
+            d => Err(GpuError::refused("GEMM", format!("no GEMM for {d}"))),
         };
+        let (ty, c_ty) = (data_type(g.dtype)?, data_type(c_dtype)?);
         let compute = if g.dtype == DType::F32 && !self.tf32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         } else if g.dtype == DType::F32 {
@@ -214,7 +228,7 @@ impl Blas {
                 g.stride_a as i64,
                 (&beta as *const f32).cast(),
                 c as *mut c_void,
-                ty,
+                c_ty,
                 ldc,
                 g.stride_c as i64,
                 int(g.batch, "batch")?,

@@ -8,7 +8,7 @@ use super::library::KernelLibrary;
 use super::memory::DeviceBuffer;
 use super::tensor::{host_bytes, Precision};
 use super::{GpuContext, GpuError};
-use crate::ops::Op;
+use crate::ops::Tensor;
 
 /// Everything a plan needs from one GPU, made once per process and shared.
 #[derive(Debug)]
@@ -16,12 +16,16 @@ pub struct GpuDevice {
     pub ctx: GpuContext,
     pub lib: Arc<KernelLibrary>,
     pub blas: Blas,
-    /// Uploaded constants by (op address, precision): runners of the same
-    /// graph (one per file or stream, on any lane) share their weights.
-    consts: Arc<Mutex<HashMap<(usize, Precision), ConstEntry>>>,
+    /// Uploaded constants by the values they hold and the precision: every
+    /// runner of a model (one per file or stream, on any lane, whichever
+    /// graph holds the weight) shares its weights.
+    consts: Arc<Mutex<HashMap<ConstKey, ConstEntry>>>,
 }
 
-type ConstEntry = (Arc<dyn Op>, Arc<DeviceBuffer>);
+/// A constant's storage, offset, shape, strides and precision.
+type ConstKey = ((usize, usize), Vec<usize>, Vec<usize>, Precision);
+
+type ConstEntry = (Tensor, Arc<DeviceBuffer>);
 
 impl GpuDevice {
     /// Opens device `ordinal`, compiles every kernel module and sets up cuBLAS;
@@ -46,9 +50,19 @@ impl GpuDevice {
     /// different lanes run concurrently, so one thread per lane can stream
     /// one file each; runners on one lane must stay on one thread.
     pub fn lane(&self) -> Result<Arc<GpuDevice>, GpuError> {
+        self.lane_tf32(self.blas.tf32)
+    }
+
+    /// A lane ([`GpuDevice::lane`]) whose f32 GEMMs use TF32 tensor cores,
+    /// and whose own lanes do too.
+    pub fn lane_with_tf32(&self) -> Result<Arc<GpuDevice>, GpuError> {
+        self.lane_tf32(true)
+    }
+
+    fn lane_tf32(&self, tf32: bool) -> Result<Arc<GpuDevice>, GpuError> {
         let ctx = self.ctx.with_new_stream()?;
         let mut blas = Blas::new(&ctx)?;
-        blas.tf32 = self.blas.tf32;
+        blas.tf32 = tf32;
         Ok(Arc::new(GpuDevice {
             ctx,
             lib: self.lib.clone(),
@@ -57,23 +71,28 @@ impl GpuDevice {
         }))
     }
 
-    /// The device copy of the constant op `op` (a `Const`) holding `value`,
-    /// uploaded on first use in `precision`'s storage dtype.
+    /// The device copy of constant `value`, uploaded on first use in
+    /// `precision`'s storage dtype.
     pub fn constant(
         &self,
-        op: &Arc<dyn Op>,
-        value: &crate::ops::Tensor,
+        value: &Tensor,
         precision: Precision,
     ) -> Result<Arc<DeviceBuffer>, GpuError> {
-        let key = (Arc::as_ptr(op) as *const () as usize, precision);
+        let key = (
+            value.storage_key(),
+            value.shape().to_vec(),
+            value.strides().to_vec(),
+            precision,
+        );
         let mut map = self.consts.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, b)) = map.get(&key) {
             return Ok(b.clone());
         }
         let dt = precision.storage(value.dtype());
         let b = Arc::new(DeviceBuffer::from_bytes(&self.ctx, &host_bytes(value, dt))?);
-        // the op is kept alive so its address is never reused by another
-        map.insert(key, (op.clone(), b.clone()));
+        // the tensor is kept alive so its storage's address is never
+        // reused by other values
+        map.insert(key, (value.clone(), b.clone()));
         Ok(b)
     }
 }

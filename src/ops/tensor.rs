@@ -185,6 +185,14 @@ impl Tensor {
         &self.strides
     }
 
+    /// Where this view's values live: its storage's address and its
+    /// offset there. Two tensors with the same key, shape and strides hold
+    /// the same values for as long as either is alive (clones of one
+    /// weight, for instance).
+    pub fn storage_key(&self) -> (usize, usize) {
+        (Arc::as_ptr(&self.storage) as usize, self.offset)
+    }
+
     pub fn rank(&self) -> usize {
         self.shape.len()
     }

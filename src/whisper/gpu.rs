@@ -201,3 +201,59 @@ impl WhisperNet<GpuRunners> {
         self.runners.step.last().map(GpuRunner::placement_counts)
     }
 }
+
+/// One node's time in a profiled pass ([`GpuWhisper::profile`]).
+#[derive(Debug, Clone)]
+pub struct NodeTime {
+    /// `encoder` or `step`.
+    pub graph: &'static str,
+    pub node: String,
+    pub op: &'static str,
+    /// GPU time between events around its launches (wall time on the CPU).
+    pub seconds: f64,
+    pub on_gpu: bool,
+}
+
+impl WhisperNet<GpuRunners> {
+    /// Where the time of an encoder pass over `window` and of a decoder
+    /// step of `batch` sequences (after a two-token prompt) goes, node by
+    /// node, launched one by one ([`GpuRunner::profile_step`]).
+    pub fn profile(&mut self, window: &[f32], batch: usize) -> Result<Vec<NodeTime>> {
+        use super::WhisperBackend;
+        use crate::ops::Tensor;
+        self.encode(&[window])?;
+        let dev = self.runners.dev.clone();
+        let mel = Tensor::from_vec(
+            vec![1, self.cfg.num_mel_bins, self.cfg.window_frames()],
+            window.to_vec(),
+        )?;
+        let mut out = Vec::new();
+        let mut keep = |graph: &'static str, g: &Graph, times: Vec<(usize, f64, bool)>| {
+            for (id, seconds, on_gpu) in times {
+                out.push(NodeTime {
+                    graph,
+                    node: g.nodes[id].name.clone(),
+                    op: g.nodes[id].op.name(),
+                    seconds,
+                    on_gpu,
+                });
+            }
+        };
+        let g = self.runners.encoder.graph.clone();
+        let r = self.runners.encoder.get(&dev, 1)?;
+        let times = r.profile_step(&[&mel])?;
+        keep("encoder", &g, times);
+        self.start(&[0])?;
+        let mut logits = Vec::new();
+        self.feed(&[50257, 50362], 2, &[1], &mut logits)?;
+        self.reorder(&vec![0; batch])?;
+        let tokens = Tensor::from_vec(vec![batch, 1], vec![1000i64; batch])?;
+        let positions = Tensor::from_vec(vec![1], vec![self.cache.len() as i64])?;
+        let g = self.runners.step.graph.clone();
+        let r = self.runners.step.get(&dev, batch)?;
+        let times = r.profile_step(&[&tokens, &positions])?;
+        keep("step", &g, times);
+        self.cache.advance(1)?;
+        Ok(out)
+    }
+}

@@ -27,6 +27,6 @@ pub use error::{WhisperConfigError, WhisperError};
 pub use folder::LoadError;
 pub use generation::GenerationConfig;
 #[cfg(feature = "cuda")]
-pub use gpu::{GpuRunners, GpuWhisper};
+pub use gpu::{GpuRunners, GpuWhisper, NodeTime};
 pub use net::{network, NetRunners, WhisperNet};
 pub use tokenizer::{SpecialTokens, Task, WhisperTokenizer};

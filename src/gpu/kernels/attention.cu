@@ -388,28 +388,105 @@ FLOAT_KERNELS(kv_self_attention,
     (q, ck, cv, out, len, n, width, dh, capacity, scale))
 
 // Attention of new row i of sequence s over the encoder frames of the
-// window it reads (seq_window[s]): one block per (head, row, sequence).
+// window it reads (seq_window[s]), split over the frames as flash decoding
+// does: a block per (head, slice of `chunk` frames, row, sequence) leaves
+// its slice's max score m, sum of exp(score - m) l and unnormalised output
+// o (dh values) in `part` ([s][i][h][slice][dh + 2]); kv_cross_combine
+// rescales the slices to the common max and divides. A step's few rows
+// then spread over hundreds of blocks instead of one per head.
 template <typename T>
-__device__ void kv_cross_attention_impl(const T* q, const T* xk, const T* xv,
-                                        const int* seq_window, T* out, int n, int width, int dh,
-                                        i64 frames, float scale) {
+__device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
+                                      const int* seq_window, float* part, int n, int width,
+                                      int dh, i64 frames, float scale, int chunk, int slices) {
     extern __shared__ float sh[];
-    const int h = blockIdx.x, i = blockIdx.y;
+    float* red = sh;
+    float* qs = sh + 32;
+    float* sc = qs + dh;
+    const int h = blockIdx.x / slices, c = blockIdx.x % slices, i = blockIdx.y;
+    const int heads = gridDim.x / slices;
     const u64 s = blockIdx.z;
     const u64 off = (u64)h * dh;
-    const u64 row = (s * n + i) * width + off;
+    const T* qrow = q + (s * n + i) * width + off;
     const u64 base = (u64)seq_window[s] * frames * width + off;
-    RowMask<T> none = {0, 0, 0, 0};
-    attend_row(q + row, xk + base, xv + base, out + row, (u64)width, (u64)width, dh, dh, (i64)0,
-               frames - 1, scale, none, sh);
+    const i64 lo = (i64)c * chunk;
+    const int keys = (int)min((i64)chunk, frames - lo);
+    float* dst = part + (((s * n + i) * heads + h) * slices + c) * (u64)(dh + 2);
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (keys <= 0) {
+        for (int col = tid; col < dh + 2; col += nt) dst[col] = col == 0 ? NEG_INF : 0.0f;
+        return;
+    }
+    for (int col = tid; col < dh; col += nt) qs[col] = ld(qrow, col);
+    __syncthreads();
+    const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    for (int j = warp; j < keys; j += nw) {
+        const T* kr = xk + base + (u64)(lo + j) * width;
+        float acc = 0.0f;
+        for (int col = lane; col < dh; col += 32) acc += qs[col] * ld(kr, col);
+        acc = warp_sum(acc);
+        if (lane == 0) sc[j] = acc * scale;
+    }
+    __syncthreads();
+    float m = NEG_INF;
+    for (int j = tid; j < keys; j += nt) m = fmaxf(m, sc[j]);
+    m = block_max(m, red);
+    float l = 0.0f;
+    for (int j = tid; j < keys; j += nt) {
+        float e = expf(sc[j] - m);
+        sc[j] = e;
+        l += e;
+    }
+    l = block_sum(l, red);  // its barriers publish sc[] too
+    for (int col = tid; col < dh; col += nt) {
+        const T* vc = xv + base + (u64)lo * width + col;
+        float a0 = 0.0f, a1 = 0.0f;
+        int j = 0;
+        for (; j + 1 < keys; j += 2) {
+            a0 += sc[j] * ld(vc, (u64)j * width);
+            a1 += sc[j + 1] * ld(vc, (u64)(j + 1) * width);
+        }
+        if (j < keys) a0 += sc[j] * ld(vc, (u64)j * width);
+        dst[2 + col] = a0 + a1;
+    }
+    if (tid == 0) {
+        dst[0] = m;
+        dst[1] = l;
+    }
 }
 
-FLOAT_KERNELS(kv_cross_attention,
-    (const float* q, const float* xk, const float* xv, const int* seq_window, float* out, int n,
-     int width, int dh, i64 frames, float scale),
-    (const bf16_t* q, const bf16_t* xk, const bf16_t* xv, const int* seq_window, bf16_t* out,
-     int n, int width, int dh, i64 frames, float scale),
-    (q, xk, xv, seq_window, out, n, width, dh, frames, scale))
+FLOAT_KERNELS(kv_cross_partial,
+    (const float* q, const float* xk, const float* xv, const int* seq_window, float* part,
+     int n, int width, int dh, i64 frames, float scale, int chunk, int slices),
+    (const bf16_t* q, const bf16_t* xk, const bf16_t* xv, const int* seq_window, float* part,
+     int n, int width, int dh, i64 frames, float scale, int chunk, int slices),
+    (q, xk, xv, seq_window, part, n, width, dh, frames, scale, chunk, slices))
+
+// The slices of kv_cross_partial joined: block (head, row, sequence), a
+// thread per output column.
+template <typename T>
+__device__ void kv_cross_combine_impl(const float* part, T* out, int n, int width, int dh,
+                                      int slices) {
+    const int h = blockIdx.x, i = blockIdx.y, heads = gridDim.x;
+    const u64 s = blockIdx.z;
+    const float* p = part + ((s * n + i) * heads + h) * (u64)slices * (dh + 2);
+    float m = NEG_INF;
+    for (int c = 0; c < slices; ++c) m = fmaxf(m, p[c * (dh + 2)]);
+    for (int col = threadIdx.x; col < dh; col += blockDim.x) {
+        float num = 0.0f, den = 0.0f;
+        for (int c = 0; c < slices; ++c) {
+            const float* pc = p + c * (dh + 2);
+            const float w = pc[0] == NEG_INF ? 0.0f : expf(pc[0] - m);
+            num += w * pc[2 + col];
+            den += w * pc[1];
+        }
+        st(out, (s * n + i) * width + (u64)h * dh + col, den > 0.0f ? num / den : 0.0f);
+    }
+}
+
+FLOAT_KERNELS(kv_cross_combine,
+    (const float* part, float* out, int n, int width, int dh, int slices),
+    (const float* part, bf16_t* out, int n, int width, int dh, int slices),
+    (part, out, n, width, dh, slices))
 
 // Beam search's reorder: sequence b of dst takes the first `rows` cached
 // rows of sequence src[b] of `from` (total = b * rows * width).
@@ -429,3 +506,30 @@ FLOAT_KERNELS(kv_gather,
     (const bf16_t* from, bf16_t* dst, const int* src, i64 rows, int width, i64 capacity,
      i64 total),
     (from, dst, src, rows, width, capacity, total))
+
+// Softmax of each row of `n` scores (f32, already scaled), written as T to
+// `p` (which may be `s` itself for f32): the weights of the GEMM form of
+// scaled dot-product attention (gpu/ops/attention_gemm.rs). One block per
+// row; formulas as attend_row's.
+template <typename T>
+__device__ void softmax_rows_impl(const float* s, T* p, i64 n) {
+    __shared__ float red[32];
+    const u64 r = blockIdx.x;
+    const float* sr = s + r * (u64)n;
+    T* pr = p + r * (u64)n;
+    float m = NEG_INF;
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, sr[j]);
+    m = block_max(m, red);
+    float sum = 0.0f;
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) sum += m == NEG_INF ? 0.0f : expf(sr[j] - m);
+    sum = block_sum(sum, red);
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
+        float e = m == NEG_INF ? 0.0f : expf(sr[j] - m);
+        st(pr, (u64)j, sum > 0.0f ? e / sum : 0.0f);
+    }
+}
+
+FLOAT_KERNELS(softmax_rows,
+    (const float* s, float* p, i64 n),
+    (const float* s, bf16_t* p, i64 n),
+    (s, p, n))

@@ -1,9 +1,11 @@
 //! Attention (`kernels/attention.cu`): LimitedAttention, its pulsed form and
 //! scaled dot-product attention, each one fused kernel with a block per
-//! (query row, head or batch) and the row's scores in shared memory.
+//! (query row, head or batch) and the row's scores in shared memory; long
+//! unmasked rows of the last as GEMMs instead (`attention_gemm.rs`).
 
 use cudarc::driver::CudaFunction;
 
+use super::attention_gemm::{Geometry, SdpaGemm};
 use crate::gpu::op::{
     expect_io, int, launch, long, max_threads_per_block, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx,
     MAX_SHARED,
@@ -509,7 +511,6 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
             o[pad + a] = long("stride", v)?;
         }
     }
-    let shared = shared_bytes(what, d, tk)?;
     let scale = op.scale.unwrap_or(1.0 / (d as f32).sqrt());
     if !scale.is_finite() {
         return Err(GpuError::refused(
@@ -517,6 +518,27 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
             format!("scale {scale} is not finite"),
         ));
     }
+    if mask_kind == 0 && dims.len() <= 1 {
+        // one stride per operand: long rows go to the GEMM form
+        let per = |o: usize| strides[o].last().copied().unwrap_or(0);
+        let g = Geometry {
+            dtype: dt,
+            batch: n_batch,
+            tq,
+            tk,
+            d,
+            dv,
+            stride_q: per(0) * tq * d,
+            stride_k: per(1) * tk * d,
+            stride_v: per(2) * tk * dv,
+            scale,
+        };
+        let softmax = cx.lib.function("attention", &format!("softmax_rows_{suffix}"))?;
+        if let Some(op) = SdpaGemm::new(g, softmax) {
+            return Ok(Box::new(op));
+        }
+    }
+    let shared = shared_bytes(what, d, tk)?;
     let tq_i = int("query rows", tq)?;
     Ok(Box::new(SdpaGpu {
         f: cx.lib.function("attention", &format!("sdpa_{suffix}"))?,

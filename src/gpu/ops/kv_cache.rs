@@ -332,41 +332,85 @@ struct CrossGpu {
     heads: usize,
     b: usize,
     n: usize,
-    f: CudaFunction,
+    partial: CudaFunction,
+    combine: CudaFunction,
+}
+
+/// Encoder frames per block of the cross-attention's first kernel: small
+/// enough that a step's few rows fill the GPU (1,500 frames: 24 slices per
+/// head), large enough that the join stays cheap.
+const CROSS_CHUNK: usize = 64;
+
+impl CrossGpu {
+    /// (frames per slice, slices).
+    fn slices(&self) -> (usize, usize) {
+        let frames = self.kv.shape.frames.max(1);
+        let slices = frames.div_ceil(CROSS_CHUNK);
+        (frames.div_ceil(slices), slices)
+    }
 }
 
 impl GpuOp for CrossGpu {
     fn describe(&self) -> String {
         format!(
-            "kv_cross_attention (layer {}, {} heads, {} x {} rows)",
-            self.layer, self.heads, self.b, self.n
+            "kv_cross_attention (layer {}, {} heads, {} x {} rows, {} slices of frames)",
+            self.layer,
+            self.heads,
+            self.b,
+            self.n,
+            self.slices().1
         )
+    }
+
+    fn scratch_bytes(&self) -> usize {
+        let dh = self.kv.shape.width / self.heads;
+        self.b * self.n * self.heads * self.slices().1 * (dh + 2) * 4
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
         expect_io("kv_cross_attention", io, 1, 1)?;
         let s = &self.kv.shape;
         let dh = s.width / self.heads;
-        let shared = ((32 + dh + s.frames) * 4) as u32;
+        let (chunk, slices) = self.slices();
+        let rows = (self.n as u32, self.b as u32);
         launch(
             cx,
-            &self.f,
+            &self.partial,
             Grid {
-                grid: (self.heads as u32, self.n as u32, self.b as u32),
+                grid: ((self.heads * slices) as u32, rows.0, rows.1),
                 block: (THREADS, 1, 1),
-                shared_bytes: shared,
+                shared_bytes: ((32 + dh + chunk) * 4) as u32,
             },
             &[
                 Arg::Ptr(io.ins[0].ptr),
                 Arg::Ptr(self.kv.cross_k[self.layer].ptr()),
                 Arg::Ptr(self.kv.cross_v[self.layer].ptr()),
                 Arg::Ptr(self.kv.seq_window.ptr()),
-                Arg::Ptr(io.outs[0].ptr),
+                Arg::Ptr(io.scratch),
                 Arg::I32(self.n as i32),
                 Arg::I32(s.width as i32),
                 Arg::I32(dh as i32),
                 Arg::I64(s.frames as i64),
                 Arg::F32(1.0 / (dh as f32).sqrt()),
+                Arg::I32(chunk as i32),
+                Arg::I32(slices as i32),
+            ],
+        )?;
+        launch(
+            cx,
+            &self.combine,
+            Grid {
+                grid: (self.heads as u32, rows.0, rows.1),
+                block: ((dh as u32).next_multiple_of(32).min(1024), 1, 1),
+                shared_bytes: 0,
+            },
+            &[
+                Arg::Ptr(io.scratch),
+                Arg::Ptr(io.outs[0].ptr),
+                Arg::I32(self.n as i32),
+                Arg::I32(s.width as i32),
+                Arg::I32(dh as i32),
+                Arg::I32(slices as i32),
             ],
         )
     }
@@ -448,9 +492,12 @@ fn build_cross(op: &CrossAttention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuE
     let (kv, b, n) = build_common(&op.cache, op.layer, op.heads, cx, what)?;
     let sfx = float_suffix(kv.dtype)?;
     Ok(Box::new(CrossGpu {
-        f: cx
+        partial: cx
             .lib
-            .function("attention", &format!("kv_cross_attention_{sfx}"))?,
+            .function("attention", &format!("kv_cross_partial_{sfx}"))?,
+        combine: cx
+            .lib
+            .function("attention", &format!("kv_cross_combine_{sfx}"))?,
         layer: op.layer,
         heads: op.heads,
         b,

@@ -4,6 +4,7 @@
 //! type.
 
 pub mod attention;
+mod attention_gemm;
 pub mod conv;
 pub mod ctc;
 pub mod elementwise;

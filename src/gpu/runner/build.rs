@@ -101,7 +101,7 @@ fn upload_consts(
             .as_any()
             .downcast_ref::<Const>()
             .expect("placement says Const");
-        let buf = dev.constant(&node.op, &c.value, tr.precision)?;
+        let buf = dev.constant(&c.value, tr.precision)?;
         bytes += buf.bytes();
         dev_values[id][0] = Some(DevTensor {
             ptr: buf.ptr(),

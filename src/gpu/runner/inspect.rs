@@ -16,7 +16,8 @@ impl GpuRunner {
     /// events around its launches, wall time for CPU nodes (a profile).
     /// Nodes are the source graph's: a fused node's time is given to the
     /// node it replaced in place (a Linear's, with its fused epilogue).
-    pub fn profile_step(&mut self, inputs: &[&Tensor]) -> Result<Vec<(usize, f64)>> {
+    /// The flag says whether the node ran on the GPU.
+    pub fn profile_step(&mut self, inputs: &[&Tensor]) -> Result<Vec<(usize, f64, bool)>> {
         use cudarc::driver::sys::CUevent_flags;
         self.copy_inputs(inputs)?;
         let segments = std::mem::take(&mut self.segments);
@@ -50,7 +51,7 @@ impl GpuRunner {
                         if r.is_err() {
                             break 'all;
                         }
-                        times.push((id, t.elapsed().as_secs_f64()));
+                        times.push((id, t.elapsed().as_secs_f64(), false));
                     }
                 }
             }
@@ -61,7 +62,7 @@ impl GpuRunner {
         self.dev.ctx.synchronize()?;
         for (id, a, b) in events {
             let ms = a.elapsed_ms(&b).map_err(GpuError::from)?;
-            times.push((id, ms as f64 / 1e3));
+            times.push((id, ms as f64 / 1e3, true));
         }
         self.finish_step()?;
         for t in &mut times {
