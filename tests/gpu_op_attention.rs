@@ -262,7 +262,12 @@ fn sdpa_shapes_and_masks() {
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let g = build_for(&dev, &op, &refs, &[], Precision::F32)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(g.describe().contains("GEMMs"), gemm, "{name}: {}", g.describe());
+        assert_eq!(
+            g.describe().contains("GEMMs"),
+            gemm,
+            "{name}: {}",
+            g.describe()
+        );
         check(&dev, &format!("sdpa {name}"), &op, &[inputs], &[]);
     }
     let scaled = Attention { scale: Some(0.05) };

@@ -172,3 +172,62 @@ fn gpu_transcripts_equal_the_cpu() {
     // rounding may change a word of the clip, a wrong kernel its text
     assert!(edit_distance(&a, &b) <= 1, "bf16 {bf16:?} vs f32 {f32:?}");
 }
+
+/// `pulsed compare --model whisper-*`'s library side: the encoder and the
+/// decoder steps within the f32 tolerance node by node, and a kernel made
+/// wrong (a planted fault in one decoder node from step 3 on) caught at
+/// that node and step.
+#[test]
+#[ignore]
+fn compare_pins_a_wrong_decoder_kernel() {
+    use pulsed::gpu::compare::CompareMode;
+    use pulsed::whisper::compare::{compare, WhisperCompare};
+    let Some(d) = dev() else { return };
+    let m = model();
+    let mel = CpuWhisper::new(&m).unwrap().log_mel(&clip()).unwrap();
+    let win = window(&mel, 80, mel.len() / 80);
+    let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
+    let sp = *tok.special();
+    let prompt = [sp.sot, sp.no_timestamps];
+    let what = |options: GpuRunnerOptions| WhisperCompare {
+        window: &win,
+        prompt: &prompt,
+        steps: 12,
+        end_of_text: sp.eot,
+        options,
+        tolerance: 1e-4,
+        mode: CompareMode::Cumulative,
+    };
+    let c = compare(&m, d.clone(), &what(GpuRunnerOptions::new(Precision::F32))).unwrap();
+    for (part, cmp) in [("encoder", &c.encoder), ("decoder", &c.decoder)] {
+        let w = cmp.worst().expect("nodes compared");
+        eprintln!(
+            "{part}: {} nodes over {} steps, worst {} rel {:e}",
+            cmp.nodes.len(),
+            cmp.chunks,
+            w.name,
+            w.max_rel
+        );
+        assert!(
+            cmp.failures().is_empty(),
+            "{part}: {:?}",
+            cmp.failures().first()
+        );
+    }
+    assert!(c.tokens.len() > prompt.len() + 3, "{:?}", c.tokens);
+    let target = "model.decoder.layers.1.fc1";
+    let mut faulty = GpuRunnerOptions::new(Precision::F32);
+    faulty.translate.wrap =
+        Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
+    let c = compare(&m, d, &what(faulty)).unwrap();
+    assert!(c.encoder.failures().is_empty());
+    let bad = c.decoder.failures();
+    let first = bad.first().expect("the fault is caught");
+    assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
+    // the fault's node, or the node a fusion made of it
+    assert!(
+        first.name.starts_with("model.decoder.layers.1."),
+        "{}",
+        first.name
+    );
+}

@@ -144,7 +144,8 @@ fn whisper_gpu_detail(
         // self-attention rows at mid-run (12 of the 22 positions), and the
         // one window beams share or a window per sequence (batched files)
         let self_kv = batch as f64 * layers * 2.0 * f32s(12 * c.d_model);
-        let floor = |windows: f64| (weights + self_kv + windows * cross_window) / H100_COPY_BYTES_PER_S;
+        let floor =
+            |windows: f64| (weights + self_kv + windows * cross_window) / H100_COPY_BYTES_PER_S;
         println!(
             "    {batch:>2} sequences: captured {cap:7.3} ms, eager {eag:7.3} ms; floor {:.1} us \
              (one window), {:.1} us (a window each)",
@@ -154,39 +155,54 @@ fn whisper_gpu_detail(
     }
     for batch in [1usize, 32] {
         let times = nets[1].profile(window, batch).map_err(e)?;
-        for graph in ["encoder", "step"] {
-            if graph == "encoder" && batch != 1 {
-                continue;
-            }
-            let mine: Vec<_> = times.iter().filter(|t| t.graph == graph).collect();
-            let mut by_kind: std::collections::BTreeMap<(&str, bool), (f64, usize)> =
-                Default::default();
-            for t in &mine {
-                let k = by_kind.entry((t.op, t.on_gpu)).or_default();
-                k.0 += t.seconds;
-                k.1 += 1;
-            }
-            let total: f64 = mine.iter().map(|t| t.seconds).sum();
-            let mut v: Vec<_> = by_kind.into_iter().collect();
-            v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-            let what = if graph == "step" {
-                format!("decoder step, {batch} sequences")
-            } else {
-                "encoder, one window".into()
-            };
-            println!("  cuda F32 profile, {what} (eager, node by node; {:.3} ms in all):", total * 1e3);
-            for ((kind, gpu), (t, n)) in v.iter().take(10) {
-                let place = if *gpu { "gpu" } else { "cpu" };
-                println!("    {kind:<24} {place} {n:>4} nodes {:>9.3} ms", t * 1e3);
-            }
-            let mut slow = mine.clone();
-            slow.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
-            for t in slow.iter().take(4) {
-                println!("    slowest: {:<36} {:<20} {:>9.1} us", t.node, t.op, t.seconds * 1e6);
-            }
+        if batch == 1 {
+            print_profile("cuda F32 profile, encoder, one window", &times, "encoder");
         }
+        let what = format!("cuda F32 profile, decoder step, {batch} sequences");
+        print_profile(&what, &times, "step");
     }
+    let bf16 = GpuRunnerOptions {
+        launches: Launches::Eager,
+        ..GpuRunnerOptions::new(Precision::Bf16)
+    };
+    let times = GpuWhisper::on_gpu(model, dev, &bf16)
+        .and_then(|mut n| n.profile(window, 1))
+        .map_err(e)?;
+    print_profile("cuda Bf16 profile, encoder, one window", &times, "encoder");
     Ok(())
+}
+
+/// The `graph` part of a profile, by op kind, then its slowest nodes.
+#[cfg(feature = "cuda")]
+fn print_profile(what: &str, times: &[pulsed::whisper::NodeTime], graph: &str) {
+    let mine: Vec<_> = times.iter().filter(|t| t.graph == graph).collect();
+    let mut by_kind: std::collections::BTreeMap<(&str, bool), (f64, usize)> = Default::default();
+    for t in &mine {
+        let k = by_kind.entry((t.op, t.on_gpu)).or_default();
+        k.0 += t.seconds;
+        k.1 += 1;
+    }
+    let total: f64 = mine.iter().map(|t| t.seconds).sum();
+    let mut v: Vec<_> = by_kind.into_iter().collect();
+    v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    println!(
+        "  {what} (eager, node by node; {:.3} ms in all):",
+        total * 1e3
+    );
+    for ((kind, gpu), (t, n)) in v.iter().take(10) {
+        let place = if *gpu { "gpu" } else { "cpu" };
+        println!("    {kind:<24} {place} {n:>4} nodes {:>9.3} ms", t * 1e3);
+    }
+    let mut slow = mine.clone();
+    slow.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    for t in slow.iter().take(4) {
+        println!(
+            "    slowest: {:<36} {:<20} {:>9.1} us",
+            t.node,
+            t.op,
+            t.seconds * 1e6
+        );
+    }
 }
 
 /// Times `w`'s front end, encoder and decoder steps on `audio` (medians of

@@ -40,6 +40,10 @@ pub struct Args {
     /// Draw the error of every node across chunks into this SVG file.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Whisper: decoder steps compared after the prompt (fed the CPU's
+    /// greedy tokens; fewer when the text ends).
+    #[arg(long, default_value_t = 24)]
+    steps: usize,
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -49,6 +53,9 @@ pub fn run(_: Args) -> Result<ExitCode, String> {
 
 #[cfg(feature = "cuda")]
 pub fn run(a: Args) -> Result<ExitCode, String> {
+    if super::whisper::is_whisper(a.model.as_deref()) {
+        return whisper(&a);
+    }
     use pulsed::gpu::compare::{compare_steps_with, svg, CompareMode, Reference};
     use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Precision as P};
     use pulsed::models::conformer::{Head, Taps};
@@ -181,5 +188,146 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    })
+}
+
+/// `--model whisper-*`: the encoder over the file's first window, then
+/// `--steps` decoder steps fed the CPU's greedy tokens, CPU against GPU.
+#[cfg(feature = "cuda")]
+fn whisper(a: &Args) -> Result<ExitCode, String> {
+    use pulsed::gpu::compare::{CompareMode, Comparison};
+    use pulsed::gpu::{GpuDevice, Precision as P};
+    use pulsed::whisper::compare::{compare, WhisperCompare};
+    use pulsed::whisper::features::FeatureStream;
+    use pulsed::whisper::{Task, WhisperModel, WhisperTokenizer};
+
+    if a.save.is_some() || a.reference.is_some() || a.plot.is_some() {
+        return Err("--save, --reference and --plot are for pulsed models, not Whisper".into());
+    }
+    let e = |e: pulsed::Error| e.to_string();
+    let spec = a
+        .model
+        .as_deref()
+        .and_then(|m| m.to_str())
+        .unwrap_or_default();
+    let model = WhisperModel::open(spec).map_err(e)?;
+    let tok = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json"))
+        .map_err(|e| e.to_string())?;
+    let device = GpuDevice::shared().map_err(|e| format!("no usable GPU: {e}"))?;
+    let file = a.file.clone().unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/whisper/librivox_dev00.wav"
+        ))
+    });
+    let audio = pulsed::audio::load_wav(&file, 16_000).map_err(|e| e.to_string())?;
+    let cfg = &model.config;
+    let mut fs = FeatureStream::new(cfg.num_mel_bins).map_err(e)?;
+    fs.push(&audio.samples).map_err(e)?;
+    let mel = fs.finish().map_err(e)?;
+    // the first 30 s window, zero-padded, as decoding gives the encoder
+    let (m, wf) = (cfg.num_mel_bins, cfg.window_frames());
+    let frames = mel.len() / m;
+    let keep = frames.saturating_sub(1).min(wf);
+    let mut window = vec![0f32; m * wf];
+    for k in 0..m {
+        window[k * wf..k * wf + keep].copy_from_slice(&mel[k * frames..k * frames + keep]);
+    }
+    let sp = *tok.special();
+    let multilingual = cfg.vocab_size >= 51865;
+    let mut prompt = tok
+        .sot_sequence(multilingual, "en", Task::Transcribe)
+        .map_err(|e| e.to_string())?;
+    prompt.push(sp.no_timestamps);
+    let p = match a.precision {
+        Precision::F32 => P::F32,
+        Precision::Bf16 => P::Bf16,
+    };
+    let tol = a.tolerance.unwrap_or(match p {
+        P::F32 => 1e-4,
+        P::Bf16 => 5e-2,
+    });
+    let mode = if a.reseed {
+        CompareMode::Reseeded
+    } else {
+        CompareMode::Cumulative
+    };
+    let what = WhisperCompare {
+        window: &window,
+        prompt: &prompt,
+        steps: a.steps,
+        end_of_text: sp.eot,
+        options: pulsed::gpu::GpuRunnerOptions::new(p),
+        tolerance: tol,
+        mode,
+    };
+    let c = compare(&model, device, &what).map_err(e)?;
+    let mut out = String::new();
+    let text = tok.decode(&c.tokens[prompt.len()..]).unwrap_or_default();
+    let parts: [(&str, &Comparison); 2] = [("encoder", &c.encoder), ("decoder", &c.decoder)];
+    let mut failed = false;
+    for (part, cmp) in parts {
+        let bad = cmp.failures();
+        failed |= !bad.is_empty();
+        let worst = cmp.worst();
+        if a.json {
+            for n in &cmp.nodes {
+                let v = serde_json::json!({
+                    "graph": part, "node": n.name, "op": n.op, "max_abs": n.max_abs,
+                    "max_rel": n.max_rel, "beyond_share": n.beyond as f64 / n.total.max(1) as f64,
+                    "first_bad_step": n.first_bad.map(|f| f.0),
+                });
+                out.push_str(&format!("{v}\n"));
+            }
+            let v = serde_json::json!({
+                "summary": true, "graph": part, "mode": format!("{mode:?}"),
+                "precision": format!("{p:?}"), "steps": cmp.chunks, "nodes": cmp.nodes.len(),
+                "tolerance": tol, "nodes_beyond": bad.len(),
+                "first_bad": bad.first().map(|n| &n.name),
+                "worst": worst.map(|n| &n.name), "worst_rel": worst.map(|n| n.max_rel),
+            });
+            out.push_str(&format!("{v}\n"));
+            continue;
+        }
+        let mut by_err: Vec<_> = cmp.nodes.iter().collect();
+        by_err.sort_by(|a, b| b.max_rel.total_cmp(&a.max_rel));
+        for n in by_err.iter().take(5) {
+            out.push_str(&format!(
+                "  {part} {:<40} {:<20} max abs {:>9.3e} rel {:>9.3e}\n",
+                n.name, n.op, n.max_abs, n.max_rel
+            ));
+        }
+        out.push_str(&format!(
+            "{part} ({mode:?} {p:?}): {} steps, {} nodes, tolerance {tol:e}: {}\n",
+            cmp.chunks,
+            cmp.nodes.len(),
+            match bad.first() {
+                None => format!(
+                    "all within; worst {} rel {:.3e}",
+                    worst.map_or("-", |n| &n.name),
+                    worst.map_or(0.0, |n| n.max_rel)
+                ),
+                Some(n) => format!(
+                    "{} nodes beyond, first {} ({}) at step {}",
+                    bad.len(),
+                    n.name,
+                    n.op,
+                    n.first_bad.map_or(0, |f| f.0)
+                ),
+            }
+        ));
+    }
+    if !a.json {
+        let (g, cpu) = c.step_placement;
+        out.push_str(&format!(
+            "decoder fed {} tokens ({g} step nodes on the GPU, {cpu} on the CPU): {text:?}\n",
+            c.tokens.len()
+        ));
+    }
+    super::print_all(&out)?;
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     })
 }

@@ -9,9 +9,10 @@
 //! and residual add, with the Add's), and reseeded with it; the values in
 //! between exist only on the CPU and are skipped.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::graph::{OutletId, StepRunner};
+use crate::graph::{Graph, OutletId, StepRunner};
 use crate::ops::{Const, Tensor};
 use crate::pulse::{PulsedModel, StreamingSession};
 use crate::Result;
@@ -201,8 +202,7 @@ pub fn compare_steps_with(
     StepRunner::reset(gpu);
     let stream = model.input_stream()?;
     let pulse = stream.pulse;
-    let mut nodes: Vec<NodeDiff> = Vec::new();
-    let mut index = std::collections::HashMap::new();
+    let mut cmp = Comparer::new(g, tolerance, mode);
     let mut x = Tensor::zeros(crate::ops::DType::F32, &[pulse]);
     let chunks = samples.len().div_ceil(pulse) + tail;
     for chunk in 0..chunks {
@@ -215,11 +215,65 @@ pub fn compare_steps_with(
             cpu.set_stream_len(Some(samples.len() as i64));
             StepRunner::set_stream_len(gpu, Some(samples.len() as i64));
         }
-        cpu.step(&[&x])?;
-        let got: Vec<(OutletId, Tensor)> = match mode {
-            CompareMode::Reseeded => gpu.step_reseeded(&[&x], &cpu)?,
+        cmp.step_with(&mut cpu, gpu, &[&x], reference, record.as_deref_mut())?;
+    }
+    Ok(cmp.finish())
+}
+
+/// Node-by-node comparison of one graph run step by step on the CPU
+/// runner and on a GPU runner made for the same graph (or one built the
+/// same way, so node ids match) with `keep_values`.
+pub struct Comparer<'g> {
+    g: &'g Graph,
+    mode: CompareMode,
+    tolerance: f32,
+    nodes: Vec<NodeDiff>,
+    index: HashMap<OutletId, usize>,
+    steps: u64,
+}
+
+impl<'g> Comparer<'g> {
+    /// `tolerance` is relative to each step's largest CPU magnitude (at
+    /// least 1).
+    pub fn new(g: &'g Graph, tolerance: f32, mode: CompareMode) -> Comparer<'g> {
+        Comparer {
+            g,
+            mode,
+            tolerance,
+            nodes: Vec::new(),
+            index: HashMap::new(),
+            steps: 0,
+        }
+    }
+
+    /// Runs one step of `inputs` on `cpu`, then on `gpu`, and compares
+    /// every node the GPU kept.
+    pub fn step(
+        &mut self,
+        cpu: &mut crate::graph::Runner,
+        gpu: &mut super::GpuRunner,
+        inputs: &[&Tensor],
+    ) -> Result<()> {
+        self.step_with(cpu, gpu, inputs, None, None)
+    }
+
+    /// [`Comparer::step`], comparing the GPU with a saved `reference`
+    /// instead of the live CPU when given, and recording the CPU's values
+    /// into `record` when given.
+    pub fn step_with(
+        &mut self,
+        cpu: &mut crate::graph::Runner,
+        gpu: &mut super::GpuRunner,
+        inputs: &[&Tensor],
+        reference: Option<&Reference>,
+        mut record: Option<&mut Reference>,
+    ) -> Result<()> {
+        let (g, chunk) = (self.g, self.steps);
+        cpu.step(inputs)?;
+        let got: Vec<(OutletId, Tensor)> = match self.mode {
+            CompareMode::Reseeded => gpu.step_reseeded(inputs, cpu)?,
             CompareMode::Cumulative => {
-                StepRunner::step(gpu, &[&x])?;
+                StepRunner::step(gpu, inputs)?;
                 g.nodes
                     .iter()
                     .enumerate()
@@ -233,19 +287,20 @@ pub fn compare_steps_with(
             let Some(c) = cpu.value(o) else { continue };
             let name = g.outlet_name(o);
             if let Some(rec) = record.as_deref_mut() {
-                rec.insert(&name, chunk as u64, c.clone());
+                rec.insert(&name, chunk, c.clone());
             }
             let c = match reference {
-                Some(r) => match r.get(&name, chunk as u64) {
+                Some(r) => match r.get(&name, chunk) {
                     Some(t) => t.clone(),
                     None => continue,
                 },
                 None => c.clone(),
             };
-            let k = *index.entry(o).or_insert_with(|| {
+            let nodes = &mut self.nodes;
+            let k = *self.index.entry(o).or_insert_with(|| {
                 nodes.push(NodeDiff {
                     node: o.node,
-                    name: g.outlet_name(o),
+                    name,
                     op: g.nodes[o.node].op.name(),
                     max_abs: 0.0,
                     max_rel: 0.0,
@@ -256,14 +311,20 @@ pub fn compare_steps_with(
                 });
                 nodes.len() - 1
             });
-            diff_into(&mut nodes[k], &c, &v, chunk as u64, tolerance);
+            diff_into(&mut nodes[k], &c, &v, chunk, self.tolerance);
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    /// Every node's comparison over the steps run.
+    pub fn finish(self) -> Comparison {
+        Comparison {
+            nodes: self.nodes,
+            chunks: self.steps,
+            tolerance: self.tolerance,
         }
     }
-    Ok(Comparison {
-        nodes,
-        chunks: chunks as u64,
-        tolerance,
-    })
 }
 
 /// Per-node, per-chunk outputs saved for regression tracking: a safetensors

@@ -4,6 +4,8 @@
 //! reference (openai/whisper, faster-whisper) rule for rule.
 
 mod backend;
+#[cfg(feature = "cuda")]
+pub mod compare;
 mod config;
 mod cpu;
 pub mod decode;

@@ -533,7 +533,9 @@ fn build_sdpa(op: &Attention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> 
             stride_v: per(2) * tk * dv,
             scale,
         };
-        let softmax = cx.lib.function("attention", &format!("softmax_rows_{suffix}"))?;
+        let softmax = cx
+            .lib
+            .function("attention", &format!("softmax_rows_{suffix}"))?;
         if let Some(op) = SdpaGemm::new(g, softmax) {
             return Ok(Box::new(op));
         }

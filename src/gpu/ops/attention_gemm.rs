@@ -161,8 +161,14 @@ mod tests {
 
     #[test]
     fn scratch_holds_f32_scores_and_bf16_weights_beside_them() {
-        assert_eq!(scratch(&geometry(1500, 1500, DType::F32)), Some(6 * 1500 * 1500 * 4));
-        assert_eq!(scratch(&geometry(1500, 1500, DType::BF16)), Some(6 * 1500 * 1500 * 6));
+        assert_eq!(
+            scratch(&geometry(1500, 1500, DType::F32)),
+            Some(6 * 1500 * 1500 * 4)
+        );
+        assert_eq!(
+            scratch(&geometry(1500, 1500, DType::BF16)),
+            Some(6 * 1500 * 1500 * 6)
+        );
         let huge = Geometry {
             batch: usize::MAX / 2,
             ..geometry(1500, 1500, DType::F32)

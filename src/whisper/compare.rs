@@ -1,0 +1,140 @@
+//! Whisper on the CPU and on the GPU side by side, node by node: the
+//! encoder over one window, then decoder steps fed the CPU's own greedy
+//! tokens (`pulsed compare --model whisper-*`).
+//!
+//! The two decoders need caches of their own (the GPU's is mirrored on the
+//! device, and host ops refuse a mirrored cache), so each side builds its
+//! step graph over its cache; the graphs are built the same way, so their
+//! node ids match. Both caches take the CPU encoder's keys and values, so
+//! the decoder comparison starts from the same window.
+
+use std::sync::Arc;
+
+use super::graphs::{self, DecoderShape};
+use super::WhisperModel;
+use crate::gpu::compare::{CompareMode, Comparer, Comparison};
+use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
+use crate::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
+use crate::graph::Runner;
+use crate::ops::kv_cache::KvCache;
+use crate::ops::{DType, Tensor};
+use crate::Result;
+
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct WhisperCompare<'a> {
+    /// One encoder window, `[n_mels, window_frames]` row-major.
+    pub window: &'a [f32],
+    /// The prompt the decoder starts from (`<|startoftranscript|>` ...).
+    pub prompt: &'a [u32],
+    /// Decoder steps after the prompt at most (fewer when the CPU's greedy
+    /// choice ends the text).
+    pub steps: usize,
+    pub end_of_text: u32,
+    /// The GPU runners' options (precision, a fault hook in tests); they
+    /// run eagerly and keep every value whatever is asked.
+    pub options: GpuRunnerOptions,
+    pub tolerance: f32,
+    pub mode: CompareMode,
+}
+
+/// The encoder's and the decoder steps' comparisons, and where the step's
+/// nodes ran (GPU, CPU).
+#[derive(Debug, Clone)]
+pub struct WhisperComparison {
+    pub encoder: Comparison,
+    pub decoder: Comparison,
+    /// The tokens fed, prompt included.
+    pub tokens: Vec<u32>,
+    pub step_placement: (usize, usize),
+}
+
+/// Runs `what` on the CPU and on `dev` and compares every node.
+pub fn compare(
+    model: &WhisperModel,
+    dev: Arc<GpuDevice>,
+    what: &WhisperCompare,
+) -> Result<WhisperComparison> {
+    let (cfg, w) = (&model.config, &model.f32_weights);
+    let opts = GpuRunnerOptions {
+        launches: Launches::Eager,
+        keep_values: true,
+        ..what.options.clone()
+    };
+    let mel = Tensor::from_vec(
+        vec![1, cfg.num_mel_bins, cfg.window_frames()],
+        what.window.to_vec(),
+    )?;
+    let enc = Arc::new(graphs::encoder(cfg, w)?);
+    let mut cpu = Runner::new(enc.clone())?;
+    let mut gpu = GpuRunner::new(dev.clone(), enc.clone(), Some(1), &opts)?;
+    let mut cmp = Comparer::new(&enc, what.tolerance, what.mode);
+    cmp.step(&mut cpu, &mut gpu, &[&mel])?;
+    let encoder = cmp.finish();
+
+    let host = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+    let mirrored = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+    let shape = DeviceKvShape {
+        layers: cfg.decoder_layers,
+        width: cfg.d_model,
+        capacity: cfg.max_target_positions,
+        sequences: 1,
+        windows: 1,
+        frames: cfg.max_source_positions,
+    };
+    let dtype = opts.translate.precision.storage(DType::F32);
+    DeviceKvCache::attach(&mirrored, dev.clone(), shape, dtype)?;
+    for l in 0..cfg.decoder_layers {
+        let (k, v) = (cpu.output(1 + 2 * l), cpu.output(2 + 2 * l));
+        host.set_cross(l, k, v)?;
+        mirrored.set_cross(l, k, v)?;
+    }
+    host.start(&[0])?;
+    mirrored.start(&[0])?;
+    let on_cpu = Arc::new(graphs::decoder_with_logits(
+        cfg,
+        w,
+        &host,
+        DecoderShape::Step,
+    )?);
+    let on_gpu = graphs::decoder_with_logits(cfg, w, &mirrored, DecoderShape::Step)?;
+    let mut cpu = Runner::new(on_cpu.clone())?;
+    let mut gpu = GpuRunner::new(dev, on_gpu, Some(1), &opts)?;
+    let mut cmp = Comparer::new(&on_cpu, what.tolerance, what.mode);
+    let mut tokens = what.prompt.to_vec();
+    let limit = (what.prompt.len() + what.steps).min(cfg.max_target_positions);
+    let mut i = 0;
+    while i < tokens.len() && i < limit {
+        let ids = Tensor::from_vec(vec![1, 1], vec![tokens[i] as i64])?;
+        let positions = Tensor::from_vec(vec![1], vec![i as i64])?;
+        cmp.step(&mut cpu, &mut gpu, &[&ids, &positions])?;
+        host.advance(1)?;
+        mirrored.advance(1)?;
+        if i + 1 == tokens.len() && tokens.len() < limit {
+            let logits = cpu.output(1).to_f32_vec();
+            let next = argmax(&logits);
+            if next == what.end_of_text {
+                break;
+            }
+            tokens.push(next);
+        }
+        i += 1;
+    }
+    Ok(WhisperComparison {
+        encoder,
+        decoder: cmp.finish(),
+        tokens,
+        step_placement: gpu.placement_counts(),
+    })
+}
+
+/// The likeliest token (the lowest id on ties).
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0 as u32
+}
