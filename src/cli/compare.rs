@@ -167,20 +167,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             "{mode:?} {p:?}: {} chunks, {} nodes ({gpu_nodes} on the GPU, {cpu_nodes} on the CPU), tolerance {tol:e}: {}\n",
             c.chunks,
             c.nodes.len(),
-            match bad.first() {
-                None => format!(
-                    "all within; worst {} rel {:.3e}",
-                    worst.map_or("-", |n| &n.name),
-                    worst.map_or(0.0, |n| n.max_rel)
-                ),
-                Some(n) => format!(
-                    "{} nodes beyond, first {} ({}) at chunk {}",
-                    bad.len(),
-                    n.name,
-                    n.op,
-                    n.first_bad.map_or(0, |f| f.0)
-                ),
-            }
+            verdict(&c, "chunk")
         ));
     }
     super::print_all(&out)?;
@@ -301,20 +288,7 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
             "{part} ({mode:?} {p:?}): {} steps, {} nodes, tolerance {tol:e}: {}\n",
             cmp.chunks,
             cmp.nodes.len(),
-            match bad.first() {
-                None => format!(
-                    "all within; worst {} rel {:.3e}",
-                    worst.map_or("-", |n| &n.name),
-                    worst.map_or(0.0, |n| n.max_rel)
-                ),
-                Some(n) => format!(
-                    "{} nodes beyond, first {} ({}) at step {}",
-                    bad.len(),
-                    n.name,
-                    n.op,
-                    n.first_bad.map_or(0, |f| f.0)
-                ),
-            }
+            verdict(cmp, "step")
         ));
     }
     if !a.json {
@@ -330,4 +304,24 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// "all within; worst ..." or "N nodes beyond, first ... at `unit` K".
+#[cfg(feature = "cuda")]
+fn verdict(c: &pulsed::gpu::compare::Comparison, unit: &str) -> String {
+    let worst = c.worst();
+    match c.failures().first() {
+        None => format!(
+            "all within; worst {} rel {:.3e}",
+            worst.map_or("-", |n| &n.name),
+            worst.map_or(0.0, |n| n.max_rel)
+        ),
+        Some(n) => format!(
+            "{} nodes beyond, first {} ({}) at {unit} {}",
+            c.failures().len(),
+            n.name,
+            n.op,
+            n.first_bad.map_or(0, |f| f.0)
+        ),
+    }
 }
