@@ -46,6 +46,33 @@ pub struct Args {
     steps: usize,
 }
 
+#[cfg(feature = "cuda")]
+impl Args {
+    /// The GPU precision, the tolerance (its default per precision) and
+    /// the mode asked for.
+    fn settings(
+        &self,
+    ) -> (
+        pulsed::gpu::Precision,
+        f32,
+        pulsed::gpu::compare::CompareMode,
+    ) {
+        use pulsed::gpu::compare::CompareMode;
+        use pulsed::gpu::Precision as P;
+        let p = self.precision.gpu();
+        let tol = self.tolerance.unwrap_or(match p {
+            P::F32 => 1e-4,
+            P::Bf16 => 5e-2,
+        });
+        let mode = if self.reseed {
+            CompareMode::Reseeded
+        } else {
+            CompareMode::Cumulative
+        };
+        (p, tol, mode)
+    }
+}
+
 #[cfg(not(feature = "cuda"))]
 pub fn run(_: Args) -> Result<ExitCode, String> {
     Err("compare needs the CUDA backend (this build has no `cuda` feature)".into())
@@ -56,8 +83,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if super::whisper::is_whisper(a.model.as_deref()) {
         return whisper(&a);
     }
-    use pulsed::gpu::compare::{compare_steps_with, svg, CompareMode, Reference};
-    use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Precision as P};
+    let (p, tol, mode) = a.settings();
+    use pulsed::gpu::compare::{compare_steps_with, svg, Reference};
+    use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions};
     use pulsed::models::conformer::{Head, Taps};
     use pulsed::models::ModelDir;
 
@@ -79,24 +107,11 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         })
         .map_err(|e| e.to_string())?;
     let pulsed = pulsed::pulse::pulsify(&graph, a.pulse).map_err(|e| e.to_string())?;
-    let p = match a.precision {
-        Precision::F32 => P::F32,
-        Precision::Bf16 => P::Bf16,
-    };
     let mut opts = GpuRunnerOptions::new(p);
     opts.keep_values = true;
     opts.launches = pulsed::gpu::Launches::Eager;
     let mut gpu =
         GpuRunner::new(device, pulsed.graph.clone(), None, &opts).map_err(|e| e.to_string())?;
-    let tol = a.tolerance.unwrap_or(match p {
-        P::F32 => 1e-4,
-        P::Bf16 => 5e-2,
-    });
-    let mode = if a.reseed {
-        CompareMode::Reseeded
-    } else {
-        CompareMode::Cumulative
-    };
     let reference = match &a.reference {
         Some(p) => Some(Reference::load(p).map_err(|e| e.to_string())?),
         None => None,
@@ -182,11 +197,11 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 /// `--steps` decoder steps fed the CPU's greedy tokens, CPU against GPU.
 #[cfg(feature = "cuda")]
 fn whisper(a: &Args) -> Result<ExitCode, String> {
-    use pulsed::gpu::compare::{CompareMode, Comparison};
-    use pulsed::gpu::{GpuDevice, Precision as P};
+    use pulsed::gpu::compare::Comparison;
+    use pulsed::gpu::GpuDevice;
     use pulsed::whisper::compare::{compare, WhisperCompare};
     use pulsed::whisper::features::FeatureStream;
-    use pulsed::whisper::{Task, WhisperModel, WhisperTokenizer};
+    use pulsed::whisper::{GenerationConfig, Task, WhisperModel, WhisperTokenizer};
 
     if a.save.is_some() || a.reference.is_some() || a.plot.is_some() {
         return Err("--save, --reference and --plot are for pulsed models, not Whisper".into());
@@ -221,24 +236,13 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         window[k * wf..k * wf + keep].copy_from_slice(&mel[k * frames..k * frames + keep]);
     }
     let sp = *tok.special();
-    let multilingual = cfg.vocab_size >= 51865;
+    let gen = GenerationConfig::load(&model.dir).map_err(|e| e.to_string())?;
+    let multilingual = gen.is_multilingual;
     let mut prompt = tok
         .sot_sequence(multilingual, "en", Task::Transcribe)
         .map_err(|e| e.to_string())?;
     prompt.push(sp.no_timestamps);
-    let p = match a.precision {
-        Precision::F32 => P::F32,
-        Precision::Bf16 => P::Bf16,
-    };
-    let tol = a.tolerance.unwrap_or(match p {
-        P::F32 => 1e-4,
-        P::Bf16 => 5e-2,
-    });
-    let mode = if a.reseed {
-        CompareMode::Reseeded
-    } else {
-        CompareMode::Cumulative
-    };
+    let (p, tol, mode) = a.settings();
     let what = WhisperCompare {
         window: &window,
         prompt: &prompt,

@@ -19,19 +19,26 @@ pub enum Precision {
 }
 
 #[cfg(feature = "cuda")]
+impl Precision {
+    /// The GPU runner's precision of this choice.
+    pub fn gpu(self) -> pulsed::gpu::Precision {
+        match self {
+            Precision::F32 => pulsed::gpu::Precision::F32,
+            Precision::Bf16 => pulsed::gpu::Precision::Bf16,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
 fn gpu_engine(precision: Precision, tf32: bool) -> Result<Engine, String> {
-    use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision as P};
+    use pulsed::gpu::{GpuDevice, GpuRunnerOptions};
     let mut device = GpuDevice::shared().map_err(|e| e.to_string())?;
     if tf32 {
         device = device.lane_with_tf32().map_err(|e| e.to_string())?;
     }
-    let p = match precision {
-        Precision::F32 => P::F32,
-        Precision::Bf16 => P::Bf16,
-    };
     Ok(Engine::Gpu {
         device,
-        options: GpuRunnerOptions::new(p),
+        options: GpuRunnerOptions::new(precision.gpu()),
     })
 }
 
