@@ -592,6 +592,63 @@ fn eager_launches_equal_captured() {
     report("eager", &c);
 }
 
+/// `pulsed compare --precision bf16`'s criterion on the shipped model:
+/// every node within 4x what rounding every value to bf16 costs on the CPU
+/// (at least 1e-2), in both modes; a planted fault is still pinned to its
+/// node and chunk.
+#[test]
+#[ignore]
+fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
+    use pulsed::gpu::compare::{compare_steps_with, CompareMode};
+    let Some(d) = dev() else { return };
+    let (_, model) = shipped(Head::LogProbs, 5120);
+    let a = audio();
+    for mode in [CompareMode::Cumulative, CompareMode::Reseeded] {
+        let mut bf = gpu_runner(&d, &model, Precision::Bf16, "");
+        let c =
+            compare_steps_with(&model, &mut bf, &a, 1, 1e-2, Some(4.0), mode, None, None).unwrap();
+        let w = c.worst().unwrap();
+        eprintln!(
+            "bf16 {mode:?}: {} nodes, worst {} ({}) rel {:e} allowed {:e}",
+            c.nodes.len(),
+            w.name,
+            w.op,
+            w.max_rel,
+            w.allowed
+        );
+        assert!(
+            c.failures().is_empty(),
+            "bf16 {mode:?}: {:#?}",
+            c.failures()
+        );
+    }
+    let target = "blocks.2.conv.pointwise2";
+    let mut o = GpuRunnerOptions::new(Precision::Bf16);
+    o.translate.force_cpu = ForceCpu::parse("");
+    o.translate.wrap = Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
+    o.keep_values = true;
+    let mut r = GpuRunner::new(d, model.graph.clone(), None, &o).expect("GPU runner");
+    let re = compare_steps_with(
+        &model,
+        &mut r,
+        &a,
+        1,
+        1e-2,
+        Some(4.0),
+        CompareMode::Reseeded,
+        None,
+        None,
+    )
+    .unwrap();
+    let bad = re.failures();
+    assert!(!bad.is_empty(), "the fault went unseen in bf16");
+    assert!(
+        bad.iter().all(|n| n.name == target),
+        "reseeded bf16 blames others: {bad:#?}"
+    );
+    assert_eq!(bad[0].first_bad.map(|f| f.0), Some(3));
+}
+
 #[test]
 #[ignore]
 fn compare_pins_a_wrong_kernel_to_its_node_and_chunk() {

@@ -196,6 +196,7 @@ fn compare_pins_a_wrong_decoder_kernel() {
         end_of_text: sp.eot,
         options,
         tolerance: 1e-4,
+        bf16_budget: None,
         mode: CompareMode::Cumulative,
     };
     let c = compare(&m, d.clone(), &what(GpuRunnerOptions::new(Precision::F32))).unwrap();
@@ -225,6 +226,71 @@ fn compare_pins_a_wrong_decoder_kernel() {
     let first = bad.first().expect("the fault is caught");
     assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
     // the fault's node, or the node a fusion made of it
+    assert!(
+        first.name.starts_with("model.decoder.layers.1."),
+        "{}",
+        first.name
+    );
+}
+
+/// `pulsed compare --precision bf16`'s criterion on Whisper: every node
+/// within 4x what rounding every value to bf16 costs on the CPU (at least
+/// 1e-2), in both modes; and the same criterion still pins a planted fault.
+#[test]
+#[ignore]
+fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
+    use pulsed::gpu::compare::CompareMode;
+    use pulsed::whisper::compare::{compare, WhisperCompare};
+    let Some(d) = dev() else { return };
+    let m = model();
+    let mel = CpuWhisper::new(&m).unwrap().log_mel(&clip()).unwrap();
+    let win = window(&mel, 80, mel.len() / 80);
+    let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
+    let sp = *tok.special();
+    let prompt = [sp.sot, sp.no_timestamps];
+    let what = |options: GpuRunnerOptions, mode| WhisperCompare {
+        window: &win,
+        prompt: &prompt,
+        steps: 12,
+        end_of_text: sp.eot,
+        options,
+        tolerance: 1e-2,
+        bf16_budget: Some(4.0),
+        mode,
+    };
+    for mode in [CompareMode::Cumulative, CompareMode::Reseeded] {
+        let c = compare(
+            &m,
+            d.clone(),
+            &what(GpuRunnerOptions::new(Precision::Bf16), mode),
+        )
+        .unwrap();
+        for (part, cmp) in [("encoder", &c.encoder), ("decoder", &c.decoder)] {
+            let w = cmp.worst().expect("nodes compared");
+            eprintln!(
+                "bf16 {mode:?} {part}: {} nodes over {} steps, worst {} rel {:e} (allowed {:e})",
+                cmp.nodes.len(),
+                cmp.chunks,
+                w.name,
+                w.max_rel,
+                w.allowed
+            );
+            assert!(
+                cmp.failures().is_empty(),
+                "bf16 {mode:?} {part}: {:?}",
+                cmp.failures().first()
+            );
+        }
+    }
+    let target = "model.decoder.layers.1.fc1";
+    let mut faulty = GpuRunnerOptions::new(Precision::Bf16);
+    faulty.translate.wrap =
+        Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
+    let c = compare(&m, d, &what(faulty, CompareMode::Cumulative)).unwrap();
+    assert!(c.encoder.failures().is_empty());
+    let bad = c.decoder.failures();
+    let first = bad.first().expect("the fault is caught in bf16");
+    assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
     assert!(
         first.name.starts_with("model.decoder.layers.1."),
         "{}",

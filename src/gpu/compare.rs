@@ -27,6 +27,9 @@ pub struct NodeDiff {
     pub max_abs: f32,
     /// Largest `|GPU - CPU| / max(1, max |CPU|)` of a chunk.
     pub max_rel: f32,
+    /// The largest tolerance a step allowed (above the run's with a bf16
+    /// budget, [`Comparer::with_budget`]).
+    pub allowed: f32,
     /// Elements beyond tolerance, and elements compared.
     pub beyond: usize,
     pub total: usize,
@@ -61,7 +64,26 @@ impl Comparison {
     }
 }
 
+/// `max |a - b| / max(1, max |a|)`; infinite when the sizes differ or one
+/// side alone is NaN.
+fn relative_error(a: &Tensor, b: &Tensor) -> f32 {
+    let (a, b) = (a.to_f32_vec(), b.to_f32_vec());
+    if a.len() != b.len() {
+        return f32::INFINITY;
+    }
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+    a.iter().zip(&b).fold(0f32, |m, (x, y)| {
+        let e = (x - y).abs();
+        match (e.is_nan(), x.is_nan() && y.is_nan()) {
+            (true, true) => m,
+            (true, false) => f32::INFINITY,
+            _ => m.max(e / scale),
+        }
+    })
+}
+
 fn diff_into(d: &mut NodeDiff, cpu: &Tensor, gpu: &Tensor, chunk: u64, tol: f32) {
+    d.allowed = d.allowed.max(tol);
     let (c, g) = (cpu.to_f32_vec(), gpu.to_f32_vec());
     if c.len() != g.len() {
         d.beyond += c.len().max(g.len());
@@ -127,6 +149,7 @@ pub fn compare_pulsed(
             op: g.nodes[o.node].op.name(),
             max_abs: 0.0,
             max_rel: 0.0,
+            allowed: 0.0,
             beyond: 0,
             total: 0,
             first_bad: None,
@@ -180,12 +203,14 @@ pub fn compare_steps(
     tolerance: f32,
     mode: CompareMode,
 ) -> Result<Comparison> {
-    compare_steps_with(model, gpu, samples, tail, tolerance, mode, None, None)
+    compare_steps_with(model, gpu, samples, tail, tolerance, None, mode, None, None)
 }
 
 /// [`compare_steps`], comparing the GPU with a saved `reference` instead of
-/// the live CPU when given (the CPU still runs, to feed reseeded nodes), and
-/// recording the CPU's values into `record` when given.
+/// the live CPU when given (the CPU still runs, to feed reseeded nodes),
+/// recording the CPU's values into `record` when given, and allowing each
+/// node `bf16_budget` times what bf16 storage costs it when given
+/// ([`Comparer::with_budget`]).
 #[allow(clippy::too_many_arguments)]
 pub fn compare_steps_with(
     model: &PulsedModel,
@@ -193,6 +218,7 @@ pub fn compare_steps_with(
     samples: &[f32],
     tail: usize,
     tolerance: f32,
+    bf16_budget: Option<f32>,
     mode: CompareMode,
     reference: Option<&Reference>,
     mut record: Option<&mut Reference>,
@@ -203,6 +229,11 @@ pub fn compare_steps_with(
     let stream = model.input_stream()?;
     let pulse = stream.pulse;
     let mut cmp = Comparer::new(g, tolerance, mode);
+    if let Some(factor) = bf16_budget {
+        let mut rounded = crate::graph::Runner::new(g.clone())?;
+        rounded.round_to_bf16();
+        cmp = cmp.with_budget(rounded, factor);
+    }
     let mut x = Tensor::zeros(crate::ops::DType::F32, &[pulse]);
     let chunks = samples.len().div_ceil(pulse) + tail;
     for chunk in 0..chunks {
@@ -213,6 +244,7 @@ pub fn compare_steps_with(
         buf[..to - from].copy_from_slice(&samples[from..to]);
         if to == samples.len() && (chunk + 1) * pulse >= samples.len() && from < to {
             cpu.set_stream_len(Some(samples.len() as i64));
+            cmp.set_stream_len(Some(samples.len() as i64));
             StepRunner::set_stream_len(gpu, Some(samples.len() as i64));
         }
         cmp.step_with(&mut cpu, gpu, &[&x], reference, record.as_deref_mut())?;
@@ -227,6 +259,9 @@ pub struct Comparer<'g> {
     g: &'g Graph,
     mode: CompareMode,
     tolerance: f32,
+    /// A CPU runner of the same graph that rounds every value to bf16, and
+    /// how many times its distance from the plain CPU a node may be off.
+    budget: Option<(crate::graph::Runner, f32)>,
     nodes: Vec<NodeDiff>,
     index: HashMap<OutletId, usize>,
     steps: u64,
@@ -240,9 +275,30 @@ impl<'g> Comparer<'g> {
             g,
             mode,
             tolerance,
+            budget: None,
             nodes: Vec::new(),
             index: HashMap::new(),
             steps: 0,
+        }
+    }
+
+    /// Judges a bf16 GPU by what bf16 storage costs: a node may be off by
+    /// `factor` times the distance between the CPU and `rounded` (a runner
+    /// of the same graph, built the same way, after
+    /// [`Runner::round_to_bf16`](crate::graph::Runner::round_to_bf16)) at
+    /// that step, or by the tolerance when that is more. A fixed tolerance
+    /// cannot do both: bf16 drift grows through a network, most where
+    /// values cancel (a log of small powers, a norm of a residual), so a
+    /// bound loose enough there hides a wrong kernel elsewhere.
+    pub fn with_budget(mut self, rounded: crate::graph::Runner, factor: f32) -> Comparer<'g> {
+        self.budget = Some((rounded, factor));
+        self
+    }
+
+    /// Tells the bf16 runner of the budget the stream's length.
+    pub fn set_stream_len(&mut self, s: Option<i64>) {
+        if let Some((r, _)) = &mut self.budget {
+            r.set_stream_len(s);
         }
     }
 
@@ -270,6 +326,9 @@ impl<'g> Comparer<'g> {
     ) -> Result<()> {
         let (g, chunk) = (self.g, self.steps);
         cpu.step(inputs)?;
+        if let Some((r, _)) = &mut self.budget {
+            r.step(inputs)?;
+        }
         let got: Vec<(OutletId, Tensor)> = match self.mode {
             CompareMode::Reseeded => gpu.step_reseeded(inputs, cpu)?,
             CompareMode::Cumulative => {
@@ -285,6 +344,12 @@ impl<'g> Comparer<'g> {
         };
         for (o, v) in got {
             let Some(c) = cpu.value(o) else { continue };
+            let tolerance = match &self.budget {
+                Some((r, factor)) => r.value(o).map_or(self.tolerance, |b| {
+                    self.tolerance.max(factor * relative_error(c, b))
+                }),
+                None => self.tolerance,
+            };
             let name = g.outlet_name(o);
             if let Some(rec) = record.as_deref_mut() {
                 rec.insert(&name, chunk, c.clone());
@@ -304,6 +369,7 @@ impl<'g> Comparer<'g> {
                     op: g.nodes[o.node].op.name(),
                     max_abs: 0.0,
                     max_rel: 0.0,
+                    allowed: 0.0,
                     beyond: 0,
                     total: 0,
                     first_bad: None,
@@ -311,7 +377,7 @@ impl<'g> Comparer<'g> {
                 });
                 nodes.len() - 1
             });
-            diff_into(&mut nodes[k], &c, &v, chunk, self.tolerance);
+            diff_into(&mut nodes[k], &c, &v, chunk, tolerance);
         }
         self.steps += 1;
         Ok(())
@@ -455,6 +521,7 @@ mod tests {
             op: "Op",
             max_abs: 0.0,
             max_rel: 0.0,
+            allowed: 0.0,
             beyond: 0,
             total: 0,
             first_bad: None,

@@ -22,6 +22,18 @@ pub struct Runner {
     last_s: Option<i64>,
     /// Per node, the time its evaluations took, when timing is on.
     times: Option<Vec<std::time::Duration>>,
+    /// Whether every f32 value is rounded to bf16 ([`Runner::round_to_bf16`]).
+    bf16: bool,
+}
+
+/// Rounds f32 values to the nearest bf16 (ties to even, as the GPU stores
+/// them), in place; other dtypes are left alone.
+fn round_bf16(t: &mut Tensor) {
+    if let Ok(v) = t.as_slice_mut::<f32>() {
+        for x in v {
+            *x = half::bf16::from_f32(*x).to_f32();
+        }
+    }
 }
 
 impl Runner {
@@ -58,7 +70,22 @@ impl Runner {
             placeholder: Tensor::empty(),
             last_s: None,
             times: None,
+            bf16: false,
         })
+    }
+
+    /// From now on, rounds the weights, the inputs and every node's output
+    /// to bf16 (computing in f32 in between), as a GPU that stores bf16
+    /// does: what bf16 storage alone costs is then this runner's distance
+    /// from a plain one, the budget `pulsed compare` allows a bf16 GPU.
+    pub fn round_to_bf16(&mut self) {
+        self.bf16 = true;
+        for (id, node) in self.graph.nodes.iter().enumerate() {
+            if node.op.as_any().is::<Const>() {
+                // a copy: the graph's constant keeps its f32 values
+                round_bf16(&mut self.values[id][0]);
+            }
+        }
     }
 
     pub fn graph(&self) -> &Graph {
@@ -120,6 +147,9 @@ impl Runner {
             let node = &graph.nodes[id];
             check_input(&node.name, &node.facts[0], t, &mut s_value)?;
             self.values[id][0].copy_from(t);
+            if self.bf16 {
+                round_bf16(&mut self.values[id][0]);
+            }
         }
         self.last_s = s_value;
         let Runner {
@@ -129,6 +159,7 @@ impl Runner {
             scratch,
             placeholder,
             times,
+            bf16,
             ..
         } = self;
         for &id in order.iter() {
@@ -152,6 +183,9 @@ impl Runner {
             }
             values[id] = outs;
             r.map_err(|e| Error::node(&node.name, node.op.name(), e))?;
+            if *bf16 {
+                values[id].iter_mut().for_each(round_bf16);
+            }
         }
         Ok(())
     }
@@ -257,4 +291,48 @@ fn solve(d: &Dim, n: i64) -> Option<i64> {
         return None;
     }
     Some((n - b) / c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::GraphBuilder;
+    use crate::ops::{Binary, DType, Dim};
+
+    /// y = x * k + k with values bf16 cannot hold.
+    fn graph() -> Graph {
+        let mut b = GraphBuilder::new();
+        let x = b
+            .input("x", TypedFact::new(DType::F32, [Dim::s()]))
+            .unwrap();
+        let k = b.constant("k", Tensor::scalar(1.001f32)).unwrap();
+        let m = b.op("m", Binary::Mul, &[x, k]).unwrap();
+        let y = b.op("y", Binary::Add, &[m, k]).unwrap();
+        b.output("y", y);
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn bf16_rounding_rounds_weights_inputs_and_every_output() {
+        let g = Arc::new(graph());
+        let x = Tensor::from_slice(&[1.003f32, -2.7]);
+        let mut plain = Runner::new(g.clone()).unwrap();
+        plain.step(&[&x]).unwrap();
+        let mut r = Runner::new(g.clone()).unwrap();
+        r.round_to_bf16();
+        r.step(&[&x]).unwrap();
+        let bf = |v: f32| half::bf16::from_f32(v).to_f32();
+        // k = 1.001 is 1.0 in bf16, x[0] = 1.003 is 1.0
+        let want: Vec<f32> = [1.003f32, -2.7]
+            .iter()
+            .map(|&x| bf(bf(bf(x) * bf(1.001)) + bf(1.001)))
+            .collect();
+        assert_eq!(r.output(0).to_f32_vec(), want);
+        assert_eq!(r.output(0).to_f32_vec()[0], 2.0);
+        assert!((plain.output(0).to_f32_vec()[0] - (1.003 * 1.001 + 1.001)).abs() < 1e-6);
+        // the graph's constant keeps its f32 value for other runners
+        let mut again = Runner::new(g).unwrap();
+        again.step(&[&x]).unwrap();
+        assert_eq!(again.output(0).to_f32_vec(), plain.output(0).to_f32_vec());
+    }
 }

@@ -15,7 +15,7 @@ use super::WhisperModel;
 use crate::gpu::compare::{CompareMode, Comparer, Comparison};
 use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
 use crate::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
-use crate::graph::Runner;
+use crate::graph::{Graph, Runner};
 use crate::ops::kv_cache::KvCache;
 use crate::ops::{DType, Tensor};
 use crate::Result;
@@ -35,6 +35,9 @@ pub struct WhisperCompare<'a> {
     /// run eagerly and keep every value whatever is asked.
     pub options: GpuRunnerOptions,
     pub tolerance: f32,
+    /// bf16: each node may also be off by this many times what rounding
+    /// every value to bf16 costs on the CPU ([`Comparer::with_budget`]).
+    pub bf16_budget: Option<f32>,
     pub mode: CompareMode,
 }
 
@@ -68,12 +71,18 @@ pub fn compare(
     let enc = Arc::new(graphs::encoder(cfg, w)?);
     let mut cpu = Runner::new(enc.clone())?;
     let mut gpu = GpuRunner::new(dev.clone(), enc.clone(), Some(1), &opts)?;
-    let mut cmp = Comparer::new(&enc, what.tolerance, what.mode);
+    let mut cmp = budgeted(
+        Comparer::new(&enc, what.tolerance, what.mode),
+        (*enc).clone(),
+        what,
+    )?;
     cmp.step(&mut cpu, &mut gpu, &[&mel])?;
     let encoder = cmp.finish();
 
-    let host = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
-    let mirrored = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+    let new_cache = || KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+    // the bf16 budget's decoder reads the keys and values as the GPU's
+    // cache stores them: the CPU's, rounded to bf16
+    let (host, mirrored, rounded) = (new_cache(), new_cache(), new_cache());
     let shape = DeviceKvShape {
         layers: cfg.decoder_layers,
         width: cfg.d_model,
@@ -88,9 +97,11 @@ pub fn compare(
         let (k, v) = (cpu.output(1 + 2 * l), cpu.output(2 + 2 * l));
         host.set_cross(l, k, v)?;
         mirrored.set_cross(l, k, v)?;
+        rounded.set_cross(l, &to_bf16(k)?, &to_bf16(v)?)?;
     }
-    host.start(&[0])?;
-    mirrored.start(&[0])?;
+    for c in [&host, &mirrored, &rounded] {
+        c.start(&[0])?;
+    }
     let on_cpu = Arc::new(graphs::decoder_with_logits(
         cfg,
         w,
@@ -100,7 +111,12 @@ pub fn compare(
     let on_gpu = graphs::decoder_with_logits(cfg, w, &mirrored, DecoderShape::Step)?;
     let mut cpu = Runner::new(on_cpu.clone())?;
     let mut gpu = GpuRunner::new(dev, on_gpu, Some(1), &opts)?;
-    let mut cmp = Comparer::new(&on_cpu, what.tolerance, what.mode);
+    let on_rounded = graphs::decoder_with_logits(cfg, w, &rounded, DecoderShape::Step)?;
+    let mut cmp = budgeted(
+        Comparer::new(&on_cpu, what.tolerance, what.mode),
+        on_rounded,
+        what,
+    )?;
     let mut tokens = what.prompt.to_vec();
     let limit = (what.prompt.len() + what.steps).min(cfg.max_target_positions);
     let mut i = 0;
@@ -108,8 +124,9 @@ pub fn compare(
         let ids = Tensor::from_vec(vec![1, 1], vec![tokens[i] as i64])?;
         let positions = Tensor::from_vec(vec![1], vec![i as i64])?;
         cmp.step(&mut cpu, &mut gpu, &[&ids, &positions])?;
-        host.advance(1)?;
-        mirrored.advance(1)?;
+        for c in [&host, &mirrored, &rounded] {
+            c.advance(1)?;
+        }
         if i + 1 == tokens.len() && tokens.len() < limit {
             let logits = cpu.output(1).to_f32_vec();
             let next = argmax(&logits);
@@ -126,6 +143,27 @@ pub fn compare(
         tokens,
         step_placement: gpu.placement_counts(),
     })
+}
+
+/// `cmp` with the bf16 budget `what` asks for, judged by a rounding CPU
+/// runner of `graph` (built as the compared graph, over a cache of its own).
+fn budgeted<'g>(cmp: Comparer<'g>, graph: Graph, what: &WhisperCompare) -> Result<Comparer<'g>> {
+    let Some(factor) = what.bf16_budget else {
+        return Ok(cmp);
+    };
+    let mut r = Runner::new(graph)?;
+    r.round_to_bf16();
+    Ok(cmp.with_budget(r, factor))
+}
+
+/// `t` as f32 values that bf16 holds exactly.
+fn to_bf16(t: &Tensor) -> Result<Tensor> {
+    let v = t.to_f32_vec();
+    let rounded = v
+        .iter()
+        .map(|&x| half::bf16::from_f32(x).to_f32())
+        .collect();
+    Ok(Tensor::from_vec(t.shape().to_vec(), rounded)?)
 }
 
 /// The likeliest token (the lowest id on ties).
