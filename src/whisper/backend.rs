@@ -34,6 +34,14 @@ pub trait WhisperBackend {
     /// the windows of any earlier call.
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()>;
 
+    /// Makes room for `sequences` decoded at once (the rows of a batch of
+    /// beams), before [`WhisperBackend::start`]: a backend whose cache has a
+    /// fixed size may make a new one, losing what the old one held.
+    fn reserve(&mut self, sequences: usize) -> Result<()> {
+        let _ = sequences;
+        Ok(())
+    }
+
     /// Starts decoding one sequence per entry of `windows`, sequence `b`
     /// reading encoded window `windows[b]`, with empty self-attention
     /// caches.

@@ -31,7 +31,8 @@ use crate::Result;
 
 /// Prompt runners kept: beyond this, the least recently used is dropped.
 const PROMPT_RUNNERS: usize = 8;
-/// Sequences a device cache holds (beam search's 5, or batched decoding).
+/// Sequences a device cache holds at first (beam search's 5, or a few
+/// windows' beams decoded together); it grows when more are reserved.
 const SEQUENCES: usize = 32;
 
 /// One graph and its runners by size, least recently used first.
@@ -110,6 +111,22 @@ impl GpuRunners {
     }
 }
 
+impl GpuRunners {
+    /// A device cache for at least `sequences` (a power of two, so a
+    /// stream of batch sizes makes few), as [`GpuRunners::ensure_windows`].
+    fn ensure_sequences(&mut self, sequences: usize) -> Result<()> {
+        if sequences <= self.kv.sequences {
+            return Ok(());
+        }
+        self.kv.sequences = sequences.next_power_of_two();
+        self.prompt.runners.clear();
+        self.step.runners.clear();
+        DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
+        // the windows encoded already, into the new cache
+        Ok(self.cache.replay_cross()?)
+    }
+}
+
 impl NetRunners for GpuRunners {
     fn encoder(&mut self, windows: usize) -> Result<&mut dyn StepRunner> {
         self.ensure_windows(windows)?;
@@ -134,6 +151,10 @@ impl NetRunners for GpuRunners {
 
     fn step_logits(&self) -> bool {
         true
+    }
+
+    fn reserve_sequences(&mut self, sequences: usize) -> Result<()> {
+        self.ensure_sequences(sequences)
     }
 
     fn aligner(&mut self) -> Option<(&mut dyn StepRunner, &KvCache)> {

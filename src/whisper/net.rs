@@ -30,6 +30,11 @@ pub trait NetRunners: Send {
     fn step_logits(&self) -> bool {
         false
     }
+    /// Room for `sequences` decoded at once (see [`WhisperBackend::reserve`]).
+    fn reserve_sequences(&mut self, sequences: usize) -> Result<()> {
+        let _ = sequences;
+        Ok(())
+    }
     /// A prompt graph over a cache of its own that keeps cross-attention
     /// weights, for word alignment when the decoder's own cache cannot
     /// (`None`: the decoder's own graphs do).
@@ -146,6 +151,10 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
             self.cache.set_cross(l, k, v)?;
         }
         Ok(())
+    }
+
+    fn reserve(&mut self, sequences: usize) -> Result<()> {
+        self.runners.reserve_sequences(sequences)
     }
 
     fn start(&mut self, windows: &[usize]) -> Result<()> {

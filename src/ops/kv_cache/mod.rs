@@ -152,6 +152,23 @@ impl KvCache {
         self.lock().mirror = Some(mirror);
     }
 
+    /// Tells the mirror again of every layer's cross-attention keys and
+    /// values (a mirror attached after they were set: a larger one).
+    pub fn replay_cross(&self) -> OpResult<()> {
+        let st = self.lock();
+        let Some(m) = &st.mirror else { return Ok(()) };
+        if st.windows == 0 {
+            return Ok(());
+        }
+        let shape = vec![st.windows, st.frames, st.width];
+        for l in 0..st.layers {
+            let k = Tensor::from_vec(shape.clone(), st.cross_k[l].clone())?;
+            let v = Tensor::from_vec(shape.clone(), st.cross_v[l].clone())?;
+            m.set_cross(l, &k, &v)?;
+        }
+        Ok(())
+    }
+
     /// The attached mirror, if any.
     pub fn mirror(&self) -> Option<Arc<dyn CacheMirror>> {
         self.lock().mirror.clone()

@@ -576,6 +576,10 @@ impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
         .into())
     }
 
+    fn reserve(&mut self, sequences: usize) -> Result<()> {
+        self.inner.reserve(sequences)
+    }
+
     fn start(&mut self, windows: &[usize]) -> Result<()> {
         let shifted: Vec<usize> = windows.iter().map(|&w| w + self.window).collect();
         self.inner.start(&shifted)

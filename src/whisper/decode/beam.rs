@@ -11,7 +11,7 @@
 
 use super::logits::log_softmax;
 use super::logits::softmax_at;
-use super::search::{finalize, Hypothesis, SearchSpec};
+use super::search::{drive, finalize, Hypothesis, SearchSpec, Stepper};
 use crate::whisper::WhisperBackend;
 use crate::Result;
 
@@ -26,40 +26,72 @@ pub(crate) fn beam_search(
     beam: usize,
     patience: f32,
 ) -> Result<(Hypothesis, Option<f32>)> {
-    let beam = beam.max(1);
-    let vocab = backend.vocab_size();
-    let num_candidates = 2 * beam;
-    let max_candidates = (beam as f32 * patience).round() as usize;
-    let early_exit = spec.length_penalty == 0.0;
-    let prefix_len = spec.prefix.len();
+    let mut search = Beam::new(spec, beam, patience);
+    drive(backend, &mut search)?;
+    Ok(search.result())
+}
 
-    // The first step runs on the single prompt sequence; the beams fork
-    // from it (the reference does the same on the CPU).
-    let mut inputs = vec![spec.start];
-    let mut cum: Option<Vec<f32>> = None;
-    let mut sequences: Vec<Vec<u32>> = vec![Vec::new()];
-    let mut hyps: Vec<Hypothesis> = Vec::new();
-    let mut top_beam_finished = false;
-    let mut no_speech = None;
-    let mut logits = Vec::new();
+/// Beam search as a [`Stepper`]. The first step runs on the single prompt
+/// sequence; the beams fork from it (the reference does the same on the
+/// CPU).
+pub(crate) struct Beam<'s> {
+    spec: &'s SearchSpec<'s>,
+    beam: usize,
+    /// Hypotheses that end the search (`round(beam * patience)`).
+    max_candidates: usize,
+    step: usize,
+    inputs: Vec<u32>,
+    /// Each row's cumulative log-probability (none before the fork).
+    cum: Option<Vec<f32>>,
+    sequences: Vec<Vec<u32>>,
+    hyps: Vec<Hypothesis>,
+    top_beam_finished: bool,
+    no_speech: Option<f32>,
+}
 
-    for step in 0..spec.max_length {
-        let rows = inputs.len();
-        backend.feed(&inputs, 1, &[0], &mut logits)?;
-        spec.check_logits(logits.len(), rows, vocab)?;
+impl<'s> Beam<'s> {
+    pub(crate) fn new(spec: &'s SearchSpec<'s>, beam: usize, patience: f32) -> Beam<'s> {
+        let beam = beam.max(1);
+        Beam {
+            spec,
+            beam,
+            max_candidates: (beam as f32 * patience).round() as usize,
+            step: 0,
+            inputs: if spec.max_length == 0 {
+                Vec::new()
+            } else {
+                vec![spec.start]
+            },
+            cum: None,
+            sequences: vec![Vec::new()],
+            hyps: Vec::new(),
+            top_beam_finished: false,
+            no_speech: None,
+        }
+    }
+}
+
+impl Stepper for Beam<'_> {
+    fn inputs(&self) -> &[u32] {
+        &self.inputs
+    }
+
+    fn advance(&mut self, logits: &mut [f32], vocab: usize) -> Option<Vec<usize>> {
+        let (spec, step, beam) = (self.spec, self.step, self.beam);
+        let prefix_len = spec.prefix.len();
         for (row, l) in logits.chunks_exact_mut(vocab).enumerate() {
             if step == 0 && row == 0 {
                 if let Some(id) = spec.no_speech {
-                    no_speech = Some(softmax_at(l, id));
+                    self.no_speech = Some(softmax_at(l, id));
                 }
             }
-            spec.rules.apply(step, l, &sequences[row], prefix_len);
+            spec.rules.apply(step, l, &self.sequences[row], prefix_len);
             log_softmax(l);
-            if let Some(c) = &cum {
+            if let Some(c) = &self.cum {
                 l.iter_mut().for_each(|v| *v += c[row]);
             }
         }
-        let top = top_k(&logits, num_candidates);
+        let top = top_k(logits, 2 * beam);
         let mut words: Vec<u32> = top.iter().map(|&(i, _)| (i % vocab) as u32).collect();
         let mut scores: Vec<f32> = top.iter().map(|&(_, s)| s).collect();
         let mut origins: Vec<usize> = top.iter().map(|&(i, _)| i / vocab).collect();
@@ -67,6 +99,7 @@ pub(crate) fn beam_search(
             force_prefix(spec, step, &mut words, &mut scores, &mut origins);
         }
 
+        let sequences = &self.sequences;
         let candidate = |k: usize| -> Vec<u32> {
             let mut s = sequences[origins[k]].clone();
             s.push(words[k]);
@@ -80,10 +113,10 @@ pub(crate) fn beam_search(
             let is_eot = words[k] == spec.eot;
             if (is_eot && step >= prefix_len) || is_last {
                 if k == 0 {
-                    top_beam_finished = true;
+                    self.top_beam_finished = true;
                 }
                 let end = if is_eot { step } else { step + 1 };
-                hyps.push(Hypothesis {
+                self.hyps.push(Hypothesis {
                     tokens: candidate(k)[..end].to_vec(),
                     score: scores[k],
                 });
@@ -94,23 +127,29 @@ pub(crate) fn beam_search(
             }
             active.push(next);
         }
+        // with no length penalty, the search ends once the best beam ended
         let done = is_last
-            || if early_exit {
-                top_beam_finished && !hyps.is_empty()
+            || if spec.length_penalty == 0.0 {
+                self.top_beam_finished && !self.hyps.is_empty()
             } else {
-                hyps.len() >= max_candidates
+                self.hyps.len() >= self.max_candidates
             };
+        self.step += 1;
         if done {
-            break;
+            self.inputs.clear();
+            return None;
         }
         let new_sequences: Vec<Vec<u32>> = active.iter().map(|&k| candidate(k)).collect();
-        let src: Vec<usize> = active.iter().map(|&k| origins[k]).collect();
-        backend.reorder(&src)?;
-        inputs = active.iter().map(|&k| words[k]).collect();
-        cum = Some(active.iter().map(|&k| scores[k]).collect());
-        sequences = new_sequences;
+        self.sequences = new_sequences;
+        self.inputs = active.iter().map(|&k| words[k]).collect();
+        self.cum = Some(active.iter().map(|&k| scores[k]).collect());
+        Some(active.iter().map(|&k| origins[k]).collect())
     }
-    Ok((finalize(hyps, spec.length_penalty), no_speech))
+
+    fn result(&mut self) -> (Hypothesis, Option<f32>) {
+        let hyps = std::mem::take(&mut self.hyps);
+        (finalize(hyps, self.spec.length_penalty), self.no_speech)
+    }
 }
 
 /// CTranslate2's `update_sample_with_prefix`: while in the prefix every

@@ -6,10 +6,10 @@
 
 use rand::rngs::StdRng;
 
-use super::beam::beam_search;
-use super::greedy::{greedy_search, Sampling};
+use super::beam::{beam_search, Beam};
+use super::greedy::{greedy_search, Greedy, Sampling};
 use super::logits::{softmax_at, LogitRules, TimestampRules};
-use super::search::SearchSpec;
+use super::search::{drive_all, SearchSpec, Stepper};
 use crate::whisper::{SpecialTokens, WhisperBackend, WhisperError};
 use crate::Result;
 
@@ -55,48 +55,85 @@ pub(crate) struct Generation {
     pub no_speech_prob: f32,
 }
 
-/// Decodes encoded window 0 from `prompt`.
-pub(crate) fn generate(
-    backend: &mut dyn WhisperBackend,
-    prompt: &[u32],
-    params: &GenerateParams,
-    strategy: Strategy<'_>,
-) -> Result<Generation> {
-    let sp = params.special;
-    let sot_index =
-        prompt
-            .iter()
-            .position(|&t| t == sp.sot)
-            .ok_or_else(|| WhisperError::Option {
-                option: "prompt",
-                reason: "no <|startoftranscript|> in the prompt".to_string(),
-            })?;
-    // The prompt proper ends after the task tokens that follow sot.
-    let mut prompt_length = sot_index;
-    while prompt_length < prompt.len()
-        && (sp.sot..=sp.no_timestamps).contains(&prompt[prompt_length])
-    {
-        prompt_length += 1;
-    }
-    let sot_is_start = sot_index == prompt_length - 1;
+/// How a prompt splits: the tokens up to its last task token are fed at
+/// once, that token starts the search, the rest is a forced prefix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Split {
+    sot_index: usize,
+    /// The prompt proper: up to and including the task tokens after sot.
+    prompt_length: usize,
+    /// The prompt is `<|startoftranscript|>` alone (English-only with
+    /// timestamps): the no-speech probability is read at step 0.
+    sot_is_start: bool,
+}
 
-    backend.start(&[0])?;
-    let mut no_speech_prob = None;
-    let (start_tokens, start_step) = if prompt_length == 1 {
-        (prompt, 0)
-    } else {
-        let fed = &prompt[..prompt_length - 1];
-        let positions: &[usize] = if sot_is_start { &[] } else { &[sot_index] };
-        let mut logits = Vec::new();
-        backend.feed(fed, fed.len(), positions, &mut logits)?;
-        if !sot_is_start {
-            no_speech_prob = Some(softmax_at(&logits, sp.no_speech));
+impl Split {
+    fn of(prompt: &[u32], sp: &SpecialTokens) -> Result<Split> {
+        let sot_index =
+            prompt
+                .iter()
+                .position(|&t| t == sp.sot)
+                .ok_or_else(|| WhisperError::Option {
+                    option: "prompt",
+                    reason: "no <|startoftranscript|> in the prompt".to_string(),
+                })?;
+        let mut prompt_length = sot_index;
+        while prompt_length < prompt.len()
+            && (sp.sot..=sp.no_timestamps).contains(&prompt[prompt_length])
+        {
+            prompt_length += 1;
         }
-        (&prompt[prompt_length - 1..], fed.len())
-    };
+        Ok(Split {
+            sot_index,
+            prompt_length,
+            sot_is_start: sot_index == prompt_length - 1,
+        })
+    }
 
+    /// Tokens fed before the search (none when the prompt is one token).
+    fn fed(self) -> usize {
+        self.prompt_length - 1
+    }
+}
+
+/// Feeds every sequence its prompt up to the search's start token (`prompts`
+/// of one split, sequence `b` reading `prompts[b]`) and returns each one's
+/// no-speech probability when it is read at `<|startoftranscript|>`.
+fn feed_prompts(
+    backend: &mut dyn WhisperBackend,
+    prompts: &[&[u32]],
+    split: Split,
+    no_speech: u32,
+) -> Result<Vec<Option<f32>>> {
+    let n = split.fed();
+    if n == 0 {
+        return Ok(vec![None; prompts.len()]);
+    }
+    let tokens: Vec<u32> = prompts
+        .iter()
+        .flat_map(|p| p[..n].iter().copied())
+        .collect();
+    let positions: &[usize] = if split.sot_is_start {
+        &[]
+    } else {
+        &[split.sot_index]
+    };
+    let mut logits = Vec::new();
+    backend.feed(&tokens, n, positions, &mut logits)?;
+    if split.sot_is_start {
+        return Ok(vec![None; prompts.len()]);
+    }
     let vocab = backend.vocab_size();
-    let timestamps = (prompt[prompt_length - 1] != sp.no_timestamps).then(|| {
+    Ok(logits
+        .chunks_exact(vocab)
+        .map(|row| Some(softmax_at(row, no_speech)))
+        .collect())
+}
+
+/// The logit rules of a search from `prompt`.
+fn rules(prompt: &[u32], split: Split, params: &GenerateParams, vocab: usize) -> LogitRules {
+    let sp = params.special;
+    let timestamps = (prompt[split.prompt_length - 1] != sp.no_timestamps).then(|| {
         let begin = sp.no_timestamps + 1;
         TimestampRules {
             eot: sp.eot,
@@ -106,22 +143,46 @@ pub(crate) fn generate(
             max_initial: begin + params.max_initial_timestamp_index as u32,
         }
     });
-    let rules = LogitRules {
+    LogitRules {
         repetition_penalty: params.repetition_penalty,
         no_repeat_ngram_size: params.no_repeat_ngram_size,
         suppress: params.suppress.to_vec(),
         suppress_begin: params.suppress_begin.to_vec(),
         timestamps,
-    };
-    let spec = SearchSpec {
-        start: start_tokens[0],
-        prefix: start_tokens[1..].to_vec(),
-        max_length: (params.max_length / 2).min(params.max_length.saturating_sub(start_step)),
-        eot: sp.eot,
-        rules: &rules,
-        no_speech: sot_is_start.then_some(sp.no_speech),
+    }
+}
+
+/// The search after `prompt`'s fed part.
+fn search_spec<'a>(
+    prompt: &[u32],
+    split: Split,
+    params: &GenerateParams,
+    rules: &'a LogitRules,
+) -> SearchSpec<'a> {
+    let start = &prompt[split.fed()..];
+    SearchSpec {
+        start: start[0],
+        prefix: start[1..].to_vec(),
+        max_length: (params.max_length / 2).min(params.max_length.saturating_sub(split.fed())),
+        eot: params.special.eot,
+        rules,
+        no_speech: split.sot_is_start.then_some(params.special.no_speech),
         length_penalty: params.length_penalty,
-    };
+    }
+}
+
+/// Decodes encoded window 0 from `prompt`.
+pub(crate) fn generate(
+    backend: &mut dyn WhisperBackend,
+    prompt: &[u32],
+    params: &GenerateParams,
+    strategy: Strategy<'_>,
+) -> Result<Generation> {
+    let split = Split::of(prompt, params.special)?;
+    backend.start(&[0])?;
+    let no_speech_prob = feed_prompts(backend, &[prompt], split, params.special.no_speech)?[0];
+    let rules = rules(prompt, split, params, backend.vocab_size());
+    let spec = search_spec(prompt, split, params, &rules);
     let (hyp, step0_no_speech) = match strategy {
         Strategy::Beam { size: 1, .. } => greedy_search::<StdRng>(backend, &spec, None)?,
         Strategy::Beam { size, patience } => beam_search(backend, &spec, size, patience)?,
@@ -143,6 +204,76 @@ pub(crate) fn generate(
         score: hyp.score,
         no_speech_prob: no_speech_prob.or(step0_no_speech).unwrap_or(0.0),
     })
+}
+
+/// Decodes encoded window `windows[b]` from `prompts[b]` for every `b` at
+/// once, at temperature 0 with beams of `size` (1: greedy): one decoder
+/// step feeds the rows of every window still searching, and a window whose
+/// search ends leaves the batch without holding up the others. Each
+/// window's result is the one [`generate`] gives it alone (up to the
+/// backend's arithmetic over a larger batch). The prompts may differ only
+/// before their last task token (a language token, say).
+pub(crate) fn generate_batch(
+    backend: &mut dyn WhisperBackend,
+    prompts: &[&[u32]],
+    windows: &[usize],
+    params: &GenerateParams,
+    size: usize,
+    patience: f32,
+) -> Result<Vec<Generation>> {
+    let Some(first) = prompts.first() else {
+        return Ok(Vec::new());
+    };
+    let split = Split::of(first, params.special)?;
+    for p in prompts {
+        if Split::of(p, params.special)? != split || p[split.fed()..] != first[split.fed()..] {
+            return Err(WhisperError::Option {
+                option: "prompt",
+                reason: "prompts decoded together must differ only before their last task token"
+                    .to_string(),
+            }
+            .into());
+        }
+    }
+    if windows.len() != prompts.len() {
+        return Err(WhisperError::Option {
+            option: "prompt",
+            reason: format!("{} prompts for {} windows", prompts.len(), windows.len()),
+        }
+        .into());
+    }
+    let size = size.max(1);
+    backend.reserve(windows.len() * size)?;
+    backend.start(windows)?;
+    let no_speech = feed_prompts(backend, prompts, split, params.special.no_speech)?;
+    let rules = rules(first, split, params, backend.vocab_size());
+    let spec = search_spec(first, split, params, &rules);
+    let mut searches: Vec<Box<dyn Stepper + '_>> = (0..windows.len())
+        .map(|_| -> Box<dyn Stepper + '_> {
+            if size == 1 {
+                Box::new(Greedy::<StdRng>::new(&spec, None))
+            } else {
+                Box::new(Beam::new(&spec, size, patience))
+            }
+        })
+        .collect();
+    {
+        let mut refs: Vec<&mut (dyn Stepper + '_)> =
+            searches.iter_mut().map(|s| &mut **s).collect();
+        drive_all(backend, &mut refs)?;
+    }
+    Ok(searches
+        .iter_mut()
+        .zip(no_speech)
+        .map(|(s, ns)| {
+            let (hyp, step0) = s.result();
+            Generation {
+                tokens: hyp.tokens,
+                score: hyp.score,
+                no_speech_prob: ns.or(step0).unwrap_or(0.0),
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]

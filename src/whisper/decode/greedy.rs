@@ -6,7 +6,7 @@
 use rand::Rng;
 
 use super::logits::{log_softmax, softmax_at};
-use super::search::{finalize, Hypothesis, SearchSpec};
+use super::search::{drive, finalize, Hypothesis, SearchSpec, Stepper};
 use crate::whisper::WhisperBackend;
 use crate::Result;
 
@@ -23,38 +23,67 @@ pub(crate) struct Sampling<'r, R: Rng> {
 pub(crate) fn greedy_search<R: Rng>(
     backend: &mut dyn WhisperBackend,
     spec: &SearchSpec,
-    mut sampling: Option<Sampling<'_, R>>,
+    sampling: Option<Sampling<'_, R>>,
 ) -> Result<(Hypothesis, Option<f32>)> {
-    let n = sampling.as_ref().map_or(1, |s| s.samples.max(1));
-    if n > 1 {
-        backend.reorder(&vec![0; n])?;
-    }
-    let prefix_len = spec.prefix.len();
-    let mut inputs = vec![spec.start; n];
-    // Per sample: every chosen token (the rules read them), the hypothesis
-    // (the same, less the end of text) and its summed log-probability.
-    let mut sequences: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let mut scores = vec![0f32; n];
-    let mut finished: Vec<Option<Hypothesis>> = vec![None; n];
-    let mut alive: Vec<usize> = (0..n).collect();
-    let mut no_speech = None;
-    let mut logits = Vec::new();
-    let vocab = backend.vocab_size();
+    let mut search = Greedy::new(spec, sampling);
+    drive(backend, &mut search)?;
+    Ok(search.result())
+}
 
-    for step in 0..spec.max_length {
-        backend.feed(&inputs, 1, &[0], &mut logits)?;
-        spec.check_logits(logits.len(), alive.len(), vocab)?;
-        let mut keep = Vec::with_capacity(alive.len());
-        for (row, &s) in alive.iter().enumerate() {
+/// Greedy search (or sampling) as a [`Stepper`]: one row per sample, all
+/// fed `spec.start` first; a row leaves when its sample ends.
+pub(crate) struct Greedy<'s, 'r, R: Rng> {
+    spec: &'s SearchSpec<'s>,
+    sampling: Option<Sampling<'r, R>>,
+    step: usize,
+    inputs: Vec<u32>,
+    /// Per sample: every chosen token (the rules read them), the hypothesis
+    /// (the same, less the end of text) and its summed log-probability.
+    sequences: Vec<Vec<u32>>,
+    scores: Vec<f32>,
+    finished: Vec<Option<Hypothesis>>,
+    /// The samples still running, in row order.
+    alive: Vec<usize>,
+    no_speech: Option<f32>,
+}
+
+impl<'s, 'r, R: Rng> Greedy<'s, 'r, R> {
+    pub(crate) fn new(spec: &'s SearchSpec<'s>, sampling: Option<Sampling<'r, R>>) -> Self {
+        let n = sampling.as_ref().map_or(1, |s| s.samples.max(1));
+        let rows = if spec.max_length == 0 { 0 } else { n };
+        Greedy {
+            spec,
+            sampling,
+            step: 0,
+            inputs: vec![spec.start; rows],
+            sequences: vec![Vec::new(); n],
+            scores: vec![0f32; n],
+            finished: vec![None; n],
+            alive: (0..rows).collect(),
+            no_speech: None,
+        }
+    }
+}
+
+impl<R: Rng> Stepper for Greedy<'_, '_, R> {
+    fn inputs(&self) -> &[u32] {
+        &self.inputs
+    }
+
+    fn advance(&mut self, logits: &mut [f32], vocab: usize) -> Option<Vec<usize>> {
+        let (spec, step) = (self.spec, self.step);
+        let prefix_len = spec.prefix.len();
+        let mut keep = Vec::with_capacity(self.alive.len());
+        for (row, &s) in self.alive.iter().enumerate() {
             let l = &mut logits[row * vocab..(row + 1) * vocab];
             if step == 0 && row == 0 {
                 if let Some(id) = spec.no_speech {
-                    no_speech = Some(softmax_at(l, id));
+                    self.no_speech = Some(softmax_at(l, id));
                 }
             }
-            spec.rules.apply(step, l, &sequences[s], prefix_len);
+            spec.rules.apply(step, l, &self.sequences[s], prefix_len);
             log_softmax(l);
-            let (mut id, mut score) = match sampling.as_mut() {
+            let (mut id, mut score) = match self.sampling.as_mut() {
                 Some(smp) => sample(l, smp.temperature, smp.rng),
                 None => argmax(l),
             };
@@ -62,33 +91,33 @@ pub(crate) fn greedy_search<R: Rng>(
                 id = spec.prefix[step];
                 score = 0.0;
             }
-            sequences[s].push(id);
-            scores[s] += score;
+            self.sequences[s].push(id);
+            self.scores[s] += score;
             let is_eot = id == spec.eot;
             if (is_eot && step >= prefix_len) || step + 1 == spec.max_length {
                 let end = if is_eot { step } else { step + 1 };
-                finished[s] = Some(Hypothesis {
-                    tokens: sequences[s][..end].to_vec(),
-                    score: scores[s],
+                self.finished[s] = Some(Hypothesis {
+                    tokens: self.sequences[s][..end].to_vec(),
+                    score: self.scores[s],
                 });
             } else {
                 keep.push(row);
             }
         }
-        if keep.is_empty() {
-            break;
-        }
-        if keep.len() != alive.len() {
-            backend.reorder(&keep)?;
-            alive = keep.iter().map(|&r| alive[r]).collect();
-        }
-        inputs = alive
+        self.step += 1;
+        self.alive = keep.iter().map(|&r| self.alive[r]).collect();
+        self.inputs = self
+            .alive
             .iter()
-            .map(|&s| *sequences[s].last().unwrap_or(&spec.start))
+            .map(|&s| *self.sequences[s].last().unwrap_or(&spec.start))
             .collect();
+        (!keep.is_empty()).then_some(keep)
     }
-    let hyps: Vec<Hypothesis> = finished.into_iter().flatten().collect();
-    Ok((finalize(hyps, spec.length_penalty), no_speech))
+
+    fn result(&mut self) -> (Hypothesis, Option<f32>) {
+        let hyps: Vec<Hypothesis> = self.finished.iter_mut().filter_map(Option::take).collect();
+        (finalize(hyps, self.spec.length_penalty), self.no_speech)
+    }
 }
 
 /// The likeliest token and its log-probability (the lowest id on ties).

@@ -1,8 +1,11 @@
 //! What greedy and beam search share: the run's description, a finished
-//! hypothesis, and how hypotheses are scored and ranked at the end.
+//! hypothesis, how hypotheses are scored and ranked at the end, and the
+//! step-by-step form ([`Stepper`]) that lets one decoder step serve many
+//! searches at once.
 
 use super::logits::LogitRules;
-use crate::whisper::WhisperError;
+use crate::whisper::{WhisperBackend, WhisperError};
+use crate::Result;
 
 /// One decoding run after the prompt, as CTranslate2's `decode` sees it.
 pub(crate) struct SearchSpec<'a> {
@@ -25,25 +28,101 @@ pub(crate) struct SearchSpec<'a> {
     pub length_penalty: f32,
 }
 
-impl SearchSpec<'_> {
-    /// Checks the backend gave `rows` rows of `vocab` logits.
-    pub(crate) fn check_logits(
-        &self,
-        got: usize,
-        rows: usize,
-        vocab: usize,
-    ) -> Result<(), WhisperError> {
-        if got != rows * vocab {
-            return Err(WhisperError::BackendShape {
-                what: "decoder logits",
-                expected: rows * vocab,
-                got,
-            });
-        }
-        Ok(())
+/// Checks the backend gave `rows` rows of `vocab` logits.
+pub(crate) fn check_logits(
+    got: usize,
+    rows: usize,
+    vocab: usize,
+) -> std::result::Result<(), WhisperError> {
+    if got != rows * vocab {
+        return Err(WhisperError::BackendShape {
+            what: "decoder logits",
+            expected: rows * vocab,
+            got,
+        });
     }
+    Ok(())
 }
 
+/// One window's search, a decoder step at a time. Whoever drives it feeds
+/// [`Stepper::inputs`] (one token per row the search holds, its rows
+/// contiguous in the decoder's batch), hands back their logits, and
+/// reorders the rows as [`Stepper::advance`] says; so one decoder step can
+/// feed the rows of many searches ([`super::generate::generate_batch`]).
+pub(crate) trait Stepper {
+    /// The token each of this search's rows is fed next; empty once done.
+    fn inputs(&self) -> &[u32];
+    /// Takes the logits of the last feed for this search's rows (`[rows,
+    /// vocab]`, changed in place) and returns each next row's source among
+    /// the current rows, or `None` when the search is done (its rows leave).
+    fn advance(&mut self, logits: &mut [f32], vocab: usize) -> Option<Vec<usize>>;
+    /// The best hypothesis, and the no-speech probability when the spec
+    /// asked for it at step 0.
+    fn result(&mut self) -> (Hypothesis, Option<f32>);
+}
+
+/// Whether `src` keeps `rows` rows as they are.
+pub(crate) fn is_identity(src: &[usize], rows: usize) -> bool {
+    src.len() == rows && src.iter().enumerate().all(|(i, &s)| i == s)
+}
+
+/// Runs one search to its end over the backend's single started sequence.
+pub(crate) fn drive(backend: &mut dyn WhisperBackend, search: &mut dyn Stepper) -> Result<()> {
+    drive_all(backend, &mut [search])
+}
+
+/// Runs `searches` to their ends in lock-step, one decoder step feeding
+/// every live search's rows (search `i` starts on the backend's sequence
+/// `i`, whose prompt is fed); a search that ends leaves the batch, the
+/// others go on.
+pub(crate) fn drive_all<'s>(
+    backend: &mut dyn WhisperBackend,
+    searches: &mut [&mut (dyn Stepper + 's)],
+) -> Result<()> {
+    let vocab = backend.vocab_size();
+    // each search's first rows fork from its sequence (samples of one
+    // window); a search with nothing to do drops its sequence
+    let mut src: Vec<usize> = searches
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| std::iter::repeat_n(i, s.inputs().len()))
+        .collect();
+    if src.is_empty() {
+        return Ok(());
+    }
+    if !is_identity(&src, searches.len()) {
+        backend.reorder(&src)?;
+    }
+    let (mut tokens, mut logits) = (Vec::new(), Vec::new());
+    loop {
+        tokens.clear();
+        for s in searches.iter() {
+            tokens.extend_from_slice(s.inputs());
+        }
+        let rows = tokens.len();
+        backend.feed(&tokens, 1, &[0], &mut logits)?;
+        check_logits(logits.len(), rows, vocab)?;
+        src.clear();
+        let mut offset = 0;
+        for s in searches.iter_mut() {
+            let n = s.inputs().len();
+            if n == 0 {
+                continue;
+            }
+            let own = &mut logits[offset * vocab..(offset + n) * vocab];
+            if let Some(keep) = s.advance(own, vocab) {
+                src.extend(keep.iter().map(|&k| offset + k));
+            }
+            offset += n;
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        if !is_identity(&src, rows) {
+            backend.reorder(&src)?;
+        }
+    }
+}
 /// A finished hypothesis: its tokens (prefix included, end of text not)
 /// and its score (summed log-probabilities until `finalize` divides them).
 #[derive(Debug, Clone, PartialEq)]
