@@ -297,3 +297,56 @@ fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
         first.name
     );
 }
+
+/// The batched pipeline on the GPU decodes a batch of chunks together: 8
+/// chunks at beam 5 are 40 sequences, past the device cache's first 32,
+/// so the cache grows (the encoded windows replayed into it) mid-file. The
+/// transcript is the CPU's, chunk for chunk.
+#[test]
+#[ignore = "needs a GPU"]
+fn batched_chunks_decode_together_as_on_the_cpu() {
+    use pulsed::whisper::decode::{transcribe_batched, BatchedOptions};
+    let Some(d) = dev() else { return };
+    let m = model();
+    let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
+    let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
+    let gen = GenerationConfig::load(&m.dir).unwrap();
+    // the clip ten times, a second of silence between: chunks of at most
+    // 4 s hold one clip each
+    let one = clip();
+    let mut audio = Vec::new();
+    for _ in 0..10 {
+        audio.extend_from_slice(&one);
+        audio.extend(std::iter::repeat_n(0.0, 16_000));
+    }
+    let batched = BatchedOptions {
+        chunk_length: 4.0,
+        ..BatchedOptions::default()
+    };
+    let opts = BatchedOptions::decode_defaults();
+    let mut texts = Vec::new();
+    let mut cpu = CpuWhisper::new(&m).unwrap();
+    let mut g = gpu(&m, &d, Precision::F32);
+    let backends: [&mut dyn AlignedBackend; 2] = [&mut cpu, &mut g];
+    for b in backends {
+        let mut segs = Vec::new();
+        transcribe_batched(
+            Network::Aligned(b),
+            &tok,
+            &gen,
+            &audio,
+            &opts,
+            &batched,
+            &vad,
+            |s| {
+                segs.push(s.text);
+                Ok(())
+            },
+        )
+        .unwrap();
+        texts.push(segs);
+    }
+    eprintln!("{} chunks: {:?}", texts[0].len(), texts[1]);
+    assert!(texts[0].len() >= 9, "{:?}", texts[0]);
+    assert_eq!(texts[0], texts[1]);
+}

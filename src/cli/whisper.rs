@@ -50,7 +50,7 @@ pub struct WhisperArgs {
     pub word_timestamps: Option<bool>,
     /// Whisper: faster-whisper's batched pipeline: cut the recording on
     /// Silero VAD speech into chunks of at most 30 s, encode `--batch-size`
-    /// chunks per encoder call, decode each chunk on its own (no timestamps,
+    /// chunks per encoder call and decode them together (no timestamps,
     /// no previous-text conditioning, unless asked for).
     #[arg(long)]
     pub vad: bool,

@@ -2,10 +2,12 @@
 //! `BatchedInferencePipeline.transcribe` runs it: Silero VAD finds the
 //! speech (`speech.rs`), its segments are joined into chunks of at most
 //! 30 s (`chunks.rs`), the chunks' windows are encoded `batch_size` at a
-//! time in one [`WhisperBackend::encode`] call, and each chunk is decoded
-//! on its own, from the same prompt, with no previous text, one after
-//! another on the shared decoder cache. Segment times are put back on the
-//! recording's timeline.
+//! time in one [`WhisperBackend::encode`] call, and those chunks are
+//! decoded together, from the same prompt, with no previous text: one
+//! decoder step feeds every chunk's beams, and a chunk whose search ends
+//! leaves the batch (`generate_batch`). Each chunk's result is the one it
+//! gets decoded alone, as faster-whisper decodes it. Segment times are put
+//! back on the recording's timeline.
 //!
 //! What the pipeline does differently from [`transcribe`](super::transcribe())
 //! (each followed here):
@@ -25,7 +27,7 @@ use crate::vad::{self, SegmentOptions, Vad};
 use crate::whisper::decode::align::AlignSpec;
 use crate::whisper::decode::chunks::{collect_chunks, py_round, Chunk, SpeechMap};
 use crate::whisper::decode::fallback::compression_ratio;
-use crate::whisper::decode::generate::{generate, GenerateParams, Strategy};
+use crate::whisper::decode::generate::{generate_batch, GenerateParams, Generation};
 use crate::whisper::decode::language::{detect_language, language_probs, Detection};
 use crate::whisper::decode::prompt::{get_prompt, PromptSpec};
 use crate::whisper::decode::segments::split_segments_by_timestamps;
@@ -53,9 +55,10 @@ const DETECTION_PAD_VALUE: f32 = -1.5;
 /// How the batched mode cuts and batches a recording.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchedOptions {
-    /// Chunks encoded per [`WhisperBackend::encode`] call (faster-whisper's
-    /// default: 8). Decoding is one chunk at a time whatever it is, so
-    /// results do not depend on it.
+    /// Chunks encoded per [`WhisperBackend::encode`] call and decoded
+    /// together (faster-whisper's default: 8). Each chunk's search is its
+    /// own, so results do not depend on it (but for the arithmetic of a
+    /// larger batch).
     pub batch_size: usize,
     /// Seconds of speech per chunk at most, and per speech segment (the
     /// pipeline's `chunk_length`: 30, one encoder window).
@@ -98,7 +101,7 @@ impl BatchedOptions {
 /// Transcribes `audio` (16 kHz mono samples) the way faster-whisper
 /// 1.2.1's `BatchedInferencePipeline` does: speech found by `vad` is cut
 /// into chunks of at most `batched.chunk_length` seconds, encoded
-/// `batched.batch_size` chunks per encoder call, each decoded on its own
+/// `batched.batch_size` chunks per encoder call, decoded together (each chunk's search its own)
 /// (see the module's table for which of `opts` apply), and `on_segment`
 /// gets each chunk's segments as soon as it is decoded, with times on the
 /// recording's timeline (to 10 ms).
@@ -323,12 +326,28 @@ impl Pipeline<'_> {
                 .collect::<Result<Vec<_>>>()?;
             let refs: Vec<&[f32]> = windows.iter().map(Vec::as_slice).collect();
             backend.encode(&refs)?;
-            for (window, chunk) in batch.iter().enumerate() {
-                let segments = self.decode_chunk(
+            // the batch's chunks decoded together, a decoder step feeding
+            // every chunk's beams; then each one's segments in order
+            let prompts = (0..batch.len())
+                .map(|window| self.chunk_prompt(&mut network, window, &shared))
+                .collect::<Result<Vec<_>>>()?;
+            let prompts: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+            let order: Vec<usize> = (0..batch.len()).collect();
+            let results = generate_batch(
+                network.backend(),
+                &prompts,
+                &order,
+                &shared.params,
+                opts.beam_size,
+                opts.patience,
+            )?;
+            for ((window, chunk), result) in batch.iter().enumerate().zip(results) {
+                let segments = self.chunk_segments(
                     &mut network,
                     window,
                     chunk,
                     &shared,
+                    result,
                     &mut last_speech_timestamp,
                 )?;
                 for mut s in segments {
@@ -341,32 +360,39 @@ impl Pipeline<'_> {
         Ok(info)
     }
 
-    /// Decodes the chunk in encoded window `window`: its segments with
-    /// times on the recording's timeline (ids left at 0).
-    fn decode_chunk(
+    /// The prompt of the chunk in encoded window `window`: the shared one,
+    /// with the chunk's own best language when each chunk gets its own.
+    fn chunk_prompt(
         &self,
         network: &mut Network<'_>,
         window: usize,
-        chunk: &Chunk,
         shared: &Shared<'_>,
-        last_speech_timestamp: &mut f64,
-    ) -> Result<Vec<Segment>> {
-        let (opts, tokenizer) = (self.opts, self.tokenizer);
-        let sp = *tokenizer.special();
+    ) -> Result<Vec<u32>> {
+        let sp = *self.tokenizer.special();
         let mut prompt = shared.prompt.clone();
         if let Some(slot) = shared.language_slot {
             let mut view = OnWindow::new(network.backend(), window);
             let probs = language_probs(&mut view, sp.sot, shared.languages)?;
             if let Some((code, _)) = probs.first() {
-                prompt[slot] = tokenizer.language_token(code)?;
+                prompt[slot] = self.tokenizer.language_token(code)?;
             }
         }
-        let strategy = Strategy::Beam {
-            size: opts.beam_size,
-            patience: opts.patience,
-        };
-        let mut view = OnWindow::new(network.backend(), window);
-        let result = generate(&mut view, &prompt, &shared.params, strategy)?;
+        Ok(prompt)
+    }
+
+    /// The segments of the chunk in encoded window `window`, decoded as
+    /// `result`, with times on the recording's timeline (ids left at 0).
+    fn chunk_segments(
+        &self,
+        network: &mut Network<'_>,
+        window: usize,
+        chunk: &Chunk,
+        shared: &Shared<'_>,
+        result: Generation,
+        last_speech_timestamp: &mut f64,
+    ) -> Result<Vec<Segment>> {
+        let (opts, tokenizer) = (self.opts, self.tokenizer);
+        let sp = *tokenizer.special();
         let seq_len = result.tokens.len() as f64;
         let cum_logprob = result.score as f64 * seq_len.powf(opts.length_penalty as f64);
         let avg_logprob = cum_logprob / (seq_len + 1.0);

@@ -377,6 +377,77 @@ mod tests {
         assert_eq!(g.tokens[0], 19);
     }
 
+    /// Window `k` (its features' value) says `k + 1` text tokens, each
+    /// with a close runner-up for the beams, then ends.
+    fn counting(window: &[f32], seq: &[u32]) -> Vec<f32> {
+        let k = window.first().copied().unwrap_or(0.0) as usize;
+        let said = seq.iter().filter(|&&t| t < 10).count();
+        let mut l = vec![0.0; 20];
+        if said > k {
+            l[10] = 6.0;
+        } else {
+            l[(k + said) % 10] = 4.0;
+            l[(k + said + 1) % 10] = 3.5;
+        }
+        l
+    }
+
+    #[test]
+    fn windows_decoded_together_each_get_what_they_get_alone() {
+        let windows: Vec<Vec<f32>> = (0..4).map(|k| vec![k as f32; 6000]).collect();
+        let refs: Vec<&[f32]> = windows.iter().map(Vec::as_slice).collect();
+        let prompt = [11, 18];
+        for size in [1, 3] {
+            let mut b = Scripted::new(20, counting);
+            b.encode(&refs).unwrap();
+            let got = generate_batch(
+                &mut b,
+                &[&prompt[..]; 4],
+                &[0, 1, 2, 3],
+                &params(),
+                size,
+                1.0,
+            )
+            .unwrap();
+            for (k, w) in windows.iter().enumerate() {
+                let mut alone = Scripted::new(20, counting);
+                alone.encode(&[w]).unwrap();
+                let strategy = Strategy::Beam {
+                    size,
+                    patience: 1.0,
+                };
+                let want = generate(&mut alone, &prompt, &params(), strategy).unwrap();
+                assert_eq!(got[k], want, "window {k}, beam {size}");
+                assert_eq!(want.tokens.len(), k + 1);
+            }
+            // one feed for the prompts, then steps over every live window's
+            // rows: the first step holds all four, the last only window 3's
+            assert_eq!(b.feed_rows[0], 4);
+            assert_eq!(b.feed_rows[1], 4);
+            assert_eq!(*b.feed_rows.last().unwrap(), size);
+            assert!(b.feed_rows.len() <= 1 + 5, "{:?}", b.feed_rows);
+        }
+    }
+
+    #[test]
+    fn prompts_decoded_together_must_share_their_search() {
+        let mut b = backend();
+        b.encode(&[&[0.0; 6000], &[1.0; 6000]]).unwrap();
+        // a different start token cannot share the batch's search
+        let r = generate_batch(&mut b, &[&[11, 18], &[11, 14]], &[0, 1], &params(), 1, 1.0);
+        assert!(r.is_err());
+        // a different task token before the last can
+        let ok = generate_batch(
+            &mut b,
+            &[&[11, 12, 18], &[11, 13, 18]],
+            &[0, 1],
+            &params(),
+            1,
+            1.0,
+        );
+        assert_eq!(ok.unwrap().len(), 2);
+    }
+
     #[test]
     fn max_length_is_half_the_positions_or_what_is_left() {
         let mut b = Scripted::new(20, |_w, _s: &[u32]| Scripted::peaked(20, 3, 5.0));

@@ -25,6 +25,8 @@ pub(crate) struct Scripted {
     seqs: Vec<(usize, Vec<u32>)>,
     /// Every token sequence fed, as it stood after each feed.
     pub fed_log: Vec<Vec<u32>>,
+    /// The sequences of each feed call.
+    pub feed_rows: Vec<usize>,
 }
 
 impl Scripted {
@@ -44,6 +46,7 @@ impl Scripted {
             encoded_log: Vec::new(),
             seqs: Vec::new(),
             fed_log: Vec::new(),
+            feed_rows: Vec::new(),
         }
     }
 
@@ -105,6 +108,7 @@ impl WhisperBackend for Scripted {
         logits: &mut Vec<f32>,
     ) -> Result<()> {
         logits.clear();
+        self.feed_rows.push(self.seqs.len());
         for b in 0..self.seqs.len() {
             self.seqs[b]
                 .1
