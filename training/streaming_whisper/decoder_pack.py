@@ -6,9 +6,11 @@ already tokenised into that sub-vocabulary. The KL between teacher and
 student is then taken over the sub-vocabulary (renormalised), which holds
 nearly all of the probability on teacher-forced training text.
 
-usage: python3 decoder_pack.py MODEL_DIR TEXT_DIR OUT_DIR
+usage: python3 decoder_pack.py MODEL_DIR TEXT_DIR OUT_DIR [MORE.txt ...]
   MODEL_DIR: a pulsed Whisper folder (tiny.en); TEXT_DIR: train.txt and
-  heldout.txt from training/text_prep.py; needs the `tokenizers` package.
+  heldout.txt from training/text_prep.py; MORE: further sentences, one a
+  line (the pseudo-labels of real_speech.py's segments); needs the
+  `tokenizers` package.
 Writes OUT_DIR/decoder.safetensors, OUT_DIR/texts.json.
 """
 import json
@@ -21,15 +23,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from folder import read, write  # noqa: E402
 
 
-def main(model, text_dir, out):
+def main(model, text_dir, out, *more):
     os.makedirs(out, exist_ok=True)
     gen = json.load(open(os.path.join(model, "generation_config.json")))
     tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
     prompt = [gen["decoder_start_token_id"], gen["no_timestamps_token_id"]]
     eot = gen["eos_token_id"]
     texts = {}
-    for name in ("train.txt", "heldout.txt"):
-        for line in open(os.path.join(text_dir, name)):
+    for name in [os.path.join(text_dir, "train.txt"), os.path.join(text_dir, "heldout.txt"), *more]:
+        for line in open(name):
             t = line.strip()
             if t:
                 texts[t] = tok.encode(" " + t, add_special_tokens=False).ids
@@ -50,6 +52,6 @@ def main(model, text_dir, out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) < 4:
         sys.exit(__doc__)
     main(*sys.argv[1:])

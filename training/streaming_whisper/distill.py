@@ -80,9 +80,24 @@ def band_limit(x):
     return torch.fft.irfft(f * ((hz > 300) & (hz < 3400)), n)
 
 
+class Mixture:
+    """Utterance sets drawn by weight (espeak, natural TTS, real speech), so
+    that a scarce set can make up a set share of every batch."""
+
+    def __init__(self, sets):
+        self.sets = [ds for ds, _ in sets]
+        self.weights = [w for _, w in sets]
+
+    def pick(self, rng):
+        ds = rng.choices(self.sets, self.weights)[0]
+        return ds, rng.randrange(len(ds))
+
+
 def batch(ds, b, gen, rng, device, augment_on=True):
-    """b windows of 30 s: 1-3 utterances each, random lead and gaps, augmented.
-    Returns the audio [b, 480000], each window's length and its sentences."""
+    """b windows of 30 s: 1-3 utterances each (of `ds`, an AudioSet or a
+    Mixture), random lead and gaps, augmented. Returns the audio [b, 480000],
+    each window's length and its sentences."""
+    mix = ds if isinstance(ds, Mixture) else Mixture([(ds, 1.0)])
     out = torch.zeros(b, WINDOW, device=device)
     lens = torch.zeros(b, dtype=torch.long, device=device)
     texts = []
@@ -90,14 +105,14 @@ def batch(ds, b, gen, rng, device, augment_on=True):
         pos = rng.randint(0, 16000)
         said = []
         for _ in range(rng.choices([1, 2, 3], [0.5, 0.3, 0.2])[0]):
-            i = rng.randrange(len(ds))
-            n = int(ds.len_cpu[i])
+            src, i = mix.pick(rng)
+            n = int(src.len_cpu[i])
             if pos + n > WINDOW:
                 break
-            o = int(ds.meta[i]["off"])
-            out[r, pos:pos + n] = ds.audio[o:o + n].float() / 32768.0
+            o = int(src.meta[i]["off"])
+            out[r, pos:pos + n] = src.audio[o:o + n].float() / 32768.0
             pos += n + rng.randint(1600, 16000)
-            said.append(ds.texts[i])
+            said.append(src.texts[i])
         lens[r] = min(pos, WINDOW)
         texts.append(said)
     if augment_on:
@@ -168,6 +183,9 @@ def main():
     ap.add_argument("--contexts", default=None, help="chunk:right,... (default: CONTEXTS)")
     ap.add_argument("--held-batch", type=int, default=16)
     ap.add_argument("--held-batches", type=int, default=4)
+    ap.add_argument("--extra", default=None,
+                    help="NAME:SHARE,...: more utterance sets in --work (NAME.npy/.json, e.g. natural_tts.py "
+                         "unpack), each drawn for SHARE of the utterances (the rest: espeak)")
     ap.add_argument("--freeze-below", type=int, default=0, help="train only layers >= this (0: all + stem)")
     args = ap.parse_args()
     from safetensors.torch import load_file, save_file
@@ -184,6 +202,17 @@ def main():
     train = data.AudioSet(args.work, "distill_train", device)
     held = data.AudioSet(args.work, "distill_held", device)
     log(f"data: train {len(train)} utts {train.hours():.1f} h, held {len(held)}")
+    if args.extra:
+        sets, rest = [], 1.0
+        for item in args.extra.split(","):
+            name, share = item.rsplit(":", 1)
+            ds = data.AudioSet(args.work, name, device)
+            log(f"data: {name} {len(ds)} utts {ds.hours():.2f} h, share {float(share)}")
+            sets.append((ds, float(share)))
+            rest -= float(share)
+        if rest < 0:
+            sys.exit("--extra: the shares add up to more than 1")
+        train = Mixture([(train, rest)] + sets)
 
     cfg = json.load(open(os.path.join(args.teacher, "config.json")))
     w = load_file(os.path.join(args.teacher, "encoder.safetensors"))

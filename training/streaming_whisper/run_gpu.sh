@@ -7,8 +7,13 @@
 #       bash training/streaming_whisper/run_gpu.sh prepare [distill.py args...]
 #   (to distil through the decoder too) carry [".cache/distill_dec"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
+#   (natural and real speech, natural_tts.py pack / real_segments.py) carry
+#   [".cache/distill_tts/carry", ".cache/distill_real/carry"]:
+#       bash training/streaming_whisper/run_gpu.sh stage
 #   call 2, carry [".cache/distill/init"] (or nothing), at once:
 #       bash training/streaming_whisper/run_gpu.sh DEADLINE_S [distill.py args...]
+#   (the sets staged are drawn for SHARES of the utterances, default
+#   natural:0.4,real:0.08; the rest espeak)
 # With a carry that holds all of them, call 2 alone does everything.
 set -o pipefail
 W=/tmp/distill
@@ -21,6 +26,12 @@ export ESPEAK_LD_PATH=$L:$W/es/lib/x86_64-linux-gnu:$L/pulseaudio ESPEAK_LIB=$L/
 [ -d .cache/distill/teacher ] && cp -r .cache/distill/teacher $W/
 # decoder_pack.py's output (33 + 4 MB): a call of its own when the carry is short
 [ -d .cache/distill_dec ] && cp -r .cache/distill_dec $W/dec
+# Opus parts decoded into AudioSets (natural_tts.py unpack: numpy and the
+# libsndfile inside the carried wheel)
+for set in tts:natural real:real; do
+  d=.cache/distill_${set%%:*}/carry
+  [ -d $d ] && python3 training/streaming_whisper/natural_tts.py unpack $d $W ${set#*:}
+done
 [ -f $W/teacher/encoder.safetensors ] || { echo "no teacher in $W: the machine is a fresh one, start over with call 1"; exit 3; }
 [ -f $W/text/train.txt ] || python3 training/text_prep.py $W/es/usr/share/games/fortunes $W/text
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader; nproc
@@ -28,5 +39,10 @@ D=$1; shift
 if [ "$D" = prepare ]; then set -- --prepare-only "$@"; D=600; fi
 if [ "$D" = stage ]; then echo "staged: $(ls $W)"; exit 0; fi
 [ -f $W/dec/decoder.safetensors ] && set -- --decoder $W/dec "$@"
+extra=()
+for kv in $(echo ${SHARES:-natural:0.4,real:0.08} | tr , ' '); do
+  [ -f $W/${kv%%:*}.json ] && extra+=($kv)
+done
+[ ${#extra[@]} -gt 0 ] && set -- --extra $(IFS=,; echo "${extra[*]}") "$@"
 python3 training/streaming_whisper/distill.py --teacher $W/teacher --text $W/text \
   --work $W --out $OUT --deadline $D "$@" 2>&1 | tee $OUT/log.txt

