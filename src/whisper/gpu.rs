@@ -31,6 +31,8 @@ use crate::Result;
 
 /// Prompt runners kept: beyond this, the least recently used is dropped.
 const PROMPT_RUNNERS: usize = 8;
+/// Step runners kept (the sizes of `step_rows`).
+const STEP_RUNNERS: usize = 8;
 /// Sequences a device cache holds at first (beam search's 5, or a few
 /// windows' beams decoded together); it grows when more are reserved.
 const SEQUENCES: usize = 32;
@@ -157,6 +159,18 @@ impl NetRunners for GpuRunners {
         self.ensure_sequences(sequences)
     }
 
+    /// Up to 8 rows as asked (one window's beams), then multiples of 8:
+    /// decoded together, windows leave the batch one search at a time, and
+    /// a runner per size would be planned and captured again and again.
+    /// The cache's sequences, a power of two from 32, hold the padding.
+    fn step_rows(&self, batch: usize) -> usize {
+        if batch <= 8 {
+            batch
+        } else {
+            batch.div_ceil(8) * 8
+        }
+    }
+
     fn aligner(&mut self) -> Option<(&mut dyn StepRunner, &KvCache)> {
         let (r, c) = &mut self.aligner;
         Some((r, c))
@@ -210,7 +224,7 @@ impl WhisperNet<GpuRunners> {
             step: Sized::new(
                 graphs::decoder_with_logits(cfg, w, &cache, DecoderShape::Step)?,
                 options.clone(),
-                4,
+                STEP_RUNNERS,
             ),
         };
         WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)

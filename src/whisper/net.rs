@@ -30,6 +30,13 @@ pub trait NetRunners: Send {
     fn step_logits(&self) -> bool {
         false
     }
+    /// Rows the step graph runs for `batch` sequences: a GPU runner is
+    /// planned and captured per size, so the GPU pads to a few sizes (the
+    /// extra rows compute on whatever the cache holds there and are not
+    /// read); a CPU runner takes any size.
+    fn step_rows(&self, batch: usize) -> usize {
+        batch
+    }
     /// Room for `sequences` decoded at once (see [`WhisperBackend::reserve`]).
     fn reserve_sequences(&mut self, sequences: usize) -> Result<()> {
         let _ = sequences;
@@ -80,10 +87,13 @@ impl<R: NetRunners> WhisperNet<R> {
     fn run_decoder(&mut self, tokens: &[u32], batch: usize, n: usize) -> Result<()> {
         let past = self.cache.len() as i64;
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let (shape, s, dims) = if n == 1 {
-            (DecoderShape::Step, batch, vec![batch, 1])
+        let (shape, s, dims, ids) = if n == 1 {
+            let rows = self.runners.step_rows(batch);
+            let mut ids = ids;
+            ids.resize(rows, 0);
+            (DecoderShape::Step, rows, vec![rows, 1], ids)
         } else {
-            (DecoderShape::Prompt, n, vec![1, n])
+            (DecoderShape::Prompt, n, vec![1, n], ids)
         };
         let tokens = Tensor::from_vec(dims, ids)?;
         let positions = Tensor::from_vec(vec![n], (past..past + n as i64).collect::<Vec<_>>())?;

@@ -394,21 +394,16 @@ mod tests {
 
     #[test]
     fn windows_decoded_together_each_get_what_they_get_alone() {
-        let windows: Vec<Vec<f32>> = (0..4).map(|k| vec![k as f32; 6000]).collect();
+        // 8 windows at beam 3 are 24 rows: the searches advance on threads
+        let windows: Vec<Vec<f32>> = (0..8).map(|k| vec![k as f32; 6000]).collect();
         let refs: Vec<&[f32]> = windows.iter().map(Vec::as_slice).collect();
         let prompt = [11, 18];
         for size in [1, 3] {
             let mut b = Scripted::new(20, counting);
             b.encode(&refs).unwrap();
-            let got = generate_batch(
-                &mut b,
-                &[&prompt[..]; 4],
-                &[0, 1, 2, 3],
-                &params(),
-                size,
-                1.0,
-            )
-            .unwrap();
+            let order: Vec<usize> = (0..8).collect();
+            let got =
+                generate_batch(&mut b, &[&prompt[..]; 8], &order, &params(), size, 1.0).unwrap();
             for (k, w) in windows.iter().enumerate() {
                 let mut alone = Scripted::new(20, counting);
                 alone.encode(&[w]).unwrap();
@@ -421,11 +416,11 @@ mod tests {
                 assert_eq!(want.tokens.len(), k + 1);
             }
             // one feed for the prompts, then steps over every live window's
-            // rows: the first step holds all four, the last only window 3's
-            assert_eq!(b.feed_rows[0], 4);
-            assert_eq!(b.feed_rows[1], 4);
+            // rows: the first step holds all eight, the last only window 7's
+            assert_eq!(b.feed_rows[0], 8);
+            assert_eq!(b.feed_rows[1], 8);
             assert_eq!(*b.feed_rows.last().unwrap(), size);
-            assert!(b.feed_rows.len() <= 1 + 5, "{:?}", b.feed_rows);
+            assert!(b.feed_rows.len() <= 1 + 9, "{:?}", b.feed_rows);
         }
     }
 

@@ -20,7 +20,7 @@ pub(crate) struct Sampling<'r, R: Rng> {
 /// Runs greedy search (or sampling) from the backend's single started
 /// sequence, whose prompt is already fed; returns the best hypothesis and
 /// the no-speech probability when `spec.no_speech` asked for it.
-pub(crate) fn greedy_search<R: Rng>(
+pub(crate) fn greedy_search<R: Rng + Send>(
     backend: &mut dyn WhisperBackend,
     spec: &SearchSpec,
     sampling: Option<Sampling<'_, R>>,
@@ -65,7 +65,7 @@ impl<'s, 'r, R: Rng> Greedy<'s, 'r, R> {
     }
 }
 
-impl<R: Rng> Stepper for Greedy<'_, '_, R> {
+impl<R: Rng + Send> Stepper for Greedy<'_, '_, R> {
     fn inputs(&self) -> &[u32] {
         &self.inputs
     }

@@ -49,7 +49,7 @@ pub(crate) fn check_logits(
 /// contiguous in the decoder's batch), hands back their logits, and
 /// reorders the rows as [`Stepper::advance`] says; so one decoder step can
 /// feed the rows of many searches ([`super::generate::generate_batch`]).
-pub(crate) trait Stepper {
+pub(crate) trait Stepper: Send {
     /// The token each of this search's rows is fed next; empty once done.
     fn inputs(&self) -> &[u32];
     /// Takes the logits of the last feed for this search's rows (`[rows,
@@ -59,6 +59,43 @@ pub(crate) trait Stepper {
     /// The best hypothesis, and the no-speech probability when the spec
     /// asked for it at step 0.
     fn result(&mut self) -> (Hypothesis, Option<f32>);
+}
+
+/// A search, its rows' logits, its first row, and what it said.
+type Job<'a, 's> = (
+    &'a mut (dyn Stepper + 's),
+    &'a mut [f32],
+    usize,
+    Option<Vec<usize>>,
+);
+
+/// Rows at which the searches' logit work (rules, log-softmax and choice
+/// over the whole vocabulary, per row) is spread over threads: below it,
+/// starting them costs more than it saves.
+const PARALLEL_ROWS: usize = 16;
+
+/// Advances every search over its logits; with many rows, on several
+/// threads (each search's work is its own).
+fn advance_all(jobs: &mut [Job<'_, '_>], vocab: usize, rows: usize) {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len());
+    if rows < PARALLEL_ROWS || threads < 2 {
+        for (s, l, _, keep) in jobs.iter_mut() {
+            *keep = s.advance(l, vocab);
+        }
+        return;
+    }
+    let per = jobs.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        for part in jobs.chunks_mut(per) {
+            scope.spawn(move || {
+                for (s, l, _, keep) in part.iter_mut() {
+                    *keep = s.advance(l, vocab);
+                }
+            });
+        }
+    });
 }
 
 /// Whether `src` keeps `rows` rows as they are.
@@ -102,18 +139,26 @@ pub(crate) fn drive_all<'s>(
         let rows = tokens.len();
         backend.feed(&tokens, 1, &[0], &mut logits)?;
         check_logits(logits.len(), rows, vocab)?;
-        src.clear();
+        // every live search with its rows' logits and its row offset
+        let mut rest = &mut logits[..];
+        let mut jobs = Vec::with_capacity(searches.len());
         let mut offset = 0;
         for s in searches.iter_mut() {
             let n = s.inputs().len();
             if n == 0 {
                 continue;
             }
-            let own = &mut logits[offset * vocab..(offset + n) * vocab];
-            if let Some(keep) = s.advance(own, vocab) {
+            let (own, tail) = std::mem::take(&mut rest).split_at_mut(n * vocab);
+            rest = tail;
+            jobs.push((&mut **s, own, offset, None));
+            offset += n;
+        }
+        advance_all(&mut jobs, vocab, rows);
+        src.clear();
+        for (_, _, offset, keep) in &jobs {
+            if let Some(keep) = keep {
                 src.extend(keep.iter().map(|&k| offset + k));
             }
-            offset += n;
         }
         if src.is_empty() {
             return Ok(());
