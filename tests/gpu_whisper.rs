@@ -173,6 +173,38 @@ fn gpu_transcripts_equal_the_cpu() {
     assert!(edit_distance(&a, &b) <= 1, "bf16 {bf16:?} vs f32 {f32:?}");
 }
 
+/// What the comparisons compare: the clip's first window, the prompt
+/// `<|startoftranscript|><|notimestamps|>`, and the end-of-text token.
+fn compare_input(m: &WhisperModel) -> (Vec<f32>, [u32; 2], u32) {
+    let mel = CpuWhisper::new(m).unwrap().log_mel(&clip()).unwrap();
+    let win = window(&mel, 80, mel.len() / 80);
+    let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
+    let sp = *tok.special();
+    (win, [sp.sot, sp.no_timestamps], sp.eot)
+}
+
+/// GPU options whose `model.decoder.layers.1.fc1` is wrong from step 3 on.
+fn faulty(d: &Arc<GpuDevice>, p: Precision) -> GpuRunnerOptions {
+    let mut o = GpuRunnerOptions::new(p);
+    let target = "model.decoder.layers.1.fc1";
+    o.translate.wrap = Some(pulsed::gpu::test_util::fault(d, target, 3).expect("fault kernels"));
+    o
+}
+
+/// The planted fault ([`faulty`]) caught in the decoder, at its layer
+/// (the node, or the node a fusion made of it) and step; the encoder clean.
+fn assert_fault_pinned(c: &pulsed::whisper::compare::WhisperComparison) {
+    assert!(c.encoder.failures().is_empty());
+    let bad = c.decoder.failures();
+    let first = bad.first().expect("the fault is caught");
+    assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
+    assert!(
+        first.name.starts_with("model.decoder.layers.1."),
+        "{}",
+        first.name
+    );
+}
+
 /// `pulsed compare --model whisper-*`'s library side: the encoder and the
 /// decoder steps within the f32 tolerance node by node, and a kernel made
 /// wrong (a planted fault in one decoder node from step 3 on) caught at
@@ -184,16 +216,12 @@ fn compare_pins_a_wrong_decoder_kernel() {
     use pulsed::whisper::compare::{compare, WhisperCompare};
     let Some(d) = dev() else { return };
     let m = model();
-    let mel = CpuWhisper::new(&m).unwrap().log_mel(&clip()).unwrap();
-    let win = window(&mel, 80, mel.len() / 80);
-    let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
-    let sp = *tok.special();
-    let prompt = [sp.sot, sp.no_timestamps];
+    let (win, prompt, eot) = compare_input(&m);
     let what = |options: GpuRunnerOptions| WhisperCompare {
         window: &win,
         prompt: &prompt,
         steps: 12,
-        end_of_text: sp.eot,
+        end_of_text: eot,
         options,
         tolerance: 1e-4,
         bf16_budget: None,
@@ -216,21 +244,8 @@ fn compare_pins_a_wrong_decoder_kernel() {
         );
     }
     assert!(c.tokens.len() > prompt.len() + 3, "{:?}", c.tokens);
-    let target = "model.decoder.layers.1.fc1";
-    let mut faulty = GpuRunnerOptions::new(Precision::F32);
-    faulty.translate.wrap =
-        Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
-    let c = compare(&m, d, &what(faulty)).unwrap();
-    assert!(c.encoder.failures().is_empty());
-    let bad = c.decoder.failures();
-    let first = bad.first().expect("the fault is caught");
-    assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
-    // the fault's node, or the node a fusion made of it
-    assert!(
-        first.name.starts_with("model.decoder.layers.1."),
-        "{}",
-        first.name
-    );
+    let c = compare(&m, d.clone(), &what(faulty(&d, Precision::F32))).unwrap();
+    assert_fault_pinned(&c);
 }
 
 /// `pulsed compare --precision bf16`'s criterion on Whisper: every node
@@ -243,16 +258,12 @@ fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
     use pulsed::whisper::compare::{compare, WhisperCompare};
     let Some(d) = dev() else { return };
     let m = model();
-    let mel = CpuWhisper::new(&m).unwrap().log_mel(&clip()).unwrap();
-    let win = window(&mel, 80, mel.len() / 80);
-    let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
-    let sp = *tok.special();
-    let prompt = [sp.sot, sp.no_timestamps];
+    let (win, prompt, eot) = compare_input(&m);
     let what = |options: GpuRunnerOptions, mode| WhisperCompare {
         window: &win,
         prompt: &prompt,
         steps: 12,
-        end_of_text: sp.eot,
+        end_of_text: eot,
         options,
         tolerance: 1e-2,
         bf16_budget: Some(4.0),
@@ -282,20 +293,9 @@ fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
             );
         }
     }
-    let target = "model.decoder.layers.1.fc1";
-    let mut faulty = GpuRunnerOptions::new(Precision::Bf16);
-    faulty.translate.wrap =
-        Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
-    let c = compare(&m, d, &what(faulty, CompareMode::Cumulative)).unwrap();
-    assert!(c.encoder.failures().is_empty());
-    let bad = c.decoder.failures();
-    let first = bad.first().expect("the fault is caught in bf16");
-    assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
-    assert!(
-        first.name.starts_with("model.decoder.layers.1."),
-        "{}",
-        first.name
-    );
+    let options = faulty(&d, Precision::Bf16);
+    let c = compare(&m, d, &what(options, CompareMode::Cumulative)).unwrap();
+    assert_fault_pinned(&c);
 }
 
 /// The batched pipeline on the GPU decodes a batch of chunks together: 8
