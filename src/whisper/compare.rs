@@ -97,7 +97,8 @@ pub fn compare(
         let (k, v) = (cpu.output(1 + 2 * l), cpu.output(2 + 2 * l));
         host.set_cross(l, k, v)?;
         mirrored.set_cross(l, k, v)?;
-        rounded.set_cross(l, &to_bf16(k)?, &to_bf16(v)?)?;
+        let bf16 = |t: &Tensor| t.cast(DType::BF16).cast(DType::F32);
+        rounded.set_cross(l, &bf16(k), &bf16(v))?;
     }
     for c in [&host, &mirrored, &rounded] {
         c.start(&[0])?;
@@ -154,16 +155,6 @@ fn budgeted<'g>(cmp: Comparer<'g>, graph: Graph, what: &WhisperCompare) -> Resul
     let mut r = Runner::new(graph)?;
     r.round_to_bf16();
     Ok(cmp.with_budget(r, factor))
-}
-
-/// `t` as f32 values that bf16 holds exactly.
-fn to_bf16(t: &Tensor) -> Result<Tensor> {
-    let v = t.to_f32_vec();
-    let rounded = v
-        .iter()
-        .map(|&x| half::bf16::from_f32(x).to_f32())
-        .collect();
-    Ok(Tensor::from_vec(t.shape().to_vec(), rounded)?)
 }
 
 /// The likeliest token (the lowest id on ties).
