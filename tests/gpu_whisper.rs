@@ -350,3 +350,71 @@ fn batched_chunks_decode_together_as_on_the_cpu() {
     assert!(texts[0].len() >= 9, "{:?}", texts[0]);
     assert_eq!(texts[0], texts[1]);
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn recordings_decode_together_as_each_alone_on_the_cpu() {
+    use pulsed::whisper::decode::{transcribe_many, Recording};
+    let Some(d) = dev() else { return };
+    let m = model();
+    let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
+    let gen = GenerationConfig::load(&m.dir).unwrap();
+    let one = clip();
+    let (head, tail) = (&one[..one.len() * 3 / 5], &one[one.len() * 2 / 5..]);
+    let quiet: Vec<f32> = one.iter().map(|x| x * 0.3).collect();
+    let mut twice = one.clone();
+    twice.extend(std::iter::repeat_n(0.0, 16_000));
+    twice.extend_from_slice(&one);
+    let audio: [&[f32]; 5] = [&one, head, tail, &quiet, &twice];
+    let opts = DecodeOptions {
+        word_timestamps: true,
+        ..DecodeOptions::default()
+    };
+    let mut cpu = CpuWhisper::new(&m).unwrap();
+    let mut alone = Vec::new();
+    for a in audio {
+        let mel = cpu.log_mel(a).unwrap();
+        let mut segs = Vec::new();
+        transcribe_features(
+            Network::Aligned(&mut cpu),
+            &tok,
+            &gen,
+            &mel,
+            a.len() as f64 / 16_000.0,
+            &opts,
+            |s| {
+                segs.push((s.text, s.words.unwrap_or_default().len()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        alone.push(segs);
+    }
+    let mut g = gpu(&m, &d, Precision::F32);
+    let mels: Vec<Vec<f32>> = audio.iter().map(|a| g.log_mel(a).unwrap()).collect();
+    let recordings: Vec<Recording> = mels
+        .iter()
+        .zip(audio)
+        .map(|(f, a)| Recording {
+            features: f,
+            duration: a.len() as f64 / 16_000.0,
+        })
+        .collect();
+    let mut together = vec![Vec::new(); audio.len()];
+    transcribe_many(
+        Network::Aligned(&mut g),
+        &tok,
+        &gen,
+        &recordings,
+        &opts,
+        3,
+        |i, s| {
+            together[i].push((s.text, s.words.unwrap_or_default().len()));
+            Ok(())
+        },
+    )
+    .unwrap();
+    eprintln!("{together:?}");
+    assert!(alone.iter().all(|a| !a.is_empty()));
+    assert_eq!(together, alone);
+}

@@ -1,7 +1,9 @@
 //! A pool for models that take a whole recording at a time (Whisper's
 //! windows and seeking need all of it): each worker builds its own model
-//! instance once and transcribes one file after another; results come back
-//! as [`FileResult`]s in completion order, as from [`super::run`].
+//! instance once and transcribes one file after another, or a group of
+//! files at once when its model decodes several together
+//! ([`FileWorker::group`]); results come back as [`FileResult`]s in
+//! completion order, as from [`super::run`].
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -21,6 +23,45 @@ pub trait FileWorker {
         control: &Control,
         progress: &mut dyn FnMut(f64),
     ) -> Outcome;
+
+    /// How many files, and how many bytes of them, the worker takes at
+    /// once (at least one file, whatever its size): more than one when
+    /// [`FileWorker::transcribe_group`] decodes files together.
+    fn group(&self) -> Group {
+        Group::ONE
+    }
+
+    /// Transcribes `paths` together, one outcome each in order; `progress`
+    /// gets a file's index in `paths` with its seconds. By default, one
+    /// file after another.
+    fn transcribe_group(
+        &mut self,
+        paths: &[&Path],
+        control: &Control,
+        progress: &mut dyn FnMut(usize, f64),
+    ) -> Vec<Outcome> {
+        paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| self.transcribe(p, control, &mut |s| progress(i, s)))
+            .collect()
+    }
+}
+
+/// The most a worker takes at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Group {
+    pub files: usize,
+    /// Summed file sizes on disk (what the worker holds decoded at once).
+    pub bytes: u64,
+}
+
+impl Group {
+    /// One file at a time.
+    pub const ONE: Group = Group {
+        files: 1,
+        bytes: u64::MAX,
+    };
 }
 
 /// Runs `files` on `opts.jobs` workers made by `make` (one each; a worker
@@ -42,21 +83,26 @@ where
     let started = Instant::now();
     let jobs = opts.jobs.clamp(1, files.len().max(1));
     let mut order: Vec<usize> = (0..files.len()).collect();
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .collect();
     if opts.longest_first {
-        let sizes: Vec<u64> = files
-            .iter()
-            .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
-            .collect();
         order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
     }
-    let next = AtomicUsize::new(0);
+    let queue = Queue {
+        order: &order,
+        sizes: &sizes,
+        next: AtomicUsize::new(0),
+        jobs,
+    };
     let mut summary = Summary::default();
     let mut first_err = None;
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel();
         for _ in 0..jobs {
-            let (tx, next, order) = (tx.clone(), &next, &order);
-            s.spawn(move || worker(files, order, next, control, make, tx));
+            let (tx, queue) = (tx.clone(), &queue);
+            s.spawn(move || worker(files, queue, control, make, tx));
         }
         drop(tx);
         first_err = receive(rx, &mut summary, control, &mut on_result);
@@ -68,60 +114,116 @@ where
     }
 }
 
+/// The files not yet taken, in the order they are handed out.
+struct Queue<'a> {
+    order: &'a [usize],
+    sizes: &'a [u64],
+    next: AtomicUsize,
+    jobs: usize,
+}
+
+impl Queue<'_> {
+    fn is_empty(&self) -> bool {
+        self.next.load(Ordering::SeqCst) >= self.order.len()
+    }
+
+    /// The next files (indices into the run's files) for a worker that
+    /// takes `group` at once: no more than its share of what is left, so
+    /// that every worker gets files; empty when none is left.
+    fn take(&self, group: Group) -> Vec<usize> {
+        let mut at = self.next.load(Ordering::SeqCst);
+        loop {
+            let left = self.order.len().saturating_sub(at);
+            if left == 0 {
+                return Vec::new();
+            }
+            let share = left.div_ceil(self.jobs).min(group.files).max(1);
+            let (mut n, mut bytes) = (0, 0u64);
+            for &i in &self.order[at..at + share] {
+                bytes = bytes.saturating_add(self.sizes[i]);
+                if n > 0 && bytes > group.bytes {
+                    break;
+                }
+                n += 1;
+            }
+            match self
+                .next
+                .compare_exchange(at, at + n, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return self.order[at..at + n].to_vec(),
+                Err(now) => at = now,
+            }
+        }
+    }
+}
+
 fn worker<W: FileWorker>(
     files: &[PathBuf],
-    order: &[usize],
-    next: &AtomicUsize,
+    queue: &Queue<'_>,
     control: &Control,
     make: &(dyn Fn() -> crate::Result<W> + Sync),
     tx: mpsc::Sender<FileResult>,
 ) {
-    let mut model = None;
+    let mut model: Option<W> = None;
     let mut why = None;
-    while !control.is_stopped() {
-        let Some(&index) = order.get(next.fetch_add(1, Ordering::SeqCst)) else {
-            break;
-        };
-        let path = &files[index];
-        let t0 = Instant::now();
+    while !control.is_stopped() && !queue.is_empty() {
         if model.is_none() && why.is_none() {
             match make() {
                 Ok(m) => model = Some(m),
                 Err(e) => why = Some(e),
             }
         }
-        let mut done_s = 0f64;
-        let outcome = match (&mut model, &why) {
+        let group = model.as_ref().map_or(Group::ONE, |m| m.group());
+        let taken = queue.take(group);
+        if taken.is_empty() {
+            break;
+        }
+        let paths: Vec<&Path> = taken.iter().map(|&i| files[i].as_path()).collect();
+        let t0 = Instant::now();
+        let mut done_s = vec![0f64; taken.len()];
+        let outcomes = match (&mut model, &why) {
             (Some(m), _) => catch_unwind(AssertUnwindSafe(|| {
-                m.transcribe(path, control, &mut |s| {
-                    let more = ((s - done_s).max(0.0) * 16_000.0) as u64;
+                m.transcribe_group(&paths, control, &mut |k, s| {
+                    let more = ((s - done_s[k]).max(0.0) * 16_000.0) as u64;
                     control.count_pushed(more);
-                    done_s = done_s.max(s);
+                    done_s[k] = done_s[k].max(s);
                 })
             }))
             .unwrap_or_else(|panic| {
                 model = None; // its state is unknown after a panic
-                Outcome::Failed(format!(
-                    "{}: internal error: {}",
-                    path.display(),
-                    panic_message(&panic)
-                ))
+                let why = panic_message(&panic);
+                paths
+                    .iter()
+                    .map(|p| Outcome::Failed(format!("{}: internal error: {why}", p.display())))
+                    .collect()
             }),
-            (None, Some(e)) => Outcome::Failed(format!("{}: {e}", path.display())),
-            (None, None) => Outcome::Failed(format!("{}: no model", path.display())),
+            (None, Some(e)) => paths
+                .iter()
+                .map(|p| Outcome::Failed(format!("{}: {e}", p.display())))
+                .collect(),
+            (None, None) => paths
+                .iter()
+                .map(|p| Outcome::Failed(format!("{}: no model", p.display())))
+                .collect(),
         };
-        if !matches!(outcome, Outcome::Cancelled) {
-            control.count_finished();
-        }
-        let r = FileResult {
-            index,
-            path: path.clone(),
-            outcome,
-            audio_s_processed: done_s,
-            elapsed_s: t0.elapsed().as_secs_f64(),
-        };
-        if tx.send(r).is_err() {
-            break;
+        let mut outcomes = outcomes.into_iter();
+        for (k, &index) in taken.iter().enumerate() {
+            let outcome = outcomes.next().unwrap_or_else(|| {
+                Outcome::Failed(format!("{}: no outcome", files[index].display()))
+            });
+            if !matches!(outcome, Outcome::Cancelled) {
+                control.count_finished();
+            }
+            let r = FileResult {
+                index,
+                path: files[index].clone(),
+                outcome,
+                audio_s_processed: done_s[k],
+                elapsed_s: t0.elapsed().as_secs_f64(),
+            };
+            if tx.send(r).is_err() {
+                return;
+            }
         }
     }
 }
@@ -179,6 +281,106 @@ mod tests {
         assert!(matches!(&got[1].1, Outcome::Failed(e) if e.contains("internal error: boom")));
         assert!(matches!(&got[3].1, Outcome::Done { transcript, .. } if transcript.text == "b"));
         assert_eq!(control.files_finished(), 4);
+    }
+
+    /// Takes up to `.0` files at once and records each group it was given.
+    struct Grouped(usize, std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>);
+
+    impl FileWorker for Grouped {
+        fn transcribe(&mut self, _: &Path, _: &Control, _: &mut dyn FnMut(f64)) -> Outcome {
+            unreachable!("grouped workers transcribe groups")
+        }
+
+        fn group(&self) -> Group {
+            Group {
+                files: self.0,
+                bytes: u64::MAX,
+            }
+        }
+
+        fn transcribe_group(
+            &mut self,
+            paths: &[&Path],
+            _: &Control,
+            progress: &mut dyn FnMut(usize, f64),
+        ) -> Vec<Outcome> {
+            let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            self.1.lock().unwrap().push(names.clone());
+            names
+                .into_iter()
+                .enumerate()
+                .map(|(k, text)| {
+                    progress(k, 2.0);
+                    Outcome::Done {
+                        transcript: Transcript {
+                            text,
+                            ..Transcript::default()
+                        },
+                        duration_s: 2.0,
+                        extra: Default::default(),
+                    }
+                })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn grouped_workers_share_the_files_and_answer_each() {
+        let files: Vec<PathBuf> = (0..10).map(|i| PathBuf::from(format!("f{i}"))).collect();
+        for (jobs, most) in [(1, 4), (2, 4), (4, 8)] {
+            let groups = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let control = Control::new();
+            let opts = BatchOptions {
+                jobs,
+                ..BatchOptions::default()
+            };
+            let make = || Ok(Grouped(most, groups.clone()));
+            let mut got = Vec::new();
+            let s = run_whole(&files, opts, &control, &make, |r| {
+                assert_eq!(r.audio_s_processed, 2.0);
+                got.push((r.index, r.outcome));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            assert_eq!(s.transcribed, 10);
+            got.sort_by_key(|g| g.0);
+            for (i, (index, outcome)) in got.iter().enumerate() {
+                assert_eq!(*index, i);
+                assert!(
+                    matches!(outcome, Outcome::Done { transcript, .. } if transcript.text == format!("f{i}"))
+                );
+            }
+            let groups = groups.lock().unwrap();
+            // never more than asked, nor than a fair share of what was left
+            assert!(groups.iter().all(|g| !g.is_empty() && g.len() <= most));
+            assert!(groups[0].len() <= 10usize.div_ceil(jobs));
+            if jobs == 1 {
+                assert_eq!(
+                    groups.iter().map(Vec::len).collect::<Vec<_>>(),
+                    vec![4, 4, 2]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_stops_at_its_bytes_but_takes_one_file_at_least() {
+        let sizes = [5u64, 5, 20, 1, 1];
+        let order: Vec<usize> = (0..5).collect();
+        let q = Queue {
+            order: &order,
+            sizes: &sizes,
+            next: AtomicUsize::new(0),
+            jobs: 1,
+        };
+        let g = Group {
+            files: 4,
+            bytes: 10,
+        };
+        assert_eq!(q.take(g), vec![0, 1]);
+        assert_eq!(q.take(g), vec![2]);
+        assert_eq!(q.take(g), vec![3, 4]);
+        assert!(q.take(g).is_empty() && q.is_empty());
     }
 
     #[test]

@@ -7,13 +7,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use pulsed::audio::WavStream;
-use pulsed::batch::{Control, FileWorker, Outcome};
+use pulsed::batch::{Control, FileWorker, Group, Outcome};
 use pulsed::decode::{Transcript, Word};
 use pulsed::engine::Engine;
 use pulsed::vad::Vad;
 use pulsed::whisper::decode::{
-    transcribe_batched, transcribe_features, AlignedBackend, BatchedOptions, DecodeOptions,
-    InitialPrompt, Network, Segment,
+    transcribe_batched, transcribe_features, transcribe_many, AlignedBackend, BatchedOptions,
+    DecodeOptions, InitialPrompt, Network, Recording, Segment,
 };
 use pulsed::whisper::features::FeatureStream;
 use pulsed::whisper::{GenerationConfig, Task, WhisperModel, WhisperTokenizer};
@@ -54,9 +54,12 @@ pub struct WhisperArgs {
     /// no previous-text conditioning, unless asked for).
     #[arg(long)]
     pub vad: bool,
-    /// Whisper with `--vad`: chunks per encoder call.
-    #[arg(long, default_value_t = 8, requires = "vad")]
-    pub batch_size: usize,
+    /// Whisper: windows per encoder call, decoded together. With `--vad`,
+    /// the chunks of a recording (default 8); without, the first windows
+    /// of this many recordings (default 8 on a GPU, 1 on the CPU, where
+    /// batching gains nothing). A recording's text does not depend on it.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -80,6 +83,8 @@ pub struct WhisperJob {
     opts: DecodeOptions,
     /// `--vad`: the batched pipeline's settings and its voice detector.
     batched: Option<(BatchedOptions, Arc<Vad>)>,
+    /// Windows per encoder call.
+    batch_size: usize,
     /// Where the networks run.
     engine: Engine,
     /// The network built while checking the folder, for the first worker.
@@ -129,14 +134,20 @@ impl WhisperJob {
             opts.condition_on_previous_text = !a.no_condition;
         }
         opts.without_timestamps |= a.without_timestamps;
+        let on_cpu = matches!(engine, Engine::Cpu);
+        let batch_size = match a.batch_size {
+            Some(0) => return Err("--batch-size must be at least 1".into()),
+            Some(n) => n,
+            None if a.vad || !on_cpu => BatchedOptions::default().batch_size,
+            None => 1,
+        };
         let batched = match a.vad {
-            true if a.batch_size == 0 => return Err("--batch-size must be at least 1".into()),
             true => {
                 let vad = Vad::load_default().map_err(|e| {
                     format!("--vad needs Silero VAD (bash scripts/fetch_silero.sh): {e}")
                 })?;
                 let b = BatchedOptions {
-                    batch_size: a.batch_size,
+                    batch_size,
                     ..BatchedOptions::default()
                 };
                 Some((b, Arc::new(vad)))
@@ -153,6 +164,7 @@ impl WhisperJob {
             gen: Arc::new(gen),
             opts,
             batched,
+            batch_size,
             engine,
             first: Mutex::new(Some(first)),
         })
@@ -167,6 +179,7 @@ impl WhisperJob {
         };
         Ok(WhisperWorker {
             batched: self.batched.clone(),
+            batch_size: self.batch_size,
             net,
             tokenizer: self.tokenizer.clone(),
             gen: self.gen.clone(),
@@ -190,6 +203,8 @@ impl WhisperJob {
 /// One worker: its network plus the shared text side.
 pub struct WhisperWorker {
     batched: Option<(BatchedOptions, Arc<Vad>)>,
+    /// Recordings whose first windows are decoded together.
+    batch_size: usize,
     net: Net,
     tokenizer: Arc<WhisperTokenizer>,
     gen: Arc<GenerationConfig>,
@@ -198,8 +213,37 @@ pub struct WhisperWorker {
 
 /// Stops a transcription from inside its segment callback.
 const STOPPED: &str = "stopped";
+/// The most bytes of WAV a worker holds (as features) for one group:
+/// about 35 minutes of 16 kHz 16-bit audio.
+const GROUP_BYTES: u64 = 64 << 20;
 
 impl FileWorker for WhisperWorker {
+    fn group(&self) -> Group {
+        match self.batched {
+            Some(_) => Group::ONE,
+            None => Group {
+                files: self.batch_size,
+                bytes: GROUP_BYTES,
+            },
+        }
+    }
+
+    fn transcribe_group(
+        &mut self,
+        paths: &[&Path],
+        control: &Control,
+        progress: &mut dyn FnMut(usize, f64),
+    ) -> Vec<Outcome> {
+        if self.batched.is_some() || paths.len() == 1 {
+            return paths
+                .iter()
+                .enumerate()
+                .map(|(k, p)| self.transcribe(p, control, &mut |s| progress(k, s)))
+                .collect();
+        }
+        self.transcribe_together(paths, control, progress)
+    }
+
     fn transcribe(
         &mut self,
         path: &Path,
@@ -276,6 +320,95 @@ impl FileWorker for WhisperWorker {
 }
 
 impl WhisperWorker {
+    /// Several recordings without `--vad`, their first windows decoded
+    /// together (`transcribe_many`); a file that cannot be read fails
+    /// alone.
+    fn transcribe_together(
+        &mut self,
+        paths: &[&Path],
+        control: &Control,
+        progress: &mut dyn FnMut(usize, f64),
+    ) -> Vec<Outcome> {
+        let n_mels = self.net.n_mels();
+        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(paths.len());
+        let mut read = Vec::new(); // (index in paths, features, duration)
+        for (k, path) in paths.iter().enumerate() {
+            match Self::features(path, control, n_mels) {
+                Ok(Some((f, d))) => {
+                    read.push((k, f, d));
+                    outcomes.push(None);
+                }
+                Ok(None) => outcomes.push(Some(Outcome::Cancelled)),
+                Err(e) => outcomes.push(Some(Outcome::Failed(e))),
+            }
+        }
+        let recordings: Vec<Recording> = read
+            .iter()
+            .map(|(_, f, d)| Recording {
+                features: f,
+                duration: *d,
+            })
+            .collect();
+        let mut segments: Vec<Vec<Segment>> = vec![Vec::new(); read.len()];
+        let net = if self.opts.word_timestamps {
+            Network::Aligned(&mut *self.net)
+        } else {
+            Network::Plain(&mut *self.net)
+        };
+        let r = transcribe_many(
+            net,
+            &self.tokenizer,
+            &self.gen,
+            &recordings,
+            &self.opts,
+            self.batch_size,
+            |j, s| {
+                if control.is_stopped() {
+                    return Err(pulsed::Error::Other(STOPPED.into()));
+                }
+                progress(read[j].0, s.end);
+                segments[j].push(s);
+                Ok(())
+            },
+        );
+        match r {
+            Ok(infos) => {
+                for (((k, _, duration_s), segments), info) in read.iter().zip(&segments).zip(infos)
+                {
+                    progress(*k, *duration_s);
+                    let (transcript, extra) = to_transcript(segments, *duration_s, &info.language);
+                    outcomes[*k] = Some(Outcome::Done {
+                        transcript,
+                        duration_s: *duration_s,
+                        extra,
+                    });
+                }
+            }
+            Err(_) if control.is_stopped() => {
+                for (k, _, _) in &read {
+                    outcomes[*k] = Some(Outcome::Cancelled);
+                }
+            }
+            Err(e) => {
+                for (k, _, _) in &read {
+                    let with = if read.len() > 1 {
+                        format!(" (decoded with {} other files)", read.len() - 1)
+                    } else {
+                        String::new()
+                    };
+                    outcomes[*k] = Some(Outcome::Failed(format!(
+                        "{}: {e}{with}",
+                        paths[*k].display()
+                    )));
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Outcome::Cancelled))
+            .collect()
+    }
+
     /// The recording's features, its WAV streamed through the front end
     /// (the audio is never held whole); `None` when stopped.
     fn features(

@@ -29,6 +29,7 @@ use crate::whisper::decode::chunks::{collect_chunks, py_round, Chunk, SpeechMap}
 use crate::whisper::decode::fallback::compression_ratio;
 use crate::whisper::decode::generate::{generate_batch, GenerateParams, Generation};
 use crate::whisper::decode::language::{detect_language, language_probs, Detection};
+use crate::whisper::decode::on_window::OnWindow;
 use crate::whisper::decode::prompt::{get_prompt, PromptSpec};
 use crate::whisper::decode::segments::split_segments_by_timestamps;
 use crate::whisper::decode::speech::{check_vad_options, speech_probs, speech_segments};
@@ -38,9 +39,7 @@ use crate::whisper::decode::words::{add_word_timestamps, WordSegment};
 use crate::whisper::decode::{
     DecodeOptions, InitialPrompt, Network, Segment, TranscriptionInfo, SAMPLE_RATE,
 };
-use crate::whisper::{
-    AlignmentSource, GenerationConfig, WhisperBackend, WhisperError, WhisperTokenizer,
-};
+use crate::whisper::{GenerationConfig, WhisperBackend, WhisperError, WhisperTokenizer};
 use crate::Result;
 
 /// CTranslate2's `max_initial_timestamp_index` (1 s), which the pipeline
@@ -556,86 +555,6 @@ fn chunk_window(
         frames - 1,
         size,
     ))
-}
-
-/// A backend whose encoded window 0 is window `window` of `inner`: the
-/// one-window decoding steps (which read window 0) run over any window of
-/// a batch.
-struct OnWindow<'b, B: ?Sized> {
-    inner: &'b mut B,
-    window: usize,
-}
-
-impl<'b, B: ?Sized> OnWindow<'b, B> {
-    fn new(inner: &'b mut B, window: usize) -> OnWindow<'b, B> {
-        OnWindow { inner, window }
-    }
-}
-
-impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
-    fn n_mels(&self) -> usize {
-        self.inner.n_mels()
-    }
-
-    fn window_frames(&self) -> usize {
-        self.inner.window_frames()
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn max_text_positions(&self) -> usize {
-        self.inner.max_text_positions()
-    }
-
-    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        self.inner.log_mel(audio)
-    }
-
-    /// Encoding would replace the batch this view reads.
-    fn encode(&mut self, _windows: &[&[f32]]) -> Result<()> {
-        Err(WhisperError::Option {
-            option: "encode",
-            reason: "a view of one encoded window cannot encode".to_string(),
-        }
-        .into())
-    }
-
-    fn reserve(&mut self, sequences: usize) -> Result<()> {
-        self.inner.reserve(sequences)
-    }
-
-    fn start(&mut self, windows: &[usize]) -> Result<()> {
-        let shifted: Vec<usize> = windows.iter().map(|&w| w + self.window).collect();
-        self.inner.start(&shifted)
-    }
-
-    fn feed(
-        &mut self,
-        tokens: &[u32],
-        n: usize,
-        positions: &[usize],
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        self.inner.feed(tokens, n, positions, logits)
-    }
-
-    fn reorder(&mut self, src: &[usize]) -> Result<()> {
-        self.inner.reorder(src)
-    }
-}
-
-impl<B: AlignmentSource + ?Sized> AlignmentSource for OnWindow<'_, B> {
-    fn cross_attention(
-        &mut self,
-        window: usize,
-        tokens: &[u32],
-        heads: &[(usize, usize)],
-    ) -> Result<Vec<f32>> {
-        self.inner
-            .cross_attention(window + self.window, tokens, heads)
-    }
 }
 
 #[cfg(test)]

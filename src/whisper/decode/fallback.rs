@@ -41,7 +41,8 @@ pub fn compression_ratio(text: &str) -> f64 {
 }
 
 /// Decodes encoded window 0 from `prompt`, falling back to higher
-/// temperatures while the result fails the checks.
+/// temperatures while the result fails the checks. `first`, when given,
+/// is the window's decoding at the first temperature (0), made elsewhere.
 pub(crate) fn generate_with_fallback(
     backend: &mut dyn WhisperBackend,
     tokenizer: &WhisperTokenizer,
@@ -49,6 +50,7 @@ pub(crate) fn generate_with_fallback(
     params: &GenerateParams,
     opts: &DecodeOptions,
     rng: &mut StdRng,
+    mut first: Option<Generation>,
 ) -> Result<Decoded> {
     let mut all: Vec<Decoded> = Vec::new();
     let mut below_cr: Vec<Decoded> = Vec::new();
@@ -67,7 +69,10 @@ pub(crate) fn generate_with_fallback(
                 patience: opts.patience,
             }
         };
-        let result = generate(backend, prompt, params, strategy)?;
+        let result = match first.take() {
+            Some(made) => made,
+            None => generate(backend, prompt, params, strategy)?,
+        };
         let seq_len = result.tokens.len() as f64;
         let cum_logprob = result.score as f64 * seq_len.powf(opts.length_penalty as f64);
         let avg_logprob = cum_logprob / (seq_len + 1.0);

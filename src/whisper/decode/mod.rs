@@ -15,6 +15,7 @@
 //! | `align.rs`, `words.rs` | word timestamps: attention, DTW, punctuation |
 //! | `hallucination.rs` | skipping silence around likely hallucinations |
 //! | `transcribe.rs`, `generate_segments.rs` | the whole recording: [`transcribe`], window by window |
+//! | `many.rs`, `on_window.rs` | several recordings, first windows batched: [`transcribe_many`] |
 //! | `batched.rs`, `speech.rs`, `chunks.rs` | the VAD-segmented batched mode: [`transcribe_batched`] |
 
 mod align;
@@ -28,6 +29,8 @@ mod greedy;
 mod hallucination;
 mod language;
 mod logits;
+mod many;
+mod on_window;
 mod options;
 mod prompt;
 mod search;
@@ -43,6 +46,7 @@ mod words;
 
 pub use batched::{batched_speech, transcribe_batched, BatchedOptions};
 pub use fallback::compression_ratio;
+pub use many::{transcribe_many, Recording};
 pub use options::{DecodeOptions, InitialPrompt};
 pub use transcribe::{transcribe, transcribe_features, Segment, TranscriptionInfo, SAMPLE_RATE};
 pub use words::Word;

@@ -21,6 +21,8 @@ pub(crate) struct Scripted {
     pub windows: Vec<Vec<f32>>,
     /// Every window encoded so far, in order.
     pub encoded_log: Vec<Vec<f32>>,
+    /// The windows of each `encode` call.
+    pub encode_calls: Vec<usize>,
     /// Each live sequence: its window and tokens.
     seqs: Vec<(usize, Vec<u32>)>,
     /// Every token sequence fed, as it stood after each feed.
@@ -44,6 +46,7 @@ impl Scripted {
             attention: None,
             windows: Vec::new(),
             encoded_log: Vec::new(),
+            encode_calls: Vec::new(),
             seqs: Vec::new(),
             fed_log: Vec::new(),
             feed_rows: Vec::new(),
@@ -92,6 +95,7 @@ impl WhisperBackend for Scripted {
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
         self.windows = windows.iter().map(|w| w.to_vec()).collect();
         self.encoded_log.extend(self.windows.iter().cloned());
+        self.encode_calls.push(windows.len());
         Ok(())
     }
 

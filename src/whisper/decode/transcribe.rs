@@ -5,7 +5,7 @@
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::generate_segments::Run;
+use super::generate_segments::{Cursor, Run};
 use super::language::{detect_language, Detection};
 use super::words::Word;
 use super::{DecodeOptions, Network};
@@ -95,7 +95,31 @@ pub fn transcribe_features(
     opts: &DecodeOptions,
     mut on_segment: impl FnMut(Segment) -> Result<()>,
 ) -> Result<TranscriptionInfo> {
-    check_options(opts, &network)?;
+    let mut started = start(&mut network, tokenizer, gen, features, duration, opts)?;
+    let run = &mut started.run;
+    run.generate_segments(&mut network, &mut started.cursor, &mut on_segment)?;
+    Ok(started.info)
+}
+
+/// A recording ready for the long-audio loop: its settings and language,
+/// its cursor at the start, and what [`transcribe_features`] returns.
+pub(crate) struct Started<'a, 'f> {
+    pub run: Run<'a>,
+    pub cursor: Cursor<'f>,
+    pub info: TranscriptionInfo,
+}
+
+/// Checks `opts` and `features`, detects the language when asked (which
+/// encodes the detection windows), and sets up the loop.
+pub(crate) fn start<'a, 'f>(
+    network: &mut Network<'_>,
+    tokenizer: &'a WhisperTokenizer,
+    gen: &'a GenerationConfig,
+    features: &'f [f32],
+    duration: f64,
+    opts: &'a DecodeOptions,
+) -> Result<Started<'a, 'f>> {
+    check_options(opts, network)?;
     let sp = *tokenizer.special();
     let n_mels = network.backend().n_mels();
     if n_mels == 0 || features.is_empty() || !features.len().is_multiple_of(n_mels) {
@@ -140,7 +164,7 @@ pub fn transcribe_features(
     } else {
         Vec::new()
     };
-    let mut run = Run {
+    let run = Run {
         tokenizer,
         opts,
         gen,
@@ -151,12 +175,16 @@ pub fn transcribe_features(
         suppress_begin,
         rng: StdRng::seed_from_u64(opts.seed),
     };
-    run.generate_segments(&mut network, features, frames, &clips, &mut on_segment)?;
-    Ok(TranscriptionInfo {
-        language,
-        language_probability,
-        duration,
-        all_language_probs,
+    let cursor = run.cursor(features, frames, clips)?;
+    Ok(Started {
+        run,
+        cursor,
+        info: TranscriptionInfo {
+            language,
+            language_probability,
+            duration,
+            all_language_probs,
+        },
     })
 }
 

@@ -6,7 +6,7 @@ use crate::whisper::tokenizer::tests::local_tokenizer;
 use crate::whisper::{GenerationConfig, WhisperTokenizer};
 
 /// tiny.en's settings, without a file.
-fn english_config(tok: &WhisperTokenizer) -> GenerationConfig {
+pub(super) fn english_config(tok: &WhisperTokenizer) -> GenerationConfig {
     GenerationConfig {
         suppress_tokens: Vec::new(),
         begin_suppress_tokens: vec![220, tok.special().eot],
