@@ -39,7 +39,9 @@ use crate::whisper::decode::words::{add_word_timestamps, WordSegment};
 use crate::whisper::decode::{
     DecodeOptions, InitialPrompt, Network, Segment, TranscriptionInfo, SAMPLE_RATE,
 };
-use crate::whisper::{GenerationConfig, WhisperBackend, WhisperError, WhisperTokenizer};
+use crate::whisper::{
+    GenerationConfig, SpecialTokens, WhisperBackend, WhisperError, WhisperTokenizer,
+};
 use crate::Result;
 
 /// CTranslate2's `max_initial_timestamp_index` (1 s), which the pipeline
@@ -135,6 +137,44 @@ pub fn transcribe_batched(
     pipeline.run(network, audio, &speech, &mut on_segment)
 }
 
+/// [`transcribe_batched`] over several recordings at once: each one's
+/// speech found on its own, then their chunks in order, `batched.batch_size`
+/// to an encoder call and decoded together whichever recording they come
+/// from; `on_segment` gets each segment with its recording's index, in
+/// order within a recording. Each recording's segments are those
+/// [`transcribe_batched`] gives it alone (up to the backend's arithmetic
+/// over a larger batch). Errors are [`transcribe_batched`]'s, for any
+/// recording.
+#[allow(clippy::too_many_arguments)] // transcribe_batched's call
+pub fn transcribe_batched_many(
+    network: Network<'_>,
+    tokenizer: &WhisperTokenizer,
+    gen: &GenerationConfig,
+    recordings: &[&[f32]],
+    opts: &DecodeOptions,
+    batched: &BatchedOptions,
+    vad: &Vad,
+    mut on_segment: impl FnMut(usize, Segment) -> Result<()>,
+) -> Result<Vec<TranscriptionInfo>> {
+    check_options(opts, batched, &network)?;
+    let speech = recordings
+        .iter()
+        .map(|audio| batched_speech(vad, audio, batched))
+        .collect::<Result<Vec<_>>>()?;
+    let runs: Vec<Source> = recordings
+        .iter()
+        .zip(&speech)
+        .map(|(audio, speech)| Source { audio, speech })
+        .collect();
+    let pipeline = Pipeline {
+        tokenizer,
+        gen,
+        opts,
+        batched,
+    };
+    pipeline.run_many(network, &runs, &mut on_segment)
+}
+
 /// The speech segments (samples) the batched mode decodes: `vad`'s
 /// probabilities under `batched.vad`, no segment longer than
 /// `batched.chunk_length` before padding.
@@ -194,7 +234,7 @@ pub(crate) struct Pipeline<'a> {
     pub batched: &'a BatchedOptions,
 }
 
-/// What every chunk's decoding shares.
+/// What every chunk's decoding shares, in one recording.
 struct Shared<'a> {
     prompt: Vec<u32>,
     /// Where the language token is in the prompt, when each chunk gets its
@@ -207,17 +247,129 @@ struct Shared<'a> {
     map: SpeechMap,
 }
 
+/// One recording of a run: its audio and the speech the VAD found in it.
+pub(crate) struct Source<'a> {
+    pub audio: &'a [f32],
+    pub speech: &'a [vad::Segment],
+}
+
+/// A recording's place in a run: its chunks, what they share, what is
+/// carried from chunk to chunk.
+struct Progress<'a> {
+    chunks: Vec<Chunk>,
+    shared: Shared<'a>,
+    info: TranscriptionInfo,
+    next_id: usize,
+    last_speech_timestamp: f64,
+}
+
+/// The suppressed tokens, the same for every recording of a run.
+struct Suppress {
+    special: SpecialTokens,
+    every: Vec<u32>,
+    begin: Vec<u32>,
+}
+
 impl Pipeline<'_> {
     /// Decodes `speech` (segments of `audio`, in order): the whole run
     /// after the VAD.
     pub(crate) fn run(
         &self,
-        mut network: Network<'_>,
+        network: Network<'_>,
         audio: &[f32],
         speech: &[vad::Segment],
         on_segment: &mut dyn FnMut(Segment) -> Result<()>,
     ) -> Result<TranscriptionInfo> {
+        let mut infos = self.run_many(network, &[Source { audio, speech }], &mut |_, s| {
+            on_segment(s)
+        })?;
+        Ok(infos.remove(0))
+    }
+
+    /// [`Pipeline::run`] over several recordings: their chunks in order,
+    /// `batch_size` to an encoder call whichever recording they come from,
+    /// each recording's segments given with its index and in its order.
+    pub(crate) fn run_many(
+        &self,
+        mut network: Network<'_>,
+        recordings: &[Source<'_>],
+        on_segment: &mut dyn FnMut(usize, Segment) -> Result<()>,
+    ) -> Result<Vec<TranscriptionInfo>> {
         let (opts, gen, tokenizer) = (self.opts, self.gen, self.tokenizer);
+        let suppress = Suppress {
+            special: *tokenizer.special(),
+            every: suppressed_tokens(tokenizer, opts.suppress_tokens.as_deref())?,
+            begin: if opts.suppress_blank {
+                gen.begin_suppress_tokens.clone()
+            } else {
+                Vec::new()
+            },
+        };
+        let mut runs = recordings
+            .iter()
+            .map(|r| self.recording(&mut network, r, &suppress))
+            .collect::<Result<Vec<_>>>()?;
+        let queue: Vec<(usize, usize)> = runs
+            .iter()
+            .enumerate()
+            .flat_map(|(r, run)| (0..run.chunks.len()).map(move |c| (r, c)))
+            .collect();
+        for batch in queue.chunks(self.batched.batch_size) {
+            let backend = network.backend();
+            let windows = batch
+                .iter()
+                .map(|&(r, c)| chunk_window(backend, recordings[r].audio, &runs[r].chunks[c]))
+                .collect::<Result<Vec<_>>>()?;
+            let refs: Vec<&[f32]> = windows.iter().map(Vec::as_slice).collect();
+            backend.encode(&refs)?;
+            // the batch's chunks decoded together, a decoder step feeding
+            // every chunk's beams; then each one's segments in order
+            let prompts = batch
+                .iter()
+                .enumerate()
+                .map(|(window, &(r, _))| self.chunk_prompt(&mut network, window, &runs[r].shared))
+                .collect::<Result<Vec<_>>>()?;
+            let prompts: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+            let order: Vec<usize> = (0..batch.len()).collect();
+            let (lead, _) = batch[0];
+            let results = generate_batch(
+                network.backend(),
+                &prompts,
+                &order,
+                &runs[lead].shared.params,
+                opts.beam_size,
+                opts.patience,
+            )?;
+            for ((window, &(r, c)), result) in batch.iter().enumerate().zip(results) {
+                let run = &mut runs[r];
+                let segments = self.chunk_segments(
+                    &mut network,
+                    window,
+                    &run.chunks[c],
+                    &run.shared,
+                    result,
+                    &mut run.last_speech_timestamp,
+                )?;
+                for mut s in segments {
+                    s.id = run.next_id;
+                    run.next_id += 1;
+                    on_segment(r, s)?;
+                }
+            }
+        }
+        Ok(runs.into_iter().map(|r| r.info).collect())
+    }
+
+    /// A recording's chunks, language (detected when asked, which encodes
+    /// its first windows) and prompt.
+    fn recording<'s>(
+        &'s self,
+        network: &mut Network<'_>,
+        rec: &Source<'_>,
+        suppress: &'s Suppress,
+    ) -> Result<Progress<'s>> {
+        let (opts, gen, tokenizer) = (self.opts, self.gen, self.tokenizer);
+        let (audio, speech) = (rec.audio, rec.speech);
         let duration = audio.len() as f64 / SAMPLE_RATE as f64;
         let max_samples = self.batched.chunk_length * SAMPLE_RATE as f64;
         let chunks = collect_chunks(speech, max_samples);
@@ -230,6 +382,7 @@ impl Pipeline<'_> {
         let (language, language_probability, all_language_probs) = match &opts.language {
             _ if !gen.is_multilingual => ("en".to_string(), 1.0, None),
             Some(code) => (code.clone(), 1.0, None),
+            None if chunks.is_empty() => ("en".to_string(), 1.0, None),
             None => {
                 let features = self.detection_features(network.backend(), audio, &chunks)?;
                 let frames = features.len() / network.backend().n_mels();
@@ -250,17 +403,7 @@ impl Pipeline<'_> {
             duration,
             all_language_probs,
         };
-        if chunks.is_empty() {
-            return Ok(info);
-        }
 
-        let suppress = suppressed_tokens(tokenizer, opts.suppress_tokens.as_deref())?;
-        let suppress_begin = if opts.suppress_blank {
-            gen.begin_suppress_tokens.clone()
-        } else {
-            Vec::new()
-        };
-        let sp = *tokenizer.special();
         let sot_sequence = tokenizer.sot_sequence(gen.is_multilingual, &language, opts.task)?;
         let previous: Vec<u32> = match &opts.initial_prompt {
             Some(InitialPrompt::Text(t)) => tokenizer.encode(t)?,
@@ -303,60 +446,24 @@ impl Pipeline<'_> {
             language,
             languages,
             params: GenerateParams {
-                special: &sp,
+                special: &suppress.special,
                 max_length,
                 length_penalty: opts.length_penalty,
                 repetition_penalty: opts.repetition_penalty,
                 no_repeat_ngram_size: opts.no_repeat_ngram_size,
-                suppress: &suppress,
-                suppress_begin: &suppress_begin,
+                suppress: &suppress.every,
+                suppress_begin: &suppress.begin,
                 max_initial_timestamp_index: MAX_INITIAL_TIMESTAMP_INDEX,
             },
             map: SpeechMap::new(speech, SAMPLE_RATE as u32),
         };
-
-        let mut next_id = 1;
-        let mut last_speech_timestamp = 0.0;
-        for batch in chunks.chunks(self.batched.batch_size) {
-            let backend = network.backend();
-            let windows = batch
-                .iter()
-                .map(|c| chunk_window(backend, audio, c))
-                .collect::<Result<Vec<_>>>()?;
-            let refs: Vec<&[f32]> = windows.iter().map(Vec::as_slice).collect();
-            backend.encode(&refs)?;
-            // the batch's chunks decoded together, a decoder step feeding
-            // every chunk's beams; then each one's segments in order
-            let prompts = (0..batch.len())
-                .map(|window| self.chunk_prompt(&mut network, window, &shared))
-                .collect::<Result<Vec<_>>>()?;
-            let prompts: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-            let order: Vec<usize> = (0..batch.len()).collect();
-            let results = generate_batch(
-                network.backend(),
-                &prompts,
-                &order,
-                &shared.params,
-                opts.beam_size,
-                opts.patience,
-            )?;
-            for ((window, chunk), result) in batch.iter().enumerate().zip(results) {
-                let segments = self.chunk_segments(
-                    &mut network,
-                    window,
-                    chunk,
-                    &shared,
-                    result,
-                    &mut last_speech_timestamp,
-                )?;
-                for mut s in segments {
-                    s.id = next_id;
-                    next_id += 1;
-                    on_segment(s)?;
-                }
-            }
-        }
-        Ok(info)
+        Ok(Progress {
+            chunks,
+            shared,
+            info,
+            next_id: 1,
+            last_speech_timestamp: 0.0,
+        })
     }
 
     /// The prompt of the chunk in encoded window `window`: the shared one,

@@ -44,7 +44,7 @@ mod transcribe;
 mod window;
 mod words;
 
-pub use batched::{batched_speech, transcribe_batched, BatchedOptions};
+pub use batched::{batched_speech, transcribe_batched, transcribe_batched_many, BatchedOptions};
 pub use fallback::compression_ratio;
 pub use many::{transcribe_many, Recording};
 pub use options::{DecodeOptions, InitialPrompt};

@@ -121,6 +121,61 @@ fn run_pipeline(
 }
 
 #[test]
+fn recordings_batched_together_each_get_what_they_get_alone() {
+    let Some(tok) = local_tokenizer() else { return };
+    let (audio, speech) = three_segments();
+    // the second recording: the first two segments, other values
+    let mut other = audio[..120_000].to_vec();
+    other
+        .iter_mut()
+        .filter(|x| **x > 0.0)
+        .for_each(|x| *x += 3.0);
+    let plan = |v: f32| vec![1000 + v as u32, 2000];
+    let batched = BatchedOptions {
+        batch_size: 2,
+        chunk_length: 1.5,
+        ..BatchedOptions::default()
+    };
+    let opts = BatchedOptions::decode_defaults();
+    let sources = [(&audio[..], &speech[..]), (&other[..], &speech[..2])];
+    let mut alone = Vec::new();
+    for (a, s) in sources {
+        let mut b = planned(&tok, plan);
+        alone.push(run_pipeline(&mut b, &tok, a, s, &opts, &batched));
+    }
+    let gen = english_config(&tok);
+    let pipeline = Pipeline {
+        tokenizer: &tok,
+        gen: &gen,
+        opts: &opts,
+        batched: &batched,
+    };
+    let mut b = Counting {
+        inner: planned(&tok, plan),
+        batches: Vec::new(),
+    };
+    let runs: Vec<Source> = sources
+        .iter()
+        .map(|&(audio, speech)| Source { audio, speech })
+        .collect();
+    let mut together = vec![Vec::new(); 2];
+    let infos = pipeline
+        .run_many(Network::Plain(&mut b), &runs, &mut |r, s| {
+            together[r].push(s);
+            Ok(())
+        })
+        .unwrap();
+    // five chunks, two to a call: the second holds one of each recording
+    assert_eq!(b.batches, vec![2, 2, 1]);
+    for (r, (segments, info)) in alone.iter().enumerate() {
+        assert_eq!(&together[r], segments, "recording {r}");
+        assert_eq!(&infos[r], info);
+    }
+    assert_eq!(together[1].len(), 2);
+    assert_eq!(together[1][1].tokens[0], 1005);
+}
+
+#[test]
 fn chunks_are_encoded_batch_size_at_a_time_and_decoded_from_their_window() {
     let Some(tok) = local_tokenizer() else { return };
     let (audio, speech) = three_segments();
