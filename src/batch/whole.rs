@@ -128,8 +128,9 @@ impl Queue<'_> {
     }
 
     /// The next files (indices into the run's files) for a worker that
-    /// takes `group` at once: no more than its share of what is left, so
-    /// that every worker gets files; empty when none is left.
+    /// takes `group` at once: no more than its share of what is left (so
+    /// that every worker gets files), rounded down to a power of two when
+    /// below the group; empty when none is left.
     fn take(&self, group: Group) -> Vec<usize> {
         let mut at = self.next.load(Ordering::SeqCst);
         loop {
@@ -137,7 +138,12 @@ impl Queue<'_> {
             if left == 0 {
                 return Vec::new();
             }
-            let share = left.div_ceil(self.jobs).min(group.files).max(1);
+            let mut share = left.div_ceil(self.jobs).min(group.files).max(1);
+            if share < group.files {
+                // a power of two, so that the tail of a run comes in few
+                // sizes (a GPU plans and captures a graph per size)
+                share = 1 << share.ilog2();
+            }
             let (mut n, mut bytes) = (0, 0u64);
             for &i in &self.order[at..at + share] {
                 bytes = bytes.saturating_add(self.sizes[i]);

@@ -31,8 +31,13 @@ use crate::Result;
 
 /// Prompt runners kept: beyond this, the least recently used is dropped.
 const PROMPT_RUNNERS: usize = 8;
-/// Step runners kept (the sizes of `step_rows`).
-const STEP_RUNNERS: usize = 8;
+/// Step runners kept: every size of `step_rows` up to 128 rows (16
+/// windows' beams of 5 and their tails), so lock-step decoding of a batch
+/// whose searches end one by one plans and captures each size once.
+const STEP_RUNNERS: usize = 24;
+/// Encoder runners kept: the window counts of a worker's groups of files
+/// (8, then 4, 2 and 1 at the end of a run) and single windows.
+const ENCODER_RUNNERS: usize = 4;
 /// Sequences a device cache holds at first (beam search's 5, or a few
 /// windows' beams decoded together); it grows when more are reserved.
 const SEQUENCES: usize = 32;
@@ -215,7 +220,7 @@ impl WhisperNet<GpuRunners> {
             kv_dtype,
             aligner: (aligner, own),
             dev,
-            encoder: Sized::new(graphs::encoder(cfg, w)?, options.clone(), 2),
+            encoder: Sized::new(graphs::encoder(cfg, w)?, options.clone(), ENCODER_RUNNERS),
             prompt: Sized::new(
                 graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?,
                 eager,
