@@ -21,6 +21,7 @@ pub mod rewrite;
 pub mod runner;
 pub mod tensor;
 pub mod test_util;
+pub mod timing;
 pub mod translator;
 
 pub use compile::{compile, compile_for_device, nvrtc_available, Compiled, Image, KERNEL_SOURCES};

@@ -24,7 +24,7 @@ use super::graphs::{self, DecoderShape};
 use super::net::{NetRunners, WhisperNet};
 use super::WhisperModel;
 use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
-use crate::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
+use crate::gpu::{timing, GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
 use crate::graph::{Graph, Runner, StepRunner};
 use crate::ops::kv_cache::KvCache;
 use crate::Result;
@@ -44,6 +44,8 @@ const SEQUENCES: usize = 32;
 
 /// One graph and its runners by size, least recently used first.
 struct Sized {
+    /// For set-up timing.
+    name: &'static str,
     graph: Arc<Graph>,
     options: GpuRunnerOptions,
     runners: Vec<(usize, GpuRunner)>,
@@ -51,8 +53,9 @@ struct Sized {
 }
 
 impl Sized {
-    fn new(graph: Graph, options: GpuRunnerOptions, keep: usize) -> Sized {
+    fn new(name: &'static str, graph: Graph, options: GpuRunnerOptions, keep: usize) -> Sized {
         Sized {
+            name,
             graph: Arc::new(graph),
             options,
             runners: Vec::new(),
@@ -68,12 +71,14 @@ impl Sized {
                 self.runners.push(r);
             }
             None => {
+                let t0 = std::time::Instant::now();
                 let r = GpuRunner::new(
                     dev.clone(),
                     self.graph.clone(),
                     Some(s as i64),
                     &self.options,
                 )?;
+                timing::report(|| format!("{} runner for {s} planned", self.name), t0);
                 if self.runners.len() >= self.keep {
                     self.runners.remove(0);
                 }
@@ -110,10 +115,12 @@ impl GpuRunners {
         if windows <= self.kv.windows {
             return Ok(());
         }
+        let t0 = std::time::Instant::now();
         self.kv.windows = windows;
         self.prompt.runners.clear();
         self.step.runners.clear();
         DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
+        timing::report(|| format!("cache for {windows} windows made"), t0);
         Ok(())
     }
 }
@@ -125,12 +132,18 @@ impl GpuRunners {
         if sequences <= self.kv.sequences {
             return Ok(());
         }
+        let t0 = std::time::Instant::now();
         self.kv.sequences = sequences.next_power_of_two();
         self.prompt.runners.clear();
         self.step.runners.clear();
         DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
         // the windows encoded already, into the new cache
-        Ok(self.cache.replay_cross()?)
+        self.cache.replay_cross()?;
+        timing::report(
+            || format!("cache for {} sequences made", self.kv.sequences),
+            t0,
+        );
+        Ok(())
     }
 }
 
@@ -220,13 +233,20 @@ impl WhisperNet<GpuRunners> {
             kv_dtype,
             aligner: (aligner, own),
             dev,
-            encoder: Sized::new(graphs::encoder(cfg, w)?, options.clone(), ENCODER_RUNNERS),
+            encoder: Sized::new(
+                "encoder",
+                graphs::encoder(cfg, w)?,
+                options.clone(),
+                ENCODER_RUNNERS,
+            ),
             prompt: Sized::new(
+                "prompt",
                 graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?,
                 eager,
                 PROMPT_RUNNERS,
             ),
             step: Sized::new(
+                "step",
                 graphs::decoder_with_logits(cfg, w, &cache, DecoderShape::Step)?,
                 options.clone(),
                 STEP_RUNNERS,

@@ -231,7 +231,9 @@ impl GpuRunner {
     /// once, ends the capture and launches the segment eagerly from now on.
     fn capture(&mut self, k: usize, nodes: &[usize], advance: bool) -> Result<()> {
         let gpu = &self.dev.ctx;
+        let t0 = std::time::Instant::now();
         let result = super::capture::capture(gpu, || self.launch_nodes(nodes, advance));
+        crate::gpu::timing::report(|| format!("captured {} nodes", nodes.len()), t0);
         match result {
             Ok(g) => {
                 g.launch()
