@@ -10,6 +10,8 @@
 #   (natural and real speech, natural_tts.py pack / real_segments.py) carry
 #   [".cache/distill_tts/carry", ".cache/distill_real/carry"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
+#   (a pack in several parts: one call per part, each carrying a directory
+#   .cache/distill_tts/carry that holds that part alone)
 #   call 2, carry [".cache/distill/init"] (or nothing), at once:
 #       bash training/streaming_whisper/run_gpu.sh DEADLINE_S [distill.py args...]
 #   (the sets staged are drawn for SHARES of the utterances, default
@@ -28,9 +30,14 @@ export ESPEAK_LD_PATH=$L:$W/es/lib/x86_64-linux-gnu:$L/pulseaudio ESPEAK_LIB=$L/
 [ -d .cache/distill_dec ] && cp -r .cache/distill_dec $W/dec
 # Opus parts decoded into AudioSets (natural_tts.py unpack: numpy and the
 # libsndfile inside the carried wheel)
+# (parts accumulate in $W/carry_*, so a set too big for one carry comes in
+# several calls, each unpacking every part staged so far)
 for set in tts:natural real:real; do
   d=.cache/distill_${set%%:*}/carry
-  [ -d $d ] && python3 training/streaming_whisper/natural_tts.py unpack $d $W ${set#*:}
+  if [ -d $d ]; then
+    mkdir -p $W/carry_${set%%:*} && cp -r $d/part* $W/carry_${set%%:*}/
+    python3 training/streaming_whisper/natural_tts.py unpack $W/carry_${set%%:*} $W ${set#*:}
+  fi
 done
 [ -f $W/teacher/encoder.safetensors ] || { echo "no teacher in $W: the machine is a fresh one, start over with call 1"; exit 3; }
 [ -f $W/text/train.txt ] || python3 training/text_prep.py $W/es/usr/share/games/fortunes $W/text
