@@ -29,4 +29,4 @@ pub use pool::{
     OPEN_FILES,
 };
 pub use resume::{open_for_resume, read_done, Done};
-pub use whole::{run_whole, FileWorker, Group};
+pub use whole::{one_by_one, run_whole, FileWorker, Group};

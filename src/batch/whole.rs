@@ -40,12 +40,22 @@ pub trait FileWorker {
         control: &Control,
         progress: &mut dyn FnMut(usize, f64),
     ) -> Vec<Outcome> {
-        paths
-            .iter()
-            .enumerate()
-            .map(|(i, p)| self.transcribe(p, control, &mut |s| progress(i, s)))
-            .collect()
+        one_by_one(self, paths, control, progress)
     }
+}
+
+/// [`FileWorker::transcribe_group`] one file after another.
+pub fn one_by_one<W: FileWorker + ?Sized>(
+    worker: &mut W,
+    paths: &[&Path],
+    control: &Control,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Vec<Outcome> {
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| worker.transcribe(p, control, &mut |s| progress(i, s)))
+        .collect()
 }
 
 /// The most a worker takes at once.

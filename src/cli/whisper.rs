@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use pulsed::audio::WavStream;
-use pulsed::batch::{Control, FileWorker, Group, Outcome};
+use pulsed::batch::{one_by_one, Control, FileWorker, Group, Outcome};
 use pulsed::decode::{Transcript, Word};
 use pulsed::engine::Engine;
 use pulsed::vad::Vad;
@@ -241,11 +241,7 @@ impl FileWorker for WhisperWorker {
         progress: &mut dyn FnMut(usize, f64),
     ) -> Vec<Outcome> {
         if paths.len() == 1 {
-            return paths
-                .iter()
-                .enumerate()
-                .map(|(k, p)| self.transcribe(p, control, &mut |s| progress(k, s)))
-                .collect();
+            return one_by_one(self, paths, control, progress);
         }
         self.transcribe_together(paths, control, progress)
     }
