@@ -176,3 +176,46 @@ fn a_bad_file_fails_alone() {
         "{out}"
     );
 }
+
+#[test]
+fn files_taken_together_each_get_their_own_text() {
+    let _ = tiny_dir();
+    let d = temp_dir("whisper-together");
+    let bad = d.join("bad.wav");
+    std::fs::write(&bad, b"RIFF\x10\x00\x00\x00WAVEjunk").unwrap();
+    let hello = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/asr/hello.wav");
+    let c = clip();
+    let files = [bad.to_str().unwrap(), &c, hello.to_str().unwrap()];
+    let run = |batch: &str| {
+        let mut args = vec![
+            "transcribe",
+            "--model",
+            "whisper-tiny.en",
+            "--format",
+            "jsonl",
+        ];
+        args.extend(["--beam", "2", "-j", "1", "--batch-size", batch]);
+        args.extend(files);
+        let (code, out, err) = pulsed(&args);
+        assert_eq!(code, 1, "{err}");
+        let mut lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        lines.sort_by_key(|l| l["file"].as_str().unwrap_or_default().to_string());
+        lines
+    };
+    // one worker takes all three: the bad file fails alone, the others
+    // read as when each is decoded on its own
+    let together = run("3");
+    let alone = run("1");
+    assert_eq!(together.len(), 3);
+    assert_eq!(together, alone);
+    assert_eq!(
+        together.iter().filter(|l| l["error"].is_string()).count(),
+        1
+    );
+    assert!(together
+        .iter()
+        .any(|l| l["text"].as_str().is_some_and(|t| t.contains("young man"))));
+}

@@ -49,6 +49,12 @@ pub struct Args {
     /// Whisper: parallel workers (default: one per core).
     #[arg(long, short)]
     jobs: Option<usize>,
+    /// Whisper: before timing, make every worker and run it once over the
+    /// first files (a worker's group), so the figure leaves out set-up
+    /// (networks built, GPU runners planned and captured), as peers report
+    /// theirs after a warm-up pass. Transcripts are unchanged.
+    #[arg(long)]
+    warmup: bool,
     /// Also write each file's hypothesis here (JSON lines: file, text, reference).
     #[arg(long)]
     hyp_out: Option<PathBuf>,
@@ -246,6 +252,17 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
         longest_first: true,
         streams: 1,
     };
+    if a.warmup {
+        let t0 = std::time::Instant::now();
+        let workers = opts.jobs.clamp(1, files.len().max(1));
+        let first = &files[..job.group_files().min(files.len())];
+        job.warm_up(workers, first)?;
+        eprintln!(
+            "pulsed: {workers} workers warmed up on {} files in {:.1} s (not timed)",
+            first.len(),
+            t0.elapsed().as_secs_f64()
+        );
+    }
     let mut hyps = vec![String::new(); items.len()];
     let mut failed = Vec::new();
     let make = || job.worker();

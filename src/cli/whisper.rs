@@ -3,7 +3,7 @@
 //! transcribes whole recordings with faster-whisper's decoding; the output
 //! goes through the same writers as the shipped model's.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use pulsed::audio::WavStream;
@@ -89,8 +89,9 @@ pub struct WhisperJob {
     group_files: usize,
     /// Where the networks run.
     engine: Engine,
-    /// The network built while checking the folder, for the first worker.
-    first: Mutex<Option<Net>>,
+    /// Networks ready for workers: the one built while checking the
+    /// folder, and those [`WhisperJob::warm_up`] made.
+    spare: Mutex<Vec<Net>>,
 }
 
 /// One worker's network, on whichever engine.
@@ -171,14 +172,14 @@ impl WhisperJob {
             // 20.2 s against 12.7 s with --vad when workers took 8 files)
             group_files: if a.vad && on_cpu { 1 } else { batch_size },
             engine,
-            first: Mutex::new(Some(first)),
+            spare: Mutex::new(vec![first]),
         })
     }
 
     /// One worker's network.
     pub fn worker(&self) -> pulsed::Result<WhisperWorker> {
-        let first = self.first.lock().ok().and_then(|mut f| f.take());
-        let net = match first {
+        let spare = self.spare.lock().ok().and_then(|mut f| f.pop());
+        let net = match spare {
             Some(net) => net,
             None => pulsed::whisper::network(&self.model, &self.engine)?,
         };
@@ -191,6 +192,49 @@ impl WhisperJob {
             gen: self.gen.clone(),
             opts: self.opts.clone(),
         })
+    }
+
+    /// Makes `workers` networks at once and runs each over `files`
+    /// (untimed; each worker as it would take them), so that the workers of
+    /// a run that follows find their runners planned and their graphs
+    /// captured: a throughput figure taken after a warm-up pass, as peers
+    /// report theirs. A file that fails fails the warm-up.
+    pub fn warm_up(&self, workers: usize, files: &[PathBuf]) -> Result<(), String> {
+        let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        let warmed = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    let paths = &paths;
+                    s.spawn(move || -> Result<Net, String> {
+                        let mut w = self.worker().map_err(|e| e.to_string())?;
+                        let control = Control::new();
+                        for o in w.transcribe_group(paths, &control, &mut |_, _| {}) {
+                            if let Outcome::Failed(e) = o {
+                                return Err(format!("warm-up: {e}"));
+                            }
+                        }
+                        Ok(w.net)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("warm-up: a worker panicked".into()))
+                })
+                .collect::<Result<Vec<Net>, String>>()
+        })?;
+        self.spare
+            .lock()
+            .map_err(|_| "warm-up: a worker panicked".to_string())?
+            .extend(warmed);
+        Ok(())
+    }
+
+    /// Files a worker takes at once.
+    pub fn group_files(&self) -> usize {
+        self.group_files
     }
 
     /// What runs where, for messages.
