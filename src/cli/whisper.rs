@@ -56,8 +56,9 @@ pub struct WhisperArgs {
     pub vad: bool,
     /// Whisper: windows per encoder call, decoded together. With `--vad`,
     /// the chunks of a recording (default 8); without, the first windows
-    /// of this many recordings (default 8 on a GPU, 1 on the CPU, where
-    /// batching gains nothing). A recording's text does not depend on it.
+    /// of this many recordings (default 1: on the H100, more workers gain
+    /// more than larger batches, and on the CPU batches are slower). A
+    /// recording's text does not depend on it.
     #[arg(long)]
     pub batch_size: Option<usize>,
 }
@@ -141,7 +142,9 @@ impl WhisperJob {
         let batch_size = match a.batch_size {
             Some(0) => return Err("--batch-size must be at least 1".into()),
             Some(n) => n,
-            None if a.vad || !on_cpu => BatchedOptions::default().batch_size,
+            None if a.vad => BatchedOptions::default().batch_size,
+            // measured (gpu-notes §14): -j 8 one file at a time gave 357-424
+            // audio s/s at beam 5 on the H100, 8 files at a time 189-263
             None => 1,
         };
         let batched = match a.vad {
