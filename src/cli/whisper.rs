@@ -14,6 +14,7 @@ use pulsed::vad::Vad;
 use pulsed::whisper::decode::{
     transcribe_batched, transcribe_batched_many, transcribe_features, transcribe_many,
     AlignedBackend, BatchedOptions, DecodeOptions, InitialPrompt, Network, Recording, Segment,
+    TranscriptionInfo,
 };
 use pulsed::whisper::features::FeatureStream;
 use pulsed::whisper::{GenerationConfig, Task, WhisperModel, WhisperTokenizer};
@@ -299,6 +300,11 @@ impl FileWorker for WhisperWorker {
         control: &Control,
         progress: &mut dyn FnMut(f64),
     ) -> Outcome {
+        let (input, duration_s) = match self.read(path, control) {
+            Ok(Some(got)) => got,
+            Ok(None) => return Outcome::Cancelled,
+            Err(e) => return Outcome::Failed(e),
+        };
         let mut segments = Vec::new();
         let mut on_segment = |s: Segment| {
             if control.is_stopped() {
@@ -308,59 +314,22 @@ impl FileWorker for WhisperWorker {
             segments.push(s);
             Ok(())
         };
-        let n_mels = self.net.n_mels();
         let net = if self.opts.word_timestamps {
             Network::Aligned(&mut *self.net)
         } else {
             Network::Plain(&mut *self.net)
         };
         let (tok, gen, opts) = (&self.tokenizer, &self.gen, &self.opts);
-        let (r, duration_s) = match &self.batched {
+        let r = match &self.batched {
             Some((b, vad)) => {
-                // the batched pipeline needs the whole recording for its VAD
-                let audio = match pulsed::audio::load_wav(path, 16_000) {
-                    Ok(a) => a,
-                    Err(e) => return Outcome::Failed(e.to_string()),
-                };
-                let r = transcribe_batched(
-                    net,
-                    tok,
-                    gen,
-                    &audio.samples,
-                    opts,
-                    b,
-                    vad,
-                    &mut on_segment,
-                );
-                (r, audio.duration_s)
+                transcribe_batched(net, tok, gen, &input, opts, b, vad, &mut on_segment)
             }
-            None => {
-                let (features, duration_s) = match Self::features(path, control, n_mels) {
-                    Ok(Some(f)) => f,
-                    Ok(None) => return Outcome::Cancelled,
-                    Err(e) => return Outcome::Failed(e),
-                };
-                let r = transcribe_features(
-                    net,
-                    tok,
-                    gen,
-                    &features,
-                    duration_s,
-                    opts,
-                    &mut on_segment,
-                );
-                (r, duration_s)
-            }
+            None => transcribe_features(net, tok, gen, &input, duration_s, opts, &mut on_segment),
         };
         match r {
             Ok(info) => {
                 progress(duration_s);
-                let (transcript, extra) = to_transcript(&segments, duration_s, &info.language);
-                Outcome::Done {
-                    transcript,
-                    duration_s,
-                    extra,
-                }
+                done(&segments, duration_s, &info)
             }
             Err(_) if control.is_stopped() => Outcome::Cancelled,
             Err(e) => Outcome::Failed(format!("{}: {e}", path.display())),
@@ -378,7 +347,6 @@ impl WhisperWorker {
         control: &Control,
         progress: &mut dyn FnMut(usize, f64),
     ) -> Vec<Outcome> {
-        let n_mels = self.net.n_mels();
         let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(paths.len());
         // (index in paths, features or samples, duration)
         let mut read: Vec<(usize, Vec<f32>, f64)> = Vec::new();
@@ -387,13 +355,7 @@ impl WhisperWorker {
                 outcomes.push(Some(Outcome::Cancelled));
                 continue;
             }
-            let got = match &self.batched {
-                Some(_) => pulsed::audio::load_wav(path, 16_000)
-                    .map(|a| Some((a.samples, a.duration_s)))
-                    .map_err(|e| format!("{}: {e}", path.display())),
-                None => Self::features(path, control, n_mels),
-            };
-            match got {
+            match self.read(path, control) {
                 Ok(Some((x, d))) => {
                     read.push((k, x, d));
                     outcomes.push(None);
@@ -446,12 +408,7 @@ impl WhisperWorker {
                 for (((k, _, duration_s), segments), info) in read.iter().zip(&segments).zip(infos)
                 {
                     progress(*k, *duration_s);
-                    let (transcript, extra) = to_transcript(segments, *duration_s, &info.language);
-                    outcomes[*k] = Some(Outcome::Done {
-                        transcript,
-                        duration_s: *duration_s,
-                        extra,
-                    });
+                    outcomes[*k] = Some(done(segments, *duration_s, &info));
                 }
             }
             Err(_) if control.is_stopped() => {
@@ -474,6 +431,18 @@ impl WhisperWorker {
             .into_iter()
             .map(|o| o.unwrap_or(Outcome::Cancelled))
             .collect()
+    }
+
+    /// The recording as this worker decodes it, with its length in
+    /// seconds: with `--vad` its samples (the VAD needs all of them), else
+    /// its features; `None` when stopped.
+    fn read(&self, path: &Path, control: &Control) -> Result<Option<(Vec<f32>, f64)>, String> {
+        match &self.batched {
+            Some(_) => pulsed::audio::load_wav(path, 16_000)
+                .map(|a| Some((a.samples, a.duration_s)))
+                .map_err(|e| e.to_string()),
+            None => Self::features(path, control, self.net.n_mels()),
+        }
     }
 
     /// The recording's features, its WAV streamed through the front end
@@ -499,6 +468,16 @@ impl WhisperWorker {
             return Err(format!("{}: no audio (0 samples)", path.display()));
         }
         Ok(Some((fs.finish().map_err(in_file)?, duration_s)))
+    }
+}
+
+/// A transcribed recording's outcome.
+fn done(segments: &[Segment], duration_s: f64, info: &TranscriptionInfo) -> Outcome {
+    let (transcript, extra) = to_transcript(segments, duration_s, &info.language);
+    Outcome::Done {
+        transcript,
+        duration_s,
+        extra,
     }
 }
 

@@ -71,6 +71,15 @@ pub(crate) struct WindowPrompt {
     pub max_length: usize,
 }
 
+/// A recording's next window decoded elsewhere (with other recordings'):
+/// the window [`Run::next_window`] gave, its [`Run::window_prompt`], and
+/// its decoding at temperature 0 from that prompt.
+pub(crate) struct Prefetched {
+    pub planned: Planned,
+    pub prompt: WindowPrompt,
+    pub result: Generation,
+}
+
 impl Run<'_> {
     /// A cursor at the start of a recording's `features` (`[n_mels,
     /// frames]`), decoding the frame ranges `clips`.
@@ -198,42 +207,47 @@ impl Run<'_> {
     }
 
     /// Decodes the next window of `cur` and hands out its segments; false
-    /// at the end of the recording. With `first`, the window is already
-    /// encoded as `network`'s window 0 and `first` is its decoding at
-    /// temperature 0 from [`Run::window_prompt`]'s prompt (see
-    /// [`Run::can_prefetch`]): it is not encoded or decoded again.
+    /// at the end of the recording. With `prefetched` (see
+    /// [`Run::can_prefetch`]), the window is already encoded as
+    /// `network`'s window 0 and decoded at temperature 0: it is not
+    /// encoded or decoded again.
     pub(crate) fn step(
         &mut self,
         network: &mut Network<'_>,
         cur: &mut Cursor<'_>,
-        first: Option<Generation>,
+        prefetched: Option<Prefetched>,
         on_segment: &mut dyn FnMut(Segment) -> Result<()>,
     ) -> Result<bool> {
         let (opts, tokenizer) = (self.opts, self.tokenizer);
         let sp = *tokenizer.special();
-        let n_mels = network.backend().n_mels();
         let window_frames = network.backend().window_frames();
         let content_frames = cur.frames - 1;
-        let Some(planned) = self.next_window(cur, n_mels, window_frames) else {
-            return Ok(false);
+        let (
+            Planned {
+                seek, segment_size, ..
+            },
+            wp,
+            first,
+        ) = match prefetched {
+            Some(p) => (p.planned, p.prompt, Some(p.result)),
+            None => {
+                let n_mels = network.backend().n_mels();
+                let Some(planned) = self.next_window(cur, n_mels, window_frames) else {
+                    return Ok(false);
+                };
+                network.backend().encode(&[&planned.window])?;
+                if opts.multilingual && self.multilingual {
+                    let probs = language_probs(network.backend(), sp.sot, self.languages)?;
+                    if let Some((code, _)) = probs.into_iter().next() {
+                        self.language = code;
+                    }
+                }
+                let wp = self.window_prompt(cur)?;
+                (planned, wp, None)
+            }
         };
-        let Planned {
-            seek,
-            segment_size,
-            window,
-        } = planned;
         let time_offset = seek as f64 * TIME_PER_FRAME;
         let segment_duration = segment_size as f64 * TIME_PER_FRAME;
-        if first.is_none() {
-            network.backend().encode(&[&window])?;
-            if opts.multilingual && self.multilingual {
-                let probs = language_probs(network.backend(), sp.sot, self.languages)?;
-                if let Some((code, _)) = probs.into_iter().next() {
-                    self.language = code;
-                }
-            }
-        }
-        let wp = self.window_prompt(cur)?;
         let params = window_params(opts, &self.suppress, &self.suppress_begin, &sp, &wp);
         let decoded = generate_with_fallback(
             network.backend(),

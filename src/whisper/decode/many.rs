@@ -10,8 +10,8 @@
 //! [`transcribe`]: super::transcribe()
 
 use super::generate::generate_batch;
-use super::generate_segments::{window_params, Planned, WindowPrompt};
-use super::on_window::OnWindow;
+use super::generate_segments::{window_params, Planned, Prefetched, WindowPrompt};
+use super::on_window::on_window;
 use super::transcribe::{start, Started};
 use super::{DecodeOptions, Network, Segment, TranscriptionInfo};
 use crate::whisper::{GenerationConfig, WhisperError, WhisperTokenizer};
@@ -86,14 +86,11 @@ pub fn transcribe_many(
             .take(batch_size)
             .collect();
         pending.retain(|i| !group.contains(i));
-        let windows: Vec<&[f32]> = group
-            .iter()
-            .filter_map(|&i| firsts[i].as_ref().map(|f| f.0.window.as_slice()))
-            .collect();
+        let batch: Vec<(Planned, WindowPrompt)> =
+            group.iter().filter_map(|&i| firsts[i].take()).collect();
+        let windows: Vec<&[f32]> = batch.iter().map(|(p, _)| p.window.as_slice()).collect();
         network.backend().encode(&windows)?;
-        let Some((_, wp)) = firsts[lead].as_ref() else {
-            unreachable!("pending holds recordings with a first window");
-        };
+        let wp = &batch[0].1;
         let lead_run = &started[lead].run;
         let params = window_params(opts, &lead_run.suppress, &lead_run.suppress_begin, &sp, wp);
         let prompts: Vec<&[u32]> = vec![&wp.prompt; group.len()];
@@ -106,29 +103,19 @@ pub fn transcribe_many(
             opts.beam_size,
             opts.patience,
         )?;
-        for ((window, &i), result) in group.iter().enumerate().zip(results) {
+        for (window, ((&i, (planned, prompt)), result)) in
+            group.iter().zip(batch).zip(results).enumerate()
+        {
             let s = &mut started[i];
+            let prefetched = Prefetched {
+                planned,
+                prompt,
+                result,
+            };
             let mut emit = |seg: Segment| on_segment(i, seg);
-            match &mut network {
-                Network::Plain(b) => {
-                    let mut view = OnWindow::new(&mut **b, window);
-                    s.run.step(
-                        &mut Network::Plain(&mut view),
-                        &mut s.cursor,
-                        Some(result),
-                        &mut emit,
-                    )?;
-                }
-                Network::Aligned(b) => {
-                    let mut view = OnWindow::new(&mut **b, window);
-                    s.run.step(
-                        &mut Network::Aligned(&mut view),
-                        &mut s.cursor,
-                        Some(result),
-                        &mut emit,
-                    )?;
-                }
-            }
+            on_window(&mut network, window, |view| {
+                s.run.step(view, &mut s.cursor, Some(prefetched), &mut emit)
+            })?;
         }
     }
     let mut infos = Vec::with_capacity(started.len());

@@ -2,12 +2,26 @@
 //! steps (language probabilities, fallback, alignment) run over any window
 //! of a batch encoded with others.
 
+use super::Network;
 use crate::whisper::{AlignmentSource, WhisperBackend, WhisperError};
 use crate::Result;
 
 /// A backend whose encoded window 0 is window `window` of `inner`: the
 /// one-window decoding steps (which read window 0) run over any window of
 /// a batch.
+/// Runs `f` over `network` seen through its encoded window `window`, as
+/// the same variant (word timestamps keep their alignment source).
+pub(crate) fn on_window<T>(
+    network: &mut Network<'_>,
+    window: usize,
+    f: impl FnOnce(&mut Network<'_>) -> Result<T>,
+) -> Result<T> {
+    match network {
+        Network::Plain(b) => f(&mut Network::Plain(&mut OnWindow::new(&mut **b, window))),
+        Network::Aligned(b) => f(&mut Network::Aligned(&mut OnWindow::new(&mut **b, window))),
+    }
+}
+
 pub(crate) struct OnWindow<'b, B: ?Sized> {
     inner: &'b mut B,
     window: usize,
