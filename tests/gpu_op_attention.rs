@@ -3,13 +3,14 @@
 //! saying so, when no GPU is usable, unless PULSED_REQUIRE_GPU=1.
 #![cfg(feature = "cuda")]
 
-use pulsed::gpu::test_util::{assert_within, build_for, compare_op};
+use pulsed::gpu::test_util::{assert_within, build_for, compare_op, compare_op_ending};
 use pulsed::gpu::{GpuDevice, Precision};
 use pulsed::ops::attention::Attention;
+use pulsed::ops::chunked_attention::ChunkedAttention;
 use pulsed::ops::limited_attention::LimitedAttention;
 use pulsed::ops::lstm::Lstm;
-use pulsed::ops::{DType, Op, Tensor};
-use pulsed::pulse::{PulsedLimitedAttention, PulsedLstm, Unfold};
+use pulsed::ops::{DType, Dim, Op, Tensor};
+use pulsed::pulse::{PulsedChunkedAttention, PulsedLimitedAttention, PulsedLstm, Unfold};
 
 fn device() -> Option<GpuDevice> {
     match GpuDevice::open(0) {
@@ -169,6 +170,105 @@ fn limited_attention_whole_utterance() {
         let steps = qkv_steps(2, t, t, d, (t + lc) as u64);
         let name = format!("limited attention h{heads} d{d} t{t} lc{lc}");
         check(&dev, &name, &op, &steps, &[]);
+    }
+}
+
+/// `steps` with a batch axis of `batch` (each sequence its own values).
+fn batched(steps: &[Vec<Tensor>], batch: usize, seed: u64) -> Vec<Vec<Tensor>> {
+    steps
+        .iter()
+        .enumerate()
+        .map(|(si, ins)| {
+            ins.iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut shape = vec![batch];
+                    shape.extend_from_slice(t.shape());
+                    tensor(&shape, seed + (si * 3 + i) as u64, 1.0)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+#[ignore]
+fn pulsed_chunked_attention_streams_and_ends() {
+    let Some(dev) = device() else { return };
+    // (heads, width, chunk, left, right, pulse, delay): Whisper tiny's
+    // student (16 + 8 over a 1500-frame past), chunks a pulse does not
+    // divide (the worst-case lag), one-frame chunks, stream starts inside a
+    // pulse and inside a chunk
+    for (heads, d, chunk, left, right, pulse, delay, steps) in [
+        (6, 384, 16, 1500, 8, 16, 3, 4),
+        (2, 48, 4, 7, 2, 8, 0, 12),
+        (2, 48, 4, 7, 2, 8, 5, 12),
+        (3, 30, 3, 5, 0, 4, 2, 12),
+        (1, 16, 1, 3, 0, 1, 0, 12),
+        (4, 64, 8, 20, 8, 16, 11, 8),
+    ] {
+        let attn = ChunkedAttention {
+            heads,
+            chunk,
+            left,
+            right,
+        };
+        let lag = PulsedChunkedAttention::lag_for(&attn, pulse, delay);
+        let op = PulsedChunkedAttention {
+            attn,
+            pulse,
+            delay,
+            lag,
+            len: Dim::s(),
+        };
+        let rows_k = pulse + op.overlap();
+        let seed = (heads * 100 + d + delay + chunk) as u64;
+        let plain = qkv_steps(steps, pulse, rows_k, d, seed);
+        // the stream ends a few frames into the last steps' queries
+        let end_at = steps - 2;
+        let len = (end_at * pulse) as i64 - (delay + lag) as i64 + 2;
+        let name =
+            format!("pulsed chunked h{heads} d{d} c{chunk} l{left} r{right} p{pulse} delay{delay}");
+        for (what, steps) in [
+            ("", plain.clone()),
+            (" batch 2", batched(&plain, 2, seed + 7)),
+        ] {
+            for p in BOTH {
+                let steps: Vec<Vec<Tensor>> = steps.iter().map(|s| at(p, s)).collect();
+                let diffs = compare_op_ending(&dev, &op, &steps, &[], p, Some((end_at, len)))
+                    .unwrap_or_else(|e| panic!("{name}{what} [{p:?}]: {e}"));
+                assert_within(&format!("{name}{what}"), &diffs, p);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn chunked_attention_whole_window() {
+    let Some(dev) = device() else { return };
+    for (heads, d, t, chunk, left, right) in [
+        (6, 384, 300, 16, 1500, 8),
+        (2, 48, 37, 4, 7, 2),
+        (3, 30, 50, 5, 0, 0),
+        (1, 8, 1, 3, 2, 1),
+    ] {
+        let op = ChunkedAttention {
+            heads,
+            chunk,
+            left,
+            right,
+        };
+        let steps = qkv_steps(1, t, t, d, (t + chunk) as u64);
+        let name = format!("chunked attention h{heads} d{d} t{t} c{chunk} l{left} r{right}");
+        check(&dev, &name, &op, &steps, &[]);
+        check(
+            &dev,
+            &format!("{name} batch 3"),
+            &op,
+            &batched(&steps, 3, 9),
+            &[],
+        );
     }
 }
 

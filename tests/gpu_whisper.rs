@@ -175,12 +175,14 @@ fn gpu_transcripts_equal_the_cpu() {
 
 /// What the comparisons compare: the clip's first window, the prompt
 /// `<|startoftranscript|><|notimestamps|>`, and the end-of-text token.
-fn compare_input(m: &WhisperModel) -> (Vec<f32>, [u32; 2], u32) {
+/// The clip's window, its frames that hold audio, the prompt and `<|endoftext|>`.
+fn compare_input(m: &WhisperModel) -> (Vec<f32>, usize, [u32; 2], u32) {
     let mel = CpuWhisper::new(m).unwrap().log_mel(&clip()).unwrap();
-    let win = window(&mel, 80, mel.len() / 80);
+    let frames = mel.len() / 80;
+    let win = window(&mel, 80, frames);
     let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
     let sp = *tok.special();
-    (win, [sp.sot, sp.no_timestamps], sp.eot)
+    (win, frames - 1, [sp.sot, sp.no_timestamps], sp.eot)
 }
 
 /// GPU options whose `model.decoder.layers.1.fc1` is wrong from step 3 on.
@@ -195,6 +197,7 @@ fn faulty(d: &Arc<GpuDevice>, p: Precision) -> GpuRunnerOptions {
 /// (the node, or the node a fusion made of it) and step; the encoder clean.
 fn assert_fault_pinned(c: &pulsed::whisper::compare::WhisperComparison) {
     assert!(c.encoder.failures().is_empty());
+    assert!(c.streamed.is_none(), "tiny.en does not stream");
     let bad = c.decoder.failures();
     let first = bad.first().expect("the fault is caught");
     assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
@@ -216,9 +219,10 @@ fn compare_pins_a_wrong_decoder_kernel() {
     use pulsed::whisper::compare::{compare, WhisperCompare};
     let Some(d) = dev() else { return };
     let m = model();
-    let (win, prompt, eot) = compare_input(&m);
+    let (win, frames, prompt, eot) = compare_input(&m);
     let what = |options: GpuRunnerOptions| WhisperCompare {
         window: &win,
+        frames,
         prompt: &prompt,
         steps: 12,
         end_of_text: eot,
@@ -258,9 +262,10 @@ fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
     use pulsed::whisper::compare::{compare, WhisperCompare};
     let Some(d) = dev() else { return };
     let m = model();
-    let (win, prompt, eot) = compare_input(&m);
+    let (win, frames, prompt, eot) = compare_input(&m);
     let what = |options: GpuRunnerOptions, mode| WhisperCompare {
         window: &win,
+        frames,
         prompt: &prompt,
         steps: 12,
         end_of_text: eot,
@@ -417,4 +422,135 @@ fn recordings_decode_together_as_each_alone_on_the_cpu() {
     eprintln!("{together:?}");
     assert!(alone.iter().all(|a| !a.is_empty()));
     assert_eq!(together, alone);
+}
+
+/// A chunked checkpoint (docs/streaming-whisper.md: tiny.en's weights with
+/// chunks of 16 frames and 8 of look-ahead) streams its encoder on the GPU:
+/// every node of the chunk step on the device but the position lookup,
+/// chunked attention included;
+/// node by node within the f32 tolerance and the bf16 budget of the CPU a
+/// chunk at a time (`pulsed compare`'s library side), a wrong kernel in one
+/// layer pinned at its step; captured once with no allocation, and the
+/// replayed steps' frames the CPU's.
+#[test]
+#[ignore = "needs a GPU"]
+fn streamed_encoder_runs_captured_on_the_gpu() {
+    use pulsed::gpu::compare::CompareMode;
+    use pulsed::gpu::memory::allocations;
+    use pulsed::gpu::GpuRunner;
+    use pulsed::graph::{Runner, StepRunner};
+    use pulsed::ops::Tensor;
+    use pulsed::whisper::compare::{compare, WhisperCompare};
+    use pulsed::whisper::{streaming, EncoderContext};
+    let Some(d) = dev() else { return };
+    let mut m = model();
+    m.config.encoder_context = Some(EncoderContext {
+        chunk: 16,
+        left: 1500,
+        right: 8,
+        right_all_layers: false,
+    });
+    let (win, frames, prompt, eot) = compare_input(&m);
+    let what = |options: GpuRunnerOptions, tolerance, bf16_budget| WhisperCompare {
+        window: &win,
+        frames,
+        prompt: &prompt,
+        steps: 2,
+        end_of_text: eot,
+        options,
+        tolerance,
+        bf16_budget,
+        mode: CompareMode::Cumulative,
+    };
+    for (p, tol, budget) in [
+        (Precision::F32, 1e-4, None),
+        (Precision::Bf16, 1e-2, Some(4.0)),
+    ] {
+        let c = compare(&m, d.clone(), &what(GpuRunnerOptions::new(p), tol, budget)).unwrap();
+        let (s, (on_gpu, on_cpu)) = c.streamed.as_ref().expect("a chunked checkpoint streams");
+        let w = s.worst().expect("nodes compared");
+        eprintln!(
+            "{p:?} streamed encoder: {} nodes over {} chunks ({on_gpu} on the GPU, {on_cpu} on the CPU), worst {} rel {:e}",
+            s.nodes.len(),
+            s.chunks,
+            w.name,
+            w.max_rel
+        );
+        // the stream positions and their rows of the position table (no
+        // GPU form: a lookup of 16 rows a step, uploaded)
+        assert!(*on_cpu <= 2, "{p:?}: {on_cpu} chunk-step nodes on the CPU");
+        assert!(s.chunks as usize >= frames / 32, "{} chunks", s.chunks);
+        assert!(s.failures().is_empty(), "{p:?}: {:?}", s.failures().first());
+    }
+    let mut options = GpuRunnerOptions::new(Precision::F32);
+    let target = "model.encoder.layers.2.fc1";
+    options.translate.wrap =
+        Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
+    let c = compare(&m, d.clone(), &what(options, 1e-4, None)).unwrap();
+    let (s, _) = c.streamed.as_ref().unwrap();
+    let bad = s.failures();
+    let first = bad.first().expect("the fault is caught");
+    assert_eq!(first.first_bad.map(|f| f.0), Some(3), "{first:?}");
+    assert!(
+        first.name.starts_with("model.encoder.layers.2."),
+        "{}",
+        first.name
+    );
+
+    // captured and replayed, against the CPU's frames
+    let pulsed = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
+    let mut gpu = GpuRunner::new(
+        d.clone(),
+        pulsed.graph.clone(),
+        None,
+        &GpuRunnerOptions::new(Precision::F32),
+    )
+    .unwrap();
+    let mut cpu = Runner::new(pulsed.graph.clone()).unwrap();
+    let (n_mels, pulse) = (80, 32);
+    let mut worst = 0f32;
+    let (mut before_capture, mut after_capture) = (0, 0);
+    for step in 0..frames.div_ceil(pulse) + 2 {
+        let mut x = vec![0f32; pulse * n_mels];
+        for t in 0..pulse {
+            let f = step * pulse + t;
+            for k in 0..n_mels {
+                x[t * n_mels + k] = if f < frames { win[k * 3000 + f] } else { 0.0 };
+            }
+        }
+        let x = Tensor::from_vec(vec![pulse, n_mels], x).unwrap();
+        if step == 1 {
+            before_capture = capture_allocations();
+        }
+        StepRunner::step(&mut cpu, &[&x]).unwrap();
+        StepRunner::step(&mut gpu, &[&x]).unwrap();
+        if step == 1 {
+            after_capture = allocations();
+            assert!(
+                !gpu.capture_failed() && gpu.captured_graphs() >= 1,
+                "no capture"
+            );
+        }
+        let (c, g) = (
+            StepRunner::output(&cpu, 0).to_f32_vec(),
+            StepRunner::output(&gpu, 0).to_f32_vec(),
+        );
+        let scale = c.iter().fold(1f32, |m, v| m.max(v.abs()));
+        worst = worst.max(max_abs_diff(&c, &g) / scale);
+    }
+    assert_eq!(
+        capture_allocations(),
+        before_capture,
+        "allocations during capture"
+    );
+    assert_eq!(
+        allocations(),
+        after_capture,
+        "replayed steps allocated device memory"
+    );
+    eprintln!("captured streamed encoder: worst frame difference {worst:e} (relative)");
+    assert!(
+        worst < 1e-4,
+        "captured chunk steps differ from the CPU by {worst}"
+    );
 }

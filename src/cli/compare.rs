@@ -228,7 +228,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 }
 
 /// `--model whisper-*`: the encoder over the file's first window, then
-/// `--steps` decoder steps fed the CPU's greedy tokens, CPU against GPU.
+/// `--steps` decoder steps fed the CPU's greedy tokens, CPU against GPU;
+/// for a checkpoint that streams, also its pulsed encoder a chunk a step.
 #[cfg(feature = "cuda")]
 fn whisper(a: &Args) -> Result<ExitCode, String> {
     use pulsed::gpu::compare::Comparison;
@@ -285,6 +286,7 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     } = settings;
     let what = WhisperCompare {
         window: &window,
+        frames: keep,
         prompt: &prompt,
         steps: a.steps,
         end_of_text: sp.eot,
@@ -296,7 +298,11 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     let c = compare(&model, device, &what).map_err(e)?;
     let mut out = String::new();
     let text = tok.decode(&c.tokens[prompt.len()..]).unwrap_or_default();
-    let parts: [(&str, &Comparison); 2] = [("encoder", &c.encoder), ("decoder", &c.decoder)];
+    let mut parts: Vec<(&str, &Comparison)> = vec![("encoder", &c.encoder)];
+    if let Some((streamed, _)) = &c.streamed {
+        parts.push(("streamed encoder", streamed));
+    }
+    parts.push(("decoder", &c.decoder));
     let mut failed = false;
     for (part, cmp) in parts {
         let bad = cmp.failures();
@@ -339,6 +345,11 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         ));
     }
     if !a.json {
+        if let Some((_, (g, cpu))) = c.streamed {
+            out.push_str(&format!(
+                "streamed encoder: {g} nodes of its chunk step on the GPU, {cpu} on the CPU\n"
+            ));
+        }
         let (g, cpu) = c.step_placement;
         out.push_str(&format!(
             "decoder fed {} tokens ({g} step nodes on the GPU, {cpu} on the CPU): {text:?}\n",

@@ -193,8 +193,10 @@ pub enum CompareMode {
 /// Runs the pulsed `model` over `samples` pulse by pulse (the last one
 /// padded with zeros, then `tail` more silent pulses) on the CPU runner and
 /// on `gpu` (made for `model.graph` with `keep_values`), comparing every
-/// node after every chunk. `tolerance` is relative to each chunk's largest
-/// CPU magnitude (at least 1).
+/// node after every chunk. `samples` are the input's frames one after the
+/// other (audio samples, or feature frames of `n_mels` values for a
+/// streamed Whisper encoder). `tolerance` is relative to each chunk's
+/// largest CPU magnitude (at least 1).
 pub fn compare_steps(
     model: &PulsedModel,
     gpu: &mut super::GpuRunner,
@@ -226,30 +228,63 @@ pub fn compare_steps_with(
     let g = &model.graph;
     let mut cpu = crate::graph::Runner::new(g.clone())?;
     StepRunner::reset(gpu);
-    let stream = model.input_stream()?;
-    let pulse = stream.pulse;
+    let (pulse, shape) = input_pulse(model)?;
+    let inner: usize = shape[1..].iter().product();
+    if inner == 0 || !samples.len().is_multiple_of(inner) {
+        return Err(crate::Error::Graph(format!(
+            "{} input values are not whole frames of {inner}",
+            samples.len()
+        )));
+    }
+    let frames = samples.len() / inner;
     let mut cmp = Comparer::new(g, tolerance, mode);
     if let Some(factor) = bf16_budget {
         let mut rounded = crate::graph::Runner::new(g.clone())?;
         rounded.round_to_bf16();
         cmp = cmp.with_budget(rounded, factor);
     }
-    let mut x = Tensor::zeros(crate::ops::DType::F32, &[pulse]);
-    let chunks = samples.len().div_ceil(pulse) + tail;
+    let mut x = Tensor::zeros(crate::ops::DType::F32, &shape);
+    let chunks = frames.div_ceil(pulse) + tail;
     for chunk in 0..chunks {
-        let from = (chunk * pulse).min(samples.len());
-        let to = ((chunk + 1) * pulse).min(samples.len());
+        let from = (chunk * pulse).min(frames);
+        let to = ((chunk + 1) * pulse).min(frames);
         let buf = x.as_slice_mut::<f32>()?;
         buf.fill(0.0);
-        buf[..to - from].copy_from_slice(&samples[from..to]);
-        if to == samples.len() && (chunk + 1) * pulse >= samples.len() && from < to {
-            cpu.set_stream_len(Some(samples.len() as i64));
-            cmp.set_stream_len(Some(samples.len() as i64));
-            StepRunner::set_stream_len(gpu, Some(samples.len() as i64));
+        buf[..(to - from) * inner].copy_from_slice(&samples[from * inner..to * inner]);
+        if to == frames && (chunk + 1) * pulse >= frames && from < to {
+            cpu.set_stream_len(Some(frames as i64));
+            cmp.set_stream_len(Some(frames as i64));
+            StepRunner::set_stream_len(gpu, Some(frames as i64));
         }
         cmp.step_with(&mut cpu, gpu, &[&x], reference, record.as_deref_mut())?;
     }
     Ok(cmp.finish())
+}
+
+/// The streaming input's pulse and its concrete shape per step: the stream
+/// axis first (samples `[P]`, feature frames `[P, n_mels]`).
+fn input_pulse(model: &PulsedModel) -> Result<(usize, Vec<usize>)> {
+    let stream = model.input_stream()?;
+    let input = model
+        .graph
+        .inputs
+        .first()
+        .ok_or_else(|| crate::Error::Graph("the pulsed graph has no input".into()))?;
+    let fact = &model.graph.nodes[*input].facts[0];
+    let shape: Option<Vec<usize>> = fact
+        .shape
+        .iter()
+        .map(|d| d.as_const().and_then(|v| usize::try_from(v).ok()))
+        .collect();
+    match shape {
+        Some(shape) if stream.axis == 0 && shape.first() == Some(&stream.pulse) => {
+            Ok((stream.pulse, shape))
+        }
+        _ => Err(crate::Error::Graph(format!(
+            "compare streams along the input's first axis; the input is {fact} (stream axis {})",
+            stream.axis
+        ))),
+    }
 }
 
 /// Node-by-node comparison of one graph run step by step on the CPU
@@ -544,6 +579,23 @@ mod tests {
         assert!(
             pic.starts_with("<svg") && pic.contains("a&lt;b") && pic.matches("<rect").count() == 2
         );
+    }
+
+    #[test]
+    fn a_stream_of_frames_steps_whole_frames() {
+        use crate::graph::GraphBuilder;
+        use crate::ops::{Binary, DType, Dim, TypedFact};
+        let graph = |shape: Vec<Dim>| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", TypedFact::new(DType::F32, shape)).unwrap();
+            let y = b.op("y", Binary::Add, &[x, x]).unwrap();
+            b.output("y", y);
+            b.build().unwrap()
+        };
+        let frames = crate::pulse::pulsify(&graph(vec![Dim::s(), Dim::n(3)]), 4).unwrap();
+        assert_eq!(input_pulse(&frames).unwrap(), (4, vec![4, 3]));
+        let samples = crate::pulse::pulsify(&graph(vec![Dim::s()]), 5).unwrap();
+        assert_eq!(input_pulse(&samples).unwrap(), (5, vec![5]));
     }
 
     #[test]

@@ -76,6 +76,20 @@ pub fn compare_op(
     consts: &[bool],
     precision: Precision,
 ) -> Result<Vec<Diff>, GpuError> {
+    compare_op_ending(dev, op, steps, consts, precision, None)
+}
+
+/// [`compare_op`] with the stream's length made known to both sides
+/// (`set_stream_len` on the CPU state, the length on the device) before
+/// step `ends.0`, as a session does once the input has ended.
+pub fn compare_op_ending(
+    dev: &GpuDevice,
+    op: &dyn Op,
+    steps: &[Vec<Tensor>],
+    consts: &[bool],
+    precision: Precision,
+    ends: Option<(usize, i64)>,
+) -> Result<Vec<Diff>, GpuError> {
     let Some(first) = steps.first() else {
         return Ok(Vec::new());
     };
@@ -89,6 +103,12 @@ pub fn compare_op(
     let mut cpu_state: Option<Box<dyn OpState>> = op.state();
     let mut diffs = Vec::new();
     for (si, inputs) in steps.iter().enumerate() {
+        if let Some((_, len)) = ends.filter(|&(at, _)| at == si) {
+            if let Some(s) = &mut cpu_state {
+                s.set_stream_len(Some(len));
+            }
+            copy_to_device(gpu, &len.to_le_bytes(), len_buf.ptr())?;
+        }
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let mut want = Vec::new();
         let mut sc = Scratch::default();

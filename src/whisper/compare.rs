@@ -1,6 +1,7 @@
 //! Whisper on the CPU and on the GPU side by side, node by node: the
 //! encoder over one window, then decoder steps fed the CPU's own greedy
-//! tokens (`pulsed compare --model whisper-*`).
+//! tokens (`pulsed compare --model whisper-*`), and for a checkpoint that
+//! streams (chunked attention) its pulsed encoder chunk by chunk.
 //!
 //! The two decoders need caches of their own (the GPU's is mirrored on the
 //! device, and host ops refuse a mirrored cache), so each side builds its
@@ -11,8 +12,8 @@
 use std::sync::Arc;
 
 use super::graphs::{self, DecoderShape};
-use super::WhisperModel;
-use crate::gpu::compare::{CompareMode, Comparer, Comparison};
+use super::{streaming, WhisperModel};
+use crate::gpu::compare::{compare_steps_with, CompareMode, Comparer, Comparison};
 use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
 use crate::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
 use crate::graph::{Graph, Runner};
@@ -25,6 +26,9 @@ use crate::Result;
 pub struct WhisperCompare<'a> {
     /// One encoder window, `[n_mels, window_frames]` row-major.
     pub window: &'a [f32],
+    /// The window's frames that hold audio: a streamed encoder runs over
+    /// these, and its stream ends there.
+    pub frames: usize,
     /// The prompt the decoder starts from (`<|startoftranscript|>` ...).
     pub prompt: &'a [u32],
     /// Decoder steps after the prompt at most (fewer when the CPU's greedy
@@ -46,6 +50,9 @@ pub struct WhisperCompare<'a> {
 #[derive(Debug, Clone)]
 pub struct WhisperComparison {
     pub encoder: Comparison,
+    /// The pulsed encoder, one chunk a step, when the checkpoint streams;
+    /// with where its nodes ran (GPU, CPU).
+    pub streamed: Option<(Comparison, (usize, usize))>,
     pub decoder: Comparison,
     /// The tokens fed, prompt included.
     pub tokens: Vec<u32>,
@@ -78,6 +85,10 @@ pub fn compare(
     )?;
     cmp.step(&mut cpu, &mut gpu, &[&mel])?;
     let encoder = cmp.finish();
+    let streamed = match cfg.encoder_context {
+        Some(_) => Some(compare_streamed(model, dev.clone(), what, &opts)?),
+        None => None,
+    };
 
     let new_cache = || KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
     // the bf16 budget's decoder reads the keys and values as the GPU's
@@ -140,10 +151,48 @@ pub fn compare(
     }
     Ok(WhisperComparison {
         encoder,
+        streamed,
         decoder: cmp.finish(),
         tokens,
         step_placement: gpu.placement_counts(),
     })
+}
+
+/// The streamed encoder over the window's first `what.frames` feature
+/// frames, a chunk a step, on the CPU and on `dev`, with a few silent steps
+/// after the stream's end so that its last frames come out.
+fn compare_streamed(
+    model: &WhisperModel,
+    dev: Arc<GpuDevice>,
+    what: &WhisperCompare,
+    opts: &GpuRunnerOptions,
+) -> Result<(Comparison, (usize, usize))> {
+    let (cfg, w) = (&model.config, &model.f32_weights);
+    let pulsed = streaming::pulsed_encoder(cfg, w)?;
+    let (m, wf) = (cfg.num_mel_bins, cfg.window_frames());
+    let frames = what.frames.min(wf);
+    let mut stream = vec![0f32; frames * m];
+    for (t, row) in stream.chunks_exact_mut(m).enumerate() {
+        for (k, v) in row.iter_mut().enumerate() {
+            *v = what.window[k * wf + t];
+        }
+    }
+    let mut gpu = GpuRunner::new(dev, pulsed.graph.clone(), None, opts)?;
+    let tail = pulsed
+        .output_stream(0)
+        .map_or(1, |s| s.delay.div_ceil(s.pulse.max(1)) + 1);
+    let c = compare_steps_with(
+        &pulsed,
+        &mut gpu,
+        &stream,
+        tail,
+        what.tolerance,
+        what.bf16_budget,
+        what.mode,
+        None,
+        None,
+    )?;
+    Ok((c, gpu.placement_counts()))
 }
 
 /// `cmp` with the bf16 budget `what` asks for, judged by a rounding CPU

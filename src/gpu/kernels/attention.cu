@@ -145,6 +145,60 @@ FLOAT_KERNELS(limited_attention,
      int width, int dh, i64 lc, float scale, i64 pulse, i64 delay),
     (q, k, v, out, step, tk, width, dh, lc, scale, pulse, delay))
 
+// ChunkedAttention (step == 0) and PulsedChunkedAttention (step = the device
+// step counter), as ops/chunked_attention.rs and pulse/ops/chunked_attention.rs:
+// frame i sees keys c(i) - left ..= c(i) + chunk - 1 + right, c(i) the first
+// frame of its chunk. Whole: q, k, v of tk rows, row i is frame i. Pulsed:
+// key row m is frame kfirst + m with kfirst = step * pulse - delay - overlap,
+// query row r is frame kfirst + overlap - lag + r; a query before the stream
+// start, or at or after its end once known, gives zeros, and keys there are
+// masked. Block (row, head, sequence); shared as attend_row.
+template <typename T>
+__device__ void chunked_attention_impl(const T* q, const T* k, const T* v, T* out,
+                                       const u64* step, const i64* stream_len, i64 tk,
+                                       int width, int dh, i64 chunk, i64 left, i64 right,
+                                       float scale, i64 pulse, i64 delay, i64 overlap, i64 lag,
+                                       int has_end, i64 ea, i64 eb, i64 ed, i64 ec) {
+    extern __shared__ float sh[];
+    const i64 i = blockIdx.x;
+    const int h = blockIdx.y;
+    const u64 b = blockIdx.z;
+    q += b * gridDim.x * width;
+    out += b * gridDim.x * width;
+    k += b * (u64)tk * width;
+    v += b * (u64)tk * width;
+    i64 pos = i, first = 0, end = 0x7fffffffffffffffLL;
+    if (step != 0) {
+        first = (i64)(*step) * pulse - delay - overlap;
+        pos = first + overlap - lag + i;
+        end = stream_end(stream_len, has_end, ea, eb, ed, ec);
+    }
+    i64 lo = 1, hi = 0;
+    if (pos >= 0 && pos < end) {
+        const i64 start = pos / chunk * chunk;  // pos >= 0
+        lo = max(start - left, (i64)0) - first;
+        hi = min(start + chunk - 1 + right, end - 1) - first;
+        if (lo < 0) lo = 0;
+        if (hi > tk - 1) hi = tk - 1;
+    }
+    RowMask<T> none = {0, 0, 0, 0};
+    const u64 off = (u64)h * dh;
+    attend_row(q + (u64)i * width + off, k + off, v + off, out + (u64)i * width + off,
+               (u64)width, (u64)width, dh, dh, lo, hi, scale, none, sh);
+}
+
+FLOAT_KERNELS(chunked_attention,
+    (const float* q, const float* k, const float* v, float* out, const u64* step,
+     const i64* stream_len, i64 tk, int width, int dh, i64 chunk, i64 left, i64 right,
+     float scale, i64 pulse, i64 delay, i64 overlap, i64 lag, int has_end, i64 ea, i64 eb,
+     i64 ed, i64 ec),
+    (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step,
+     const i64* stream_len, i64 tk, int width, int dh, i64 chunk, i64 left, i64 right,
+     float scale, i64 pulse, i64 delay, i64 overlap, i64 lag, int has_end, i64 ea, i64 eb,
+     i64 ed, i64 ec),
+    (q, k, v, out, step, stream_len, tk, width, dh, chunk, left, right, scale, pulse, delay,
+     overlap, lag, has_end, ea, eb, ed, ec))
+
 // LimitedAttention over a tile small enough for shared memory (a chunk
 // step's few query rows and their window of keys): one block per (head,
 // sequence, group of `rpb` query rows) reads the head's K and V, each

@@ -34,6 +34,20 @@ __device__ __forceinline__ void st(bf16_t* p, u64 i, float v) { p[i] = f32_to_bf
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// Where a stream ends, in a pulsed op's frames, once its length `*stream_len`
+// (in input samples, -1 while unknown) is known: the op's end Dim
+// (ea * s + eb).div_euclid(ed) + ec (ed > 0); never while unknown or when
+// `has_end` is 0.
+__device__ __forceinline__ i64 stream_end(const i64* stream_len, int has_end, i64 ea, i64 eb,
+                                          i64 ed, i64 ec) {
+    const i64 s = *stream_len;
+    if (!has_end || s < 0) return 0x7fffffffffffffffLL;
+    const i64 num = ea * s + eb;
+    i64 q = num / ed;
+    if (num % ed < 0) q -= 1;
+    return q + ec;
+}
+
 // Warp and block reductions, the one set every kernel uses. Lanes combine
 // through __shfl_xor_sync at offsets 16, 8, 4, 2, 1, so every lane gets the
 // result and the order of the operations is fixed (the same bits each run).

@@ -42,14 +42,7 @@ __device__ void pulse_pad_impl(const T* x, T* out, const u64* step, const i64* s
                                u64 outer, u64 p, u64 inner, i64 delay, i64 begin,
                                int has_end, i64 ea, i64 eb, i64 ed, i64 ec, float value) {
     i64 first = (i64)(*step) * (i64)p - delay;
-    i64 s = *stream_len;
-    i64 end = 0x7fffffffffffffffLL;
-    if (has_end && s >= 0) {
-        i64 num = ea * s + eb;
-        i64 q = num / ed, r = num % ed;
-        if (r < 0) q -= 1;  // div_euclid for ed > 0
-        end = q + ec;
-    }
+    const i64 end = stream_end(stream_len, has_end, ea, eb, ed, ec);
     u64 n = outer * p * inner;
     GRID_STRIDE(i, n) {
         i64 k = (i64)((i / inner) % p);

@@ -18,15 +18,15 @@ use crate::ops::DType;
 use crate::pulse::PulsedLimitedAttention;
 
 /// Threads per block: eight warps share a row's keys (fewer keys per warp, shorter chains).
-const THREADS: u32 = 256;
+pub(super) const THREADS: u32 = 256;
 /// Threads per block of the tile kernel: a whole head's tile per block, so
 /// as many threads as a block can have, each with a short chain.
 const TILE_THREADS: u32 = 1024;
 /// Largest grid y (heads or batch).
-const MAX_GRID_Y: usize = 65_535;
+pub(super) const MAX_GRID_Y: usize = 65_535;
 
 /// Shared bytes for a row of width `d` and `keys` scores, or why not.
-fn shared_bytes(what: &str, d: usize, keys: usize) -> Result<u32, GpuError> {
+pub(super) fn shared_bytes(what: &str, d: usize, keys: usize) -> Result<u32, GpuError> {
     let bytes = (32 + d + keys) * 4;
     if bytes > MAX_SHARED {
         return Err(GpuError::refused(
@@ -155,47 +155,16 @@ fn build_limited(
     cx: &BuildCx,
 ) -> Result<Box<dyn GpuOp>, GpuError> {
     let what = "limited attention";
-    if cx.inputs.len() != 3 || cx.outputs.len() != 1 {
-        return Err(GpuError::arity(
-            what,
-            "3 and 1",
-            cx.inputs.len(),
-            cx.outputs.len(),
-        ));
-    }
-    let suffix = cx.suffix(0)?;
-    let dt = cx.inputs[0].dtype;
-    if cx.inputs.iter().any(|f| f.dtype != dt) || cx.outputs[0].dtype != dt {
-        return Err(GpuError::mixed_dtypes(what));
-    }
-    let (q, k, v, out) = (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?, cx.out_shape(0)?);
-    let r = q.len();
-    if !(r == 2 || r == 3)
-        || k.len() != r
-        || k != v
-        || out != q
-        || k[r - 1] != q[r - 1]
-        || k[..r - 2] != q[..r - 2]
-    {
-        return Err(GpuError::refused(what, format!(
-            "q {q:?}, k {k:?}, v {v:?}, out {out:?} are not [(b,) tq, d], [(b,) tk, d], [(b,) tk, d], [(b,) tq, d]"
-        )));
-    }
-    let batch = if r == 3 { q[0] } else { 1 };
-    if batch > MAX_GRID_Y {
-        return Err(GpuError::refused(
-            what,
-            format!("a batch of {batch} (at most {MAX_GRID_Y})"),
-        ));
-    }
-    let (tq, tk, width) = (q[r - 2], k[r - 2], q[r - 1]);
-    if op.heads == 0 || width % op.heads != 0 || op.heads > MAX_GRID_Y {
-        return Err(GpuError::refused(
-            what,
-            format!("width {width} in {} heads (at most {MAX_GRID_Y})", op.heads),
-        ));
-    }
-    let dh = width / op.heads;
+    let SelfAttentionIo {
+        suffix,
+        dtype: dt,
+        batch,
+        tq,
+        tk,
+        width,
+        dh,
+    } = self_attention_io(what, op.heads, cx)?;
+    let (q, k) = (cx.shape(0)?, cx.shape(1)?);
     let lc = op.left_context;
     match pulsed {
         Some((p, _)) if tq != p || Some(tk) != p.checked_add(lc) => {
@@ -269,6 +238,76 @@ fn build_limited(
         pulse: long("pulse", pulse)?,
         delay: long("delay", delay)?,
     }))
+}
+
+/// The facts a self-attention's kernel needs: q `[(b,) tq, width]`, k and v
+/// `[(b,) tk, width]`, out like q, one float type, `heads` dividing the width.
+pub(super) struct SelfAttentionIo {
+    pub suffix: &'static str,
+    pub dtype: DType,
+    pub batch: usize,
+    pub tq: usize,
+    pub tk: usize,
+    pub width: usize,
+    /// One head's width.
+    pub dh: usize,
+}
+
+/// Checks `cx` as [`SelfAttentionIo`] describes, or why not.
+pub(super) fn self_attention_io(
+    what: &str,
+    heads: usize,
+    cx: &BuildCx,
+) -> Result<SelfAttentionIo, GpuError> {
+    if cx.inputs.len() != 3 || cx.outputs.len() != 1 {
+        return Err(GpuError::arity(
+            what,
+            "3 and 1",
+            cx.inputs.len(),
+            cx.outputs.len(),
+        ));
+    }
+    let suffix = cx.suffix(0)?;
+    let dtype = cx.inputs[0].dtype;
+    if cx.inputs.iter().any(|f| f.dtype != dtype) || cx.outputs[0].dtype != dtype {
+        return Err(GpuError::mixed_dtypes(what));
+    }
+    let (q, k, v, out) = (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?, cx.out_shape(0)?);
+    let r = q.len();
+    if !(r == 2 || r == 3)
+        || k.len() != r
+        || k != v
+        || out != q
+        || k[r - 1] != q[r - 1]
+        || k[..r - 2] != q[..r - 2]
+    {
+        return Err(GpuError::refused(what, format!(
+            "q {q:?}, k {k:?}, v {v:?}, out {out:?} are not [(b,) tq, d], [(b,) tk, d], [(b,) tk, d], [(b,) tq, d]"
+        )));
+    }
+    let batch = if r == 3 { q[0] } else { 1 };
+    if batch > MAX_GRID_Y {
+        return Err(GpuError::refused(
+            what,
+            format!("a batch of {batch} (at most {MAX_GRID_Y})"),
+        ));
+    }
+    let (tq, tk, width) = (q[r - 2], k[r - 2], q[r - 1]);
+    if heads == 0 || width % heads != 0 || heads > MAX_GRID_Y {
+        return Err(GpuError::refused(
+            what,
+            format!("width {width} in {heads} heads (at most {MAX_GRID_Y})"),
+        ));
+    }
+    Ok(SelfAttentionIo {
+        suffix,
+        dtype,
+        batch,
+        tq,
+        tk,
+        width,
+        dh: width / heads,
+    })
 }
 
 /// Blocks the tile kernel should at least fill: about the SMs of an H100

@@ -5,6 +5,7 @@
 
 pub mod attention;
 mod attention_gemm;
+pub mod chunked_attention;
 pub mod conv;
 pub mod ctc;
 pub mod elementwise;
@@ -63,6 +64,7 @@ fn builders() -> &'static Builders {
     BUILDERS.get_or_init(|| {
         let mut r = Builders::default();
         attention::register(&mut r);
+        chunked_attention::register(&mut r);
         conv::register(&mut r);
         ctc::register(&mut r);
         elementwise::register(&mut r);
