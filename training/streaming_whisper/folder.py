@@ -7,6 +7,10 @@
       a whole Whisper folder: MODEL_DIR's files with the encoder tensors taken
       from SHARDS_DIR/student-*.safetensors and config.json telling pulsed the
       encoder's attention context (`pulsed_encoder_context`)
+  python3 folder.py soup OUT_DIR SHARDS_DIR SHARDS_DIR...
+      OUT_DIR/student-*.safetensors: the uniform average of several students'
+      shards (a "model soup" of runs from one start; the same tensors, each
+      averaged in float32 and stored back in its own dtype)
 """
 import glob
 import json
@@ -70,11 +74,32 @@ def student(model, shards, out, chunk, left, right):
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
 
 
+def soup(out, dirs):
+    import numpy as np
+
+    names = [sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "student-*.safetensors"))) for d in dirs]
+    if not names[0] or any(n != names[0] for n in names):
+        sys.exit(f"the folders do not hold the same student-*.safetensors shards: {names}")
+    os.makedirs(out, exist_ok=True)
+    kinds = {"F16": np.float16, "F32": np.float32}
+    for shard in names[0]:
+        parts = [read(os.path.join(d, shard)) for d in dirs]
+        mixed = {}
+        for k, (dt, shape, _) in parts[0].items():
+            if dt not in kinds or any(p.get(k, (None, None))[:2] != (dt, shape) for p in parts):
+                sys.exit(f"{shard}: {k} is not a {'/'.join(kinds)} tensor of one shape in every folder")
+            mean = sum(np.frombuffer(p[k][2], kinds[dt]).astype(np.float32) for p in parts) / len(parts)
+            mixed[k] = (dt, shape, mean.astype(kinds[dt]).tobytes())
+        write(os.path.join(out, shard), mixed)
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a[:1] == ["teacher"] and len(a) == 3:
         teacher(a[1], a[2])
     elif a[:1] == ["student"] and len(a) == 7:
         student(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]))
+    elif a[:1] == ["soup"] and len(a) >= 4:
+        soup(a[1], a[2:])
     else:
         sys.exit(__doc__)
