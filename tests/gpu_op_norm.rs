@@ -527,3 +527,86 @@ fn unsupported_params_fall_back() {
         ),
     }
 }
+
+/// A decoder step's choice of tokens on the device (TopTokens) against the
+/// CPU op, over Whisper's vocabulary: rows with no rule, the first-step
+/// list, timestamp ranges with the probability check both ways, the
+/// no-speech probability and running scores; the same ids, scores within
+/// f32 rounding. bf16 storage is refused (the node then runs on the CPU).
+#[test]
+#[ignore]
+fn top_tokens_choose_as_the_cpu() {
+    use pulsed::ops::top_tokens::{RowRules, TopTokens, ROW_PARAMS};
+    let Some(dev) = device() else { return };
+    let (vocab, ts_begin, eot) = (51_864usize, 50_364u32, 50_256u32);
+    let mut rows = vec![RowRules::NONE; 8];
+    rows[0].no_speech = Some(50_361);
+    rows[1].begin = true;
+    rows[2].ranges[0] = (0, ts_begin - 1); // only timestamps
+    rows[3].check = Some((ts_begin, vocab as u32 - 1)); // timestamps may win
+    rows[4].check = Some((ts_begin, vocab as u32 - 1));
+    rows[4].ranges[0] = (ts_begin, ts_begin + 40);
+    rows[5].ranges = [
+        (0, eot - 1),
+        (50_362, 50_362),
+        (ts_begin, ts_begin + 3),
+        (1, 0),
+    ];
+    rows[5].check = Some((ts_begin, vocab as u32 - 1));
+    rows[6].ranges[0] = (ts_begin, vocab as u32 - 1); // text only
+    let n = rows.len();
+    for (k, seed) in [(10, 1u64), (1, 2), (3, 3)] {
+        let mut logits = random(n * vocab, seed, 6.0, -2.0);
+        // a few likely text tokens, and timestamps that together outweigh
+        // them in row 3 (not in row 4, whose best ones are disabled)
+        for r in 0..n {
+            logits[r * vocab + 13 + r] = 9.0;
+        }
+        for j in 0..60 {
+            logits[3 * vocab + ts_begin as usize + j] = 7.5;
+            logits[4 * vocab + ts_begin as usize + j] = 7.5;
+        }
+        let rules: Vec<i64> = rows.iter().flat_map(|r| r.encode()).collect();
+        let cum: Vec<f32> = (0..n).map(|r| -(r as f32) * 1.7).collect();
+        let mut masks = vec![false; 2 * vocab];
+        for id in [1usize, 2, 7, 50_257, 50_362] {
+            masks[id] = true;
+        }
+        for id in [220usize, eot as usize] {
+            masks[vocab + id] = true;
+        }
+        let inputs = vec![
+            Tensor::from_vec(vec![n, vocab], logits).unwrap(),
+            Tensor::from_vec(vec![n, ROW_PARAMS], rules).unwrap(),
+            Tensor::from_vec(vec![n], cum).unwrap(),
+            Tensor::from_vec(vec![2, vocab], masks).unwrap(),
+        ];
+        let op = TopTokens { k };
+        let diffs = compare_op(
+            &dev,
+            &op,
+            std::slice::from_ref(&inputs),
+            &[],
+            Precision::F32,
+        )
+        .unwrap_or_else(|e| panic!("k {k}: {e}"));
+        for d in &diffs {
+            eprintln!(
+                "top tokens k {k}: output {} max abs {:e} (values up to {})",
+                d.output, d.max_abs, d.scale
+            );
+        }
+        assert_eq!(diffs[0].max_abs, 0.0, "k {k}: other ids");
+        assert!(diffs[1].relative() < 1e-5, "k {k}: scores {:?}", diffs[1]);
+        assert!(
+            diffs[2].relative() < 1e-5,
+            "k {k}: no-speech {:?}",
+            diffs[2]
+        );
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        match build_for(&dev, &op, &refs, &[], Precision::Bf16) {
+            Ok(g) => panic!("bf16 top tokens built {}", g.describe()),
+            Err(e) => eprintln!("bf16 top tokens fall back: {e}"),
+        }
+    }
+}

@@ -100,3 +100,116 @@ fn beams_share_a_window() {
     let model = model();
     check_beams_share_a_window(&mut CpuWhisper::new(&model).unwrap());
 }
+
+/// The choosing step graph (the decoder step ending in TopTokens, which a
+/// GPU runs so that it hands back candidates instead of logits) chooses
+/// on the CPU runner what the host chooses from the logits graph's rows:
+/// same ids, same scores, along the clip's greedy text with rules, masks,
+/// running scores and the no-speech probability in play.
+#[test]
+fn the_choosing_step_chooses_as_the_host() {
+    use pulsed::graph::Runner;
+    use pulsed::ops::kv_cache::KvCache;
+    use pulsed::ops::top_tokens::{choose_row, mask_bytes, RowRules, ROW_PARAMS};
+    use pulsed::ops::Tensor;
+    use pulsed::whisper::graphs::{self, DecoderShape};
+    let model = model();
+    let (cfg, w) = (&model.config, &model.f32_weights);
+    let vocab = cfg.vocab_size;
+    let mel = CpuWhisper::new(&model).unwrap().log_mel(&clip()).unwrap();
+    let win = window(&mel, 80, mel.len() / 80);
+    let mut enc = Runner::new(graphs::encoder(cfg, w).unwrap()).unwrap();
+    enc.step(&[&Tensor::from_vec(vec![1, 80, 3000], win).unwrap()])
+        .unwrap();
+    let caches: Vec<KvCache> = (0..2)
+        .map(|_| KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions))
+        .collect();
+    for c in &caches {
+        for l in 0..cfg.decoder_layers {
+            c.set_cross(l, enc.output(1 + 2 * l), enc.output(2 + 2 * l))
+                .unwrap();
+        }
+        c.start(&[0, 0]).unwrap();
+    }
+    let k = 7;
+    let mut plain =
+        Runner::new(graphs::decoder_with_logits(cfg, w, &caches[0], DecoderShape::Step).unwrap())
+            .unwrap();
+    let mut choosing =
+        Runner::new(graphs::decoder_choosing(cfg, w, &caches[1], k).unwrap()).unwrap();
+    // two rows: one with timestamps' rules, one plain; suppression masks
+    let mut masks = vec![false; 2 * vocab];
+    for id in [1usize, 220, 50_256, 50_362] {
+        masks[id] = true;
+    }
+    masks[vocab + 50_256] = true;
+    let mask = mask_bytes(&masks, vocab);
+    let mut tokens = [50_257u32, 50_257];
+    let mut cum = [0.0f32, -1.5];
+    let mut chose = Vec::new();
+    for step in 0..12 {
+        let mut rules = [RowRules::NONE; 2];
+        rules[0].check = Some((50_363, vocab as u32 - 1));
+        rules[0].ranges[0] = (50_362, 50_362);
+        rules[1].begin = step == 1;
+        if step == 0 {
+            rules[0].no_speech = Some(50_361);
+        }
+        let ids = Tensor::from_vec(vec![2, 1], tokens.iter().map(|&t| t as i64).collect()).unwrap();
+        let pos = Tensor::from_vec(vec![1], vec![step as i64]).unwrap();
+        plain.step(&[&ids, &pos]).unwrap();
+        let params: Vec<i64> = rules.iter().flat_map(|r| r.encode()).collect();
+        choosing
+            .step(&[
+                &ids,
+                &pos,
+                &Tensor::from_vec(vec![2, ROW_PARAMS], params).unwrap(),
+                &Tensor::from_vec(vec![2], cum.to_vec()).unwrap(),
+                &Tensor::from_vec(vec![2, vocab], masks.clone()).unwrap(),
+            ])
+            .unwrap();
+        for c in &caches {
+            c.advance(1).unwrap();
+        }
+        let logits = plain.output(1).to_f32_vec();
+        let (got_ids, got_scores, got_ns) = (
+            choosing.output(1).as_slice::<i64>().unwrap().to_vec(),
+            choosing.output(2).to_f32_vec(),
+            choosing.output(3).to_f32_vec(),
+        );
+        for row in 0..2 {
+            let (want, ns) = choose_row(
+                &logits[row * vocab..(row + 1) * vocab],
+                &rules[row],
+                &mask,
+                cum[row],
+                k,
+            );
+            let ids: Vec<u32> = got_ids[row * k..(row + 1) * k]
+                .iter()
+                .map(|&i| i as u32)
+                .collect();
+            assert_eq!(
+                ids,
+                want.iter().map(|w| w.0).collect::<Vec<_>>(),
+                "step {step} row {row}"
+            );
+            for (j, w) in want.iter().enumerate() {
+                assert_eq!(
+                    got_scores[row * k + j],
+                    w.1,
+                    "step {step} row {row} candidate {j}"
+                );
+            }
+            assert_eq!(got_ns[row], ns.unwrap_or(0.0));
+            tokens[row] = ids[0];
+            cum[row] = got_scores[row * k];
+        }
+        chose.push(tokens[1]);
+    }
+    println!("chose {chose:?}");
+    assert!(
+        chose.iter().any(|&t| t < 50_256),
+        "some text chosen: {chose:?}"
+    );
+}

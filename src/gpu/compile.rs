@@ -30,6 +30,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("attention", include_str!("kernels/attention.cu")),
     ("ctc", include_str!("kernels/ctc.cu")),
     ("lstm", include_str!("kernels/lstm.cu")),
+    ("top_tokens", include_str!("kernels/top_tokens.cu")),
 ];
 
 /// Shared definitions (bf16 conversions, typed loads and stores, block

@@ -33,6 +33,7 @@ pub mod softmax;
 mod source;
 pub mod stft;
 mod tensor;
+pub mod top_tokens;
 pub mod vmath;
 
 pub use dim::Dim;

@@ -6,7 +6,21 @@
 //! audio) is written against this trait only, so it runs the same over the
 //! CPU graphs, the GPU graphs and a test double.
 
+use crate::ops::top_tokens::RowRules;
 use crate::Result;
+
+/// The next-token candidates a backend chose itself
+/// ([`WhisperBackend::feed_choose`]), `stride` a row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Chosen {
+    pub stride: usize,
+    /// `[rows, stride]`: ids best first, and their log-probabilities plus
+    /// the row's running score.
+    pub ids: Vec<u32>,
+    pub scores: Vec<f32>,
+    /// Per row: the no-speech probability where its rules asked for it.
+    pub no_speech: Vec<f32>,
+}
 
 /// A Whisper network, ready to encode windows and decode text over them.
 pub trait WhisperBackend {
@@ -59,6 +73,25 @@ pub trait WhisperBackend {
         positions: &[usize],
         logits: &mut Vec<f32>,
     ) -> Result<()>;
+
+    /// Feeds one token to every sequence and chooses each row's `k` best
+    /// next tokens where the logits are (a GPU step then hands back `k`
+    /// candidates a row, not the vocabulary): after `rules` (one per row,
+    /// [`crate::ops::top_tokens`]) and `masks` (`[2, vocab]`: suppressed
+    /// always, at the first free step), log-softmaxed, each row's `cum`
+    /// added. `Ok(None)`, having fed nothing, when this backend does not
+    /// choose, or not `k`: the caller feeds and chooses from the logits.
+    fn feed_choose(
+        &mut self,
+        tokens: &[u32],
+        rules: &[RowRules],
+        cum: &[f32],
+        masks: &[bool],
+        k: usize,
+    ) -> Result<Option<Chosen>> {
+        let _ = (tokens, rules, cum, masks, k);
+        Ok(None)
+    }
 
     /// Keeps the sequences `src` in that order: new sequence `b` continues
     /// old sequence `src[b]` (its cache and its window). The batch may grow

@@ -24,7 +24,7 @@ use super::graphs::{self, DecoderShape};
 use super::net::{NetRunners, WhisperNet};
 use super::WhisperModel;
 use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
-use crate::gpu::{timing, GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
+use crate::gpu::{timing, GpuDevice, GpuRunner, GpuRunnerOptions, Launches, Precision};
 use crate::graph::{Graph, Runner, StepRunner};
 use crate::ops::kv_cache::KvCache;
 use crate::Result;
@@ -38,6 +38,9 @@ const STEP_RUNNERS: usize = 24;
 /// Encoder runners kept: the window counts of a worker's groups of files
 /// (8, then 4, 2 and 1 at the end of a run) and single windows.
 const ENCODER_RUNNERS: usize = 4;
+/// Candidates the choosing step keeps a row: beam search takes twice its
+/// width, so beams up to 8 choose on the device.
+const CHOOSE_K: usize = 16;
 /// Sequences a device cache holds at first (beam search's 5, or a few
 /// windows' beams decoded together); it grows when more are reserved.
 const SEQUENCES: usize = 32;
@@ -99,6 +102,10 @@ pub struct GpuRunners {
     encoder: Sized,
     prompt: Sized,
     step: Sized,
+    /// The step that chooses its rows' next tokens on the device
+    /// ([`graphs::decoder_choosing`]); f32 only (bf16 would store the
+    /// scores beam search ranks by in bf16).
+    choose: Option<Sized>,
     /// The decoder graphs' cache and its device copy's shape.
     cache: KvCache,
     kv: DeviceKvShape,
@@ -117,8 +124,7 @@ impl GpuRunners {
         }
         let t0 = std::time::Instant::now();
         self.kv.windows = windows;
-        self.prompt.runners.clear();
-        self.step.runners.clear();
+        self.clear_decoders();
         DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
         timing::report(|| format!("cache for {windows} windows made"), t0);
         Ok(())
@@ -126,6 +132,15 @@ impl GpuRunners {
 }
 
 impl GpuRunners {
+    /// Drops the decoder runners, whose captured steps point into the cache.
+    fn clear_decoders(&mut self) {
+        self.prompt.runners.clear();
+        self.step.runners.clear();
+        if let Some(c) = &mut self.choose {
+            c.runners.clear();
+        }
+    }
+
     /// A device cache for at least `sequences` (a power of two, so a
     /// stream of batch sizes makes few), as [`GpuRunners::ensure_windows`].
     fn ensure_sequences(&mut self, sequences: usize) -> Result<()> {
@@ -134,8 +149,7 @@ impl GpuRunners {
         }
         let t0 = std::time::Instant::now();
         self.kv.sequences = sequences.next_power_of_two();
-        self.prompt.runners.clear();
-        self.step.runners.clear();
+        self.clear_decoders();
         DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
         // the windows encoded already, into the new cache
         self.cache.replay_cross()?;
@@ -171,6 +185,14 @@ impl NetRunners for GpuRunners {
 
     fn step_logits(&self) -> bool {
         true
+    }
+
+    fn chooser(&mut self, s: usize) -> Option<Result<(&mut dyn StepRunner, usize)>> {
+        let c = self.choose.as_mut()?;
+        Some(
+            c.get(&self.dev, s)
+                .map(|r| (r as &mut dyn StepRunner, CHOOSE_K)),
+        )
     }
 
     fn reserve_sequences(&mut self, sequences: usize) -> Result<()> {
@@ -251,6 +273,15 @@ impl WhisperNet<GpuRunners> {
                 options.clone(),
                 STEP_RUNNERS,
             ),
+            choose: match options.translate.precision {
+                Precision::F32 => Some(Sized::new(
+                    "choosing step",
+                    graphs::decoder_choosing(cfg, w, &cache, CHOOSE_K)?,
+                    options.clone(),
+                    STEP_RUNNERS,
+                )),
+                Precision::Bf16 => None,
+            },
         };
         WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
     }

@@ -6,15 +6,16 @@ use std::f64::consts::PI;
 
 use super::layers::{Net, SelfAttention};
 use super::WhisperConfig;
-use crate::graph::{Graph, GraphBuilder};
+use crate::graph::{Graph, GraphBuilder, OutletId};
 use crate::ops::gather::Gather;
 use crate::ops::kv_cache::KvCache;
 use crate::ops::matmul::Linear;
 use crate::ops::mel::{mel_filterbank, LogMel, MelScale};
 use crate::ops::pad::{Pad, PadMode};
 use crate::ops::reduce::{Reduce, ReduceOp};
-use crate::ops::shape::{Permute, Slice};
+use crate::ops::shape::{Permute, Slice, Squeeze};
 use crate::ops::stft::{Stft, StftOutput};
+use crate::ops::top_tokens::{TopTokens, ROW_PARAMS};
 use crate::ops::{Binary, DType, Dim, Tensor, TypedFact};
 use crate::weights::Weights;
 use crate::Result;
@@ -191,7 +192,7 @@ pub fn decoder(
     cache: &KvCache,
     shape: DecoderShape,
 ) -> Result<Graph> {
-    decoder_graph(cfg, w, cache, shape, false)
+    decoder_graph(cfg, w, cache, shape, Head::Hidden)
 }
 
 /// [`decoder`] with a second output, `logits` `[B, n, vocab]` (`hidden ·
@@ -203,7 +204,30 @@ pub fn decoder_with_logits(
     cache: &KvCache,
     shape: DecoderShape,
 ) -> Result<Graph> {
-    decoder_graph(cfg, w, cache, shape, true)
+    decoder_graph(cfg, w, cache, shape, Head::Logits)
+}
+
+/// The decoder step choosing each sequence's `k` best next tokens where
+/// its logits are ([`TopTokens`]): inputs `tokens [S, 1]`, `positions
+/// [1]`, then `rules [S, ROW_PARAMS]` i64, `scores [S]` f32 (each row's
+/// running score) and `masks [2, vocab]` bool; outputs `hidden`, then
+/// `ids [S, k]`, `scores [S, k]` and `no_speech [S]`. A GPU step hands
+/// back these instead of `S x vocab` logits.
+pub fn decoder_choosing(
+    cfg: &WhisperConfig,
+    w: &Weights,
+    cache: &KvCache,
+    k: usize,
+) -> Result<Graph> {
+    decoder_graph(cfg, w, cache, DecoderShape::Step, Head::Choose(k))
+}
+
+/// What follows the decoder's last layer norm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    Hidden,
+    Logits,
+    Choose(usize),
 }
 
 fn decoder_graph(
@@ -211,7 +235,7 @@ fn decoder_graph(
     w: &Weights,
     cache: &KvCache,
     shape: DecoderShape,
-    logits: bool,
+    head: Head,
 ) -> Result<Graph> {
     let d = cfg.d_model;
     let mut b = GraphBuilder::new();
@@ -254,13 +278,40 @@ fn decoder_graph(
         })?;
     }
     let hidden = n.layer_norm("model.decoder.layer_norm", x)?;
-    let logits = match logits {
-        true => Some(n.b.op("model.decoder.logits", Linear, &[hidden, emb])?),
-        false => None,
+    let outputs: Vec<(&str, OutletId)> = match head {
+        Head::Hidden => Vec::new(),
+        Head::Logits => vec![(
+            "logits",
+            n.b.op("model.decoder.logits", Linear, &[hidden, emb])?,
+        )],
+        Head::Choose(k) => {
+            let vocab = Dim::n(cfg.vocab_size as i64);
+            let rules = n.b.input(
+                "rules",
+                TypedFact::new(DType::I64, [Dim::s(), Dim::n(ROW_PARAMS as i64)]),
+            )?;
+            let cum =
+                n.b.input("scores", TypedFact::new(DType::F32, [Dim::s()]))?;
+            let masks =
+                n.b.input("masks", TypedFact::new(DType::Bool, [Dim::n(2), vocab]))?;
+            let logits = n.b.op("model.decoder.logits", Linear, &[hidden, emb])?;
+            let rows =
+                n.b.op("model.decoder.logit_rows", Squeeze { axis: 1 }, &[logits])?;
+            let choice = n.b.op_multi(
+                "model.decoder.choice",
+                TopTokens { k },
+                &[rows, rules, cum, masks],
+            )?;
+            vec![
+                ("ids", choice[0]),
+                ("scores", choice[1]),
+                ("no_speech", choice[2]),
+            ]
+        }
     };
     b.output("hidden", hidden);
-    if let Some(l) = logits {
-        b.output("logits", l);
+    for (name, o) in outputs {
+        b.output(name, o);
     }
     b.build()
 }

@@ -22,7 +22,7 @@ mod projection;
 pub mod streaming;
 pub mod tokenizer;
 
-pub use backend::{AlignmentSource, WhisperBackend};
+pub use backend::{AlignmentSource, Chosen, WhisperBackend};
 pub use config::{EncoderContext, WhisperConfig};
 pub use cpu::{CpuRunners, CpuWhisper, WhisperModel};
 pub use error::{WhisperConfigError, WhisperError};

@@ -4,13 +4,14 @@
 //! and step graphs, and logits computed only at the positions decoding
 //! asks for.
 
-use super::backend::{AlignmentSource, WhisperBackend};
+use super::backend::{AlignmentSource, Chosen, WhisperBackend};
 use super::features::FeatureStream;
 use super::graphs::DecoderShape;
 use super::projection::Projection;
 use super::WhisperConfig;
 use crate::graph::StepRunner;
 use crate::ops::kv_cache::KvCache;
+use crate::ops::top_tokens::{RowRules, ROW_PARAMS};
 use crate::ops::{OpError, Tensor};
 use crate::{Error, Result};
 
@@ -29,6 +30,13 @@ pub trait NetRunners: Send {
     /// sequence (else they are projected on the host from `hidden`).
     fn step_logits(&self) -> bool {
         false
+    }
+    /// The decoder step that also chooses each row's next tokens
+    /// ([`super::graphs::decoder_choosing`], `k` a row) over `s` sequences;
+    /// `None` when this engine's steps hand back logits instead.
+    fn chooser(&mut self, s: usize) -> Option<Result<(&mut dyn StepRunner, usize)>> {
+        let _ = s;
+        None
     }
     /// Rows the step graph runs for `batch` sequences: a GPU runner is
     /// planned and captured per size, so the GPU pads to a few sizes (the
@@ -246,6 +254,76 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         }
         self.projection.logits(&self.rows, logits);
         Ok(())
+    }
+
+    fn feed_choose(
+        &mut self,
+        tokens: &[u32],
+        rules: &[RowRules],
+        cum: &[f32],
+        masks: &[bool],
+        k: usize,
+    ) -> Result<Option<Chosen>> {
+        let (batch, vocab) = (self.cache.batch(), self.cfg.vocab_size);
+        if tokens.len() != batch || rules.len() != batch || cum.len() != batch {
+            return Err(Error::Input {
+                name: "tokens".into(),
+                reason: format!(
+                    "{} tokens, {} rules and {} scores for {batch} sequences",
+                    tokens.len(),
+                    rules.len(),
+                    cum.len()
+                ),
+            });
+        }
+        if masks.len() != 2 * vocab {
+            return Err(internal(format!(
+                "{} mask entries for a vocabulary of {vocab}",
+                masks.len()
+            )));
+        }
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::Input {
+                name: "tokens".into(),
+                reason: format!("token id {t} is outside the vocabulary ({vocab})"),
+            });
+        }
+        let s = self.runners.step_rows(batch);
+        let past = self.cache.len() as i64;
+        let Some(runner) = self.runners.chooser(s) else {
+            return Ok(None);
+        };
+        let (runner, stride) = runner?;
+        if k > stride {
+            return Ok(None);
+        }
+        // padding rows: token 0, no rule; their choices are not read
+        let mut ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        ids.resize(s, 0);
+        let mut row_params: Vec<i64> = rules.iter().flat_map(|r| r.encode()).collect();
+        row_params.resize(s * ROW_PARAMS, 0);
+        for pad in batch..s {
+            row_params[pad * ROW_PARAMS..(pad + 1) * ROW_PARAMS]
+                .copy_from_slice(&RowRules::NONE.encode());
+        }
+        let mut scores = cum.to_vec();
+        scores.resize(s, 0.0);
+        runner.step(&[
+            &Tensor::from_vec(vec![s, 1], ids)?,
+            &Tensor::from_vec(vec![1], vec![past])?,
+            &Tensor::from_vec(vec![s, ROW_PARAMS], row_params)?,
+            &Tensor::from_vec(vec![s], scores)?,
+            &Tensor::from_vec(vec![2, vocab], masks.to_vec())?,
+        ])?;
+        let ids = runner.output(1).as_slice::<i64>()?;
+        let chosen = Chosen {
+            stride,
+            ids: ids[..batch * stride].iter().map(|&i| i as u32).collect(),
+            scores: runner.output(2).as_slice::<f32>()?[..batch * stride].to_vec(),
+            no_speech: runner.output(3).as_slice::<f32>()?[..batch].to_vec(),
+        };
+        self.cache.advance(1)?;
+        Ok(Some(chosen))
     }
 
     fn reorder(&mut self, src: &[usize]) -> Result<()> {

@@ -18,6 +18,7 @@ pub mod norm;
 pub mod pulse;
 pub mod shape;
 pub mod stft;
+pub mod top_tokens;
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -75,6 +76,7 @@ fn builders() -> &'static Builders {
         pulse::register(&mut r);
         shape::register(&mut r);
         stft::register(&mut r);
+        top_tokens::register(&mut r);
         r
     })
 }

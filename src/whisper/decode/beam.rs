@@ -9,9 +9,8 @@
 //! no length penalty, once the best beam ended); the hypotheses are then
 //! ranked by score over `length ^ length_penalty`.
 
-use super::logits::log_softmax;
-use super::logits::softmax_at;
-use super::search::{drive, finalize, Hypothesis, SearchSpec, Stepper};
+use super::logits::{log_softmax, softmax_at, LogitRules};
+use super::search::{drive, finalize, Choice, Hypothesis, SearchSpec, Stepper};
 use crate::whisper::WhisperBackend;
 use crate::Result;
 
@@ -92,9 +91,81 @@ impl Stepper for Beam<'_> {
             }
         }
         let top = top_k(logits, 2 * beam);
-        let mut words: Vec<u32> = top.iter().map(|&(i, _)| (i % vocab) as u32).collect();
-        let mut scores: Vec<f32> = top.iter().map(|&(_, s)| s).collect();
-        let mut origins: Vec<usize> = top.iter().map(|&(i, _)| i / vocab).collect();
+        let words: Vec<u32> = top.iter().map(|&(i, _)| (i % vocab) as u32).collect();
+        let scores: Vec<f32> = top.iter().map(|&(_, s)| s).collect();
+        let origins: Vec<usize> = top.iter().map(|&(i, _)| i / vocab).collect();
+        self.take(words, scores, origins)
+    }
+
+    fn choice(&self, vocab: usize) -> Option<Choice> {
+        let spec = self.spec;
+        let mut rules = Vec::with_capacity(self.inputs.len());
+        for (row, seq) in self.sequences.iter().enumerate().take(self.inputs.len()) {
+            let mut r = spec
+                .rules
+                .row_rules(self.step, seq, spec.prefix.len(), vocab)?;
+            if self.step == 0 && row == 0 {
+                r.no_speech = spec.no_speech;
+            }
+            rules.push(r);
+        }
+        let cum = self
+            .cum
+            .clone()
+            .unwrap_or_else(|| vec![0.0; self.inputs.len()]);
+        Some(Choice {
+            rules,
+            cum,
+            k: 2 * self.beam,
+        })
+    }
+
+    fn advance_chosen(
+        &mut self,
+        ids: &[u32],
+        scores: &[f32],
+        stride: usize,
+        no_speech: &[f32],
+    ) -> Option<Vec<usize>> {
+        if self.step == 0 && self.spec.no_speech.is_some() {
+            self.no_speech = no_speech.first().copied();
+        }
+        // every row's best, merged as one top-k over the rows would rank
+        // them: by score, then row, then id
+        let k = (2 * self.beam).min(stride);
+        let mut all: Vec<(f32, usize, u32)> = Vec::with_capacity(scores.len() / stride.max(1) * k);
+        for (row, (ids, scores)) in ids.chunks(stride).zip(scores.chunks(stride)).enumerate() {
+            all.extend((0..k).map(|j| (scores[j], row, ids[j])));
+        }
+        all.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+        all.truncate(2 * self.beam);
+        let words = all.iter().map(|c| c.2).collect();
+        let scores = all.iter().map(|c| c.0).collect();
+        let origins = all.iter().map(|c| c.1).collect();
+        self.take(words, scores, origins)
+    }
+
+    fn rules(&self) -> &LogitRules {
+        self.spec.rules
+    }
+
+    fn result(&mut self) -> (Hypothesis, Option<f32>) {
+        let hyps = std::mem::take(&mut self.hyps);
+        (finalize(hyps, self.spec.length_penalty), self.no_speech)
+    }
+}
+
+impl Beam<'_> {
+    /// The step's continuation from its best `2 * beam` candidates (word,
+    /// cumulative score, row it extends), best first.
+    fn take(
+        &mut self,
+        mut words: Vec<u32>,
+        mut scores: Vec<f32>,
+        mut origins: Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        let (spec, step, beam) = (self.spec, self.step, self.beam);
+        let prefix_len = spec.prefix.len();
         if prefix_len > 0 && step <= prefix_len {
             force_prefix(spec, step, &mut words, &mut scores, &mut origins);
         }
@@ -144,11 +215,6 @@ impl Stepper for Beam<'_> {
         self.inputs = active.iter().map(|&k| words[k]).collect();
         self.cum = Some(active.iter().map(|&k| scores[k]).collect());
         Some(active.iter().map(|&k| origins[k]).collect())
-    }
-
-    fn result(&mut self) -> (Hypothesis, Option<f32>) {
-        let hyps = std::mem::take(&mut self.hyps);
-        (finalize(hyps, self.spec.length_penalty), self.no_speech)
     }
 }
 

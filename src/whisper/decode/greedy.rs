@@ -5,8 +5,8 @@
 
 use rand::Rng;
 
-use super::logits::{log_softmax, softmax_at};
-use super::search::{drive, finalize, Hypothesis, SearchSpec, Stepper};
+use super::logits::{log_softmax, softmax_at, LogitRules};
+use super::search::{drive, finalize, Choice, Hypothesis, SearchSpec, Stepper};
 use crate::whisper::WhisperBackend;
 use crate::Result;
 
@@ -73,7 +73,7 @@ impl<R: Rng + Send> Stepper for Greedy<'_, '_, R> {
     fn advance(&mut self, logits: &mut [f32], vocab: usize) -> Option<Vec<usize>> {
         let (spec, step) = (self.spec, self.step);
         let prefix_len = spec.prefix.len();
-        let mut keep = Vec::with_capacity(self.alive.len());
+        let mut picks = Vec::with_capacity(self.alive.len());
         for (row, &s) in self.alive.iter().enumerate() {
             let l = &mut logits[row * vocab..(row + 1) * vocab];
             if step == 0 && row == 0 {
@@ -83,10 +83,74 @@ impl<R: Rng + Send> Stepper for Greedy<'_, '_, R> {
             }
             spec.rules.apply(step, l, &self.sequences[s], prefix_len);
             log_softmax(l);
-            let (mut id, mut score) = match self.sampling.as_mut() {
+            picks.push(match self.sampling.as_mut() {
                 Some(smp) => sample(l, smp.temperature, smp.rng),
                 None => argmax(l),
-            };
+            });
+        }
+        self.take(&picks)
+    }
+
+    fn choice(&self, vocab: usize) -> Option<Choice> {
+        if self.sampling.is_some() {
+            return None;
+        }
+        let spec = self.spec;
+        let mut rules = Vec::with_capacity(self.alive.len());
+        for (row, &s) in self.alive.iter().enumerate() {
+            let mut r =
+                spec.rules
+                    .row_rules(self.step, &self.sequences[s], spec.prefix.len(), vocab)?;
+            if self.step == 0 && row == 0 {
+                r.no_speech = spec.no_speech;
+            }
+            rules.push(r);
+        }
+        Some(Choice {
+            cum: vec![0.0; rules.len()],
+            rules,
+            k: 1,
+        })
+    }
+
+    fn advance_chosen(
+        &mut self,
+        ids: &[u32],
+        scores: &[f32],
+        stride: usize,
+        no_speech: &[f32],
+    ) -> Option<Vec<usize>> {
+        if self.step == 0 && self.spec.no_speech.is_some() {
+            self.no_speech = no_speech.first().copied();
+        }
+        let picks: Vec<(u32, f32)> = ids
+            .iter()
+            .zip(scores)
+            .step_by(stride.max(1))
+            .map(|(&i, &s)| (i, s))
+            .collect();
+        self.take(&picks)
+    }
+
+    fn rules(&self) -> &LogitRules {
+        self.spec.rules
+    }
+
+    fn result(&mut self) -> (Hypothesis, Option<f32>) {
+        let hyps: Vec<Hypothesis> = self.finished.iter_mut().filter_map(Option::take).collect();
+        (finalize(hyps, self.spec.length_penalty), self.no_speech)
+    }
+}
+
+impl<R: Rng + Send> Greedy<'_, '_, R> {
+    /// The step's continuation from each live row's token and its
+    /// log-probability.
+    fn take(&mut self, picks: &[(u32, f32)]) -> Option<Vec<usize>> {
+        let (spec, step) = (self.spec, self.step);
+        let prefix_len = spec.prefix.len();
+        let mut keep = Vec::with_capacity(self.alive.len());
+        for (row, (&s, &(id, score))) in self.alive.iter().zip(picks).enumerate() {
+            let (mut id, mut score) = (id, score);
             if step < prefix_len {
                 id = spec.prefix[step];
                 score = 0.0;
@@ -112,11 +176,6 @@ impl<R: Rng + Send> Stepper for Greedy<'_, '_, R> {
             .map(|&s| *self.sequences[s].last().unwrap_or(&spec.start))
             .collect();
         (!keep.is_empty()).then_some(keep)
-    }
-
-    fn result(&mut self) -> (Hypothesis, Option<f32>) {
-        let hyps: Vec<Hypothesis> = self.finished.iter_mut().filter_map(Option::take).collect();
-        (finalize(hyps, self.spec.length_penalty), self.no_speech)
     }
 }
 

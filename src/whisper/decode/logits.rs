@@ -6,8 +6,8 @@
 //! A suppressed logit is set to the lowest finite float, as CTranslate2
 //! does (not minus infinity), so sums over suppressed entries stay finite.
 
-/// What a suppressed token's logit becomes.
-pub(crate) const DISABLED: f32 = f32::MIN;
+pub(crate) use crate::ops::top_tokens::DISABLED;
+use crate::ops::top_tokens::{RowRules, RANGES};
 
 /// Timestamp-token ids for the timestamp rules.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,6 +91,89 @@ impl LogitRules {
         if let Some(ts) = &self.timestamps {
             apply_timestamp_rules(ts, step, logits, sequence, sample_begin, vocab);
         }
+    }
+}
+
+impl LogitRules {
+    /// One row's rules at decoding `step` in the form a decoder step
+    /// applies them where the logits are ([`crate::ops::top_tokens`]): the
+    /// same tokens disabled as [`LogitRules::apply`], the lists by
+    /// [`LogitRules::masks`]. `None` when the rules read the logits beyond
+    /// that (a repetition penalty, n-gram blocking).
+    pub(crate) fn row_rules(
+        &self,
+        step: usize,
+        sequence: &[u32],
+        sample_begin: usize,
+        vocab: usize,
+    ) -> Option<RowRules> {
+        if self.repetition_penalty != 1.0 || self.no_repeat_ngram_size > 0 {
+            return None;
+        }
+        let mut r = RowRules::NONE;
+        r.begin = step == sample_begin && !self.suppress_begin.is_empty();
+        let Some(ts) = &self.timestamps else {
+            return Some(r);
+        };
+        let mut ranges: Vec<(u32, u32)> = vec![(ts.no_timestamps, ts.no_timestamps)];
+        let (begin, end) = (ts.begin, ts.end.min(vocab.saturating_sub(1) as u32));
+        let mut check = false;
+        if step == sample_begin && step == 0 {
+            if begin > 0 {
+                ranges.push((0, begin - 1));
+            }
+            ranges.push((ts.max_initial.saturating_add(1), end));
+        } else if step > sample_begin {
+            let last = sequence[step - 1];
+            if last >= begin {
+                let penultimate = if step - 1 > sample_begin {
+                    sequence[step - 2]
+                } else {
+                    last
+                };
+                if penultimate >= begin {
+                    ranges.push((begin, end));
+                } else {
+                    if ts.eot > 0 {
+                        ranges.push((0, ts.eot - 1));
+                    }
+                    if last > begin {
+                        ranges.push((begin, last - 1));
+                    }
+                    check = true;
+                }
+            } else {
+                check = true;
+                if let Some(&t) = sequence[sample_begin..step]
+                    .iter()
+                    .rev()
+                    .find(|&&t| t >= begin)
+                {
+                    ranges.push((begin, t));
+                }
+            }
+        }
+        debug_assert!(ranges.len() <= RANGES);
+        for (slot, range) in r.ranges.iter_mut().zip(ranges) {
+            *slot = range;
+        }
+        r.check = (check && (begin as usize) < vocab).then_some((begin, end));
+        Some(r)
+    }
+
+    /// The suppression lists as a decoder step's masks: `[2, vocab]`, row 0
+    /// the tokens suppressed always, row 1 those at the first free step.
+    pub(crate) fn masks(&self, vocab: usize) -> Vec<bool> {
+        let mut m = vec![false; 2 * vocab];
+        for (row, list) in [&self.suppress, &self.suppress_begin]
+            .into_iter()
+            .enumerate()
+        {
+            for &id in list.iter().filter(|&&id| (id as usize) < vocab) {
+                m[row * vocab + id as usize] = true;
+            }
+        }
+        m
     }
 }
 
@@ -356,6 +439,69 @@ mod tests {
         let mut l = vec![0.0; 12];
         rules().apply(2, &mut l, &[7, 3], 2);
         assert_eq!(allowed(&l), vec![2, 3, 4, 7, 8, 9, 10, 11]);
+    }
+
+    /// The rules as ranges and masks (a decoder step's choice where its
+    /// logits are) give what the host path gives: the same top candidates
+    /// with the same scores, over random logits and every kind of step.
+    #[test]
+    fn row_rules_choose_as_the_host_path() {
+        use crate::ops::top_tokens::{choose_row, mask_bytes};
+        let vocab = 12;
+        let r = rules();
+        let m = r.masks(vocab);
+        let mask = mask_bytes(&m, vocab);
+        let mut seed = 7u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let sequences: [&[u32]; 7] = [
+            &[],
+            &[7, 3],
+            &[7, 2, 9],
+            &[7, 2, 9, 9],
+            &[7, 2, 9, 9, 3],
+            &[8, 8, 2, 4],
+            &[2, 3, 4, 10],
+        ];
+        let mut checked = 0;
+        for round in 0..200 {
+            let seq = sequences[round % sequences.len()];
+            for sample_begin in [0, seq.len().min(2)] {
+                let step = seq.len();
+                if step < sample_begin {
+                    continue;
+                }
+                let logits: Vec<f32> = (0..vocab)
+                    .map(|_| (next() % 2000) as f32 / 200.0 - 5.0)
+                    .collect();
+                let cum = (next() % 100) as f32 / -10.0;
+                let mut host = logits.clone();
+                r.apply(step, &mut host, seq, sample_begin);
+                log_softmax(&mut host);
+                host.iter_mut().for_each(|v| *v += cum);
+                let want = crate::whisper::decode::beam::top_k(&host, 4);
+                let rr = r
+                    .row_rules(step, seq, sample_begin, vocab)
+                    .expect("no penalty");
+                let (got, _) = choose_row(&logits, &rr, &mask, cum, 4);
+                let got: Vec<(usize, f32)> = got.iter().map(|&(i, s)| (i as usize, s)).collect();
+                assert_eq!(
+                    got, want,
+                    "step {step} begin {sample_begin} {seq:?} {logits:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 300);
+        let penalised = LogitRules {
+            repetition_penalty: 1.2,
+            ..rules()
+        };
+        assert!(penalised.row_rules(1, &[3], 0, vocab).is_none());
     }
 
     #[test]

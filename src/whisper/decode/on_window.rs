@@ -82,6 +82,17 @@ impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
         self.inner.feed(tokens, n, positions, logits)
     }
 
+    fn feed_choose(
+        &mut self,
+        tokens: &[u32],
+        rules: &[crate::ops::top_tokens::RowRules],
+        cum: &[f32],
+        masks: &[bool],
+        k: usize,
+    ) -> Result<Option<crate::whisper::Chosen>> {
+        self.inner.feed_choose(tokens, rules, cum, masks, k)
+    }
+
     fn reorder(&mut self, src: &[usize]) -> Result<()> {
         self.inner.reorder(src)
     }

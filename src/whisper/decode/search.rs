@@ -4,6 +4,7 @@
 //! searches at once.
 
 use super::logits::LogitRules;
+use crate::ops::top_tokens::RowRules;
 use crate::whisper::{WhisperBackend, WhisperError};
 use crate::Result;
 
@@ -56,9 +57,35 @@ pub(crate) trait Stepper: Send {
     /// vocab]`, changed in place) and returns each next row's source among
     /// the current rows, or `None` when the search is done (its rows leave).
     fn advance(&mut self, logits: &mut [f32], vocab: usize) -> Option<Vec<usize>>;
+    /// What this step asks of a backend that chooses tokens itself
+    /// ([`WhisperBackend::feed_choose`]): each row's rules and running
+    /// score, and the candidates a row it needs; `None` when the step needs
+    /// whole rows of logits (sampling, a repetition penalty).
+    fn choice(&self, vocab: usize) -> Option<Choice>;
+    /// As [`Stepper::advance`], from the candidates the backend chose for
+    /// this search's rows (`stride` a row, best first) and the rows'
+    /// no-speech probabilities where asked for.
+    fn advance_chosen(
+        &mut self,
+        ids: &[u32],
+        scores: &[f32],
+        stride: usize,
+        no_speech: &[f32],
+    ) -> Option<Vec<usize>>;
+    /// The run's logit rules (searches fed together must share their
+    /// suppression lists to be chosen together).
+    fn rules(&self) -> &LogitRules;
     /// The best hypothesis, and the no-speech probability when the spec
     /// asked for it at step 0.
     fn result(&mut self) -> (Hypothesis, Option<f32>);
+}
+
+/// One step's request to a backend that chooses ([`Stepper::choice`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Choice {
+    pub rules: Vec<RowRules>,
+    pub cum: Vec<f32>,
+    pub k: usize,
 }
 
 /// A search, its rows' logits, its first row, and what it said.
@@ -130,6 +157,9 @@ pub(crate) fn drive_all<'s>(
     if !is_identity(&src, searches.len()) {
         backend.reorder(&src)?;
     }
+    // the searches choose on the backend's side when they share their
+    // suppression lists (one mask for the batch)
+    let masks = shared_masks(searches, vocab);
     let (mut tokens, mut logits) = (Vec::new(), Vec::new());
     loop {
         tokens.clear();
@@ -137,6 +167,37 @@ pub(crate) fn drive_all<'s>(
             tokens.extend_from_slice(s.inputs());
         }
         let rows = tokens.len();
+        if let Some(chosen) = match &masks {
+            Some(m) => choose(backend, searches, &tokens, m, vocab)?,
+            None => None,
+        } {
+            src.clear();
+            let mut offset = 0;
+            for s in searches.iter_mut() {
+                let n = s.inputs().len();
+                if n == 0 {
+                    continue;
+                }
+                let (a, b) = (offset * chosen.stride, (offset + n) * chosen.stride);
+                let keep = s.advance_chosen(
+                    &chosen.ids[a..b],
+                    &chosen.scores[a..b],
+                    chosen.stride,
+                    &chosen.no_speech[offset..offset + n],
+                );
+                if let Some(keep) = keep {
+                    src.extend(keep.iter().map(|&k| offset + k));
+                }
+                offset += n;
+            }
+            if src.is_empty() {
+                return Ok(());
+            }
+            if !is_identity(&src, rows) {
+                backend.reorder(&src)?;
+            }
+            continue;
+        }
         backend.feed(&tokens, 1, &[0], &mut logits)?;
         check_logits(logits.len(), rows, vocab)?;
         // every live search with its rows' logits and its row offset
@@ -168,6 +229,51 @@ pub(crate) fn drive_all<'s>(
         }
     }
 }
+/// The masks of the searches' suppression lists when every search has the
+/// same lists, else `None` (each step then takes whole logits).
+fn shared_masks(searches: &[&mut (dyn Stepper + '_)], vocab: usize) -> Option<Vec<bool>> {
+    let first = searches.first()?.rules();
+    let same = searches.iter().all(|s| {
+        let r = s.rules();
+        r.suppress == first.suppress && r.suppress_begin == first.suppress_begin
+    });
+    same.then(|| first.masks(vocab))
+}
+
+/// Feeds `tokens` and has the backend choose every live search's
+/// candidates, when every search can take them this step and the backend
+/// chooses; `None` (nothing fed) otherwise.
+fn choose(
+    backend: &mut dyn WhisperBackend,
+    searches: &[&mut (dyn Stepper + '_)],
+    tokens: &[u32],
+    masks: &[bool],
+    vocab: usize,
+) -> Result<Option<crate::whisper::Chosen>> {
+    let (mut rules, mut cum, mut k) = (Vec::new(), Vec::new(), 1);
+    for s in searches.iter().filter(|s| !s.inputs().is_empty()) {
+        let Some(c) = s.choice(vocab) else {
+            return Ok(None);
+        };
+        if c.rules.len() != s.inputs().len() || c.cum.len() != c.rules.len() {
+            return Ok(None);
+        }
+        rules.extend(c.rules);
+        cum.extend(c.cum);
+        k = k.max(c.k);
+    }
+    if rules.len() != tokens.len() {
+        return Ok(None);
+    }
+    let chosen = backend.feed_choose(tokens, &rules, &cum, masks, k)?;
+    if let Some(c) = &chosen {
+        check_logits(c.ids.len(), tokens.len(), c.stride)?;
+        check_logits(c.scores.len(), tokens.len(), c.stride)?;
+        check_logits(c.no_speech.len(), tokens.len(), 1)?;
+    }
+    Ok(chosen)
+}
+
 /// A finished hypothesis: its tokens (prefix included, end of text not)
 /// and its score (summed log-probabilities until `finalize` divides them).
 #[derive(Debug, Clone, PartialEq)]

@@ -146,3 +146,87 @@ impl AlignmentSource for Scripted {
         Ok(f(self.window(window), tokens, heads))
     }
 }
+
+/// A backend that chooses tokens itself ([`WhisperBackend::feed_choose`]),
+/// on the host, over another backend's logits: decoding through it takes
+/// the path a GPU's choosing step takes. Counts the steps it chose.
+pub(crate) struct Choosing<'a, B>(pub &'a mut B, pub usize);
+
+impl<B: WhisperBackend> WhisperBackend for Choosing<'_, B> {
+    fn n_mels(&self) -> usize {
+        self.0.n_mels()
+    }
+    fn window_frames(&self) -> usize {
+        self.0.window_frames()
+    }
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+    fn max_text_positions(&self) -> usize {
+        self.0.max_text_positions()
+    }
+    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
+        self.0.log_mel(audio)
+    }
+    fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
+        self.0.encode(windows)
+    }
+    fn reserve(&mut self, sequences: usize) -> Result<()> {
+        self.0.reserve(sequences)
+    }
+    fn start(&mut self, windows: &[usize]) -> Result<()> {
+        self.0.start(windows)
+    }
+    fn feed(
+        &mut self,
+        tokens: &[u32],
+        n: usize,
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.0.feed(tokens, n, positions, logits)
+    }
+    fn feed_choose(
+        &mut self,
+        tokens: &[u32],
+        rules: &[crate::ops::top_tokens::RowRules],
+        cum: &[f32],
+        masks: &[bool],
+        k: usize,
+    ) -> Result<Option<crate::whisper::Chosen>> {
+        use crate::ops::top_tokens::{choose_row, mask_bytes};
+        let vocab = self.vocab_size();
+        let mut logits = Vec::new();
+        self.0.feed(tokens, 1, &[0], &mut logits)?;
+        self.1 += 1;
+        let mask = mask_bytes(masks, vocab);
+        let mut out = crate::whisper::Chosen {
+            stride: k,
+            ..Default::default()
+        };
+        for (row, l) in logits.chunks(vocab).enumerate() {
+            let (best, ns) = choose_row(l, &rules[row], &mask, cum[row], k);
+            for j in 0..k {
+                let (id, s) = best.get(j).copied().unwrap_or((0, f32::NEG_INFINITY));
+                out.ids.push(id);
+                out.scores.push(s);
+            }
+            out.no_speech.push(ns.unwrap_or(0.0));
+        }
+        Ok(Some(out))
+    }
+    fn reorder(&mut self, src: &[usize]) -> Result<()> {
+        self.0.reorder(src)
+    }
+}
+
+impl<B: AlignmentSource> AlignmentSource for Choosing<'_, B> {
+    fn cross_attention(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
+        self.0.cross_attention(window, tokens, heads)
+    }
+}

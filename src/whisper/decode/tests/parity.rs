@@ -35,7 +35,10 @@ fn parity_with_faster_whisper_on_the_librivox_clip() {
         )
         .unwrap();
         let audio = crate::audio::load_wav(&fixtures.join("librivox_dev00.wav"), 16_000).unwrap();
-        for (run_name, run) in golden["runs"].as_object().unwrap() {
+        // each run twice: the host choosing from logits, and the backend
+        // choosing its tokens itself (as a GPU step does)
+        let runs = golden["runs"].as_object().unwrap();
+        for ((run_name, run), choosing) in runs.iter().flat_map(|r| [(r, false), (r, true)]) {
             let kw = &run["transcribe_kwargs"];
             let opts = DecodeOptions {
                 beam_size: kw["beam_size"].as_u64().unwrap() as usize,
@@ -45,18 +48,17 @@ fn parity_with_faster_whisper_on_the_librivox_clip() {
                 ..DecodeOptions::default()
             };
             let mut segs = Vec::new();
-            transcribe(
-                Network::Plain(&mut backend),
-                &tok,
-                &gen,
-                &audio.samples,
-                &opts,
-                |s| {
-                    segs.push(s);
-                    Ok(())
-                },
-            )
+            let mut chooser = crate::whisper::decode::testing::Choosing(&mut backend, 0);
+            let network = match choosing {
+                true => Network::Plain(&mut chooser),
+                false => Network::Plain(chooser.0),
+            };
+            transcribe(network, &tok, &gen, &audio.samples, &opts, |s| {
+                segs.push(s);
+                Ok(())
+            })
             .unwrap();
+            assert_eq!(chooser.1 > 0, choosing, "{name} {run_name}: steps chosen");
             let want = run["segments"].as_array().unwrap();
             assert_eq!(segs.len(), want.len(), "{name} {run_name}");
             for (got, want) in segs.iter().zip(want) {
@@ -82,7 +84,7 @@ fn parity_with_faster_whisper_on_the_librivox_clip() {
                 );
             }
             eprintln!(
-                "{name} {run_name}: {:?}",
+                "{name} {run_name} (choosing: {choosing}): {:?}",
                 segs.iter().map(|s| &s.text).collect::<Vec<_>>()
             );
         }
