@@ -273,14 +273,18 @@ impl WhisperNet<GpuRunners> {
                 options.clone(),
                 STEP_RUNNERS,
             ),
+            // PULSED_HOST_CHOICE=1: steps hand back logits and the host
+            // chooses (the path before, kept for side-by-side timing)
             choose: match options.translate.precision {
-                Precision::F32 => Some(Sized::new(
-                    "choosing step",
-                    graphs::decoder_choosing(cfg, w, &cache, CHOOSE_K)?,
-                    options.clone(),
-                    STEP_RUNNERS,
-                )),
-                Precision::Bf16 => None,
+                Precision::F32 if std::env::var_os("PULSED_HOST_CHOICE").is_none() => {
+                    Some(Sized::new(
+                        "choosing step",
+                        graphs::decoder_choosing(cfg, w, &cache, CHOOSE_K)?,
+                        options.clone(),
+                        STEP_RUNNERS,
+                    ))
+                }
+                _ => None,
             },
         };
         WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
