@@ -98,17 +98,9 @@ impl Stepper for Beam<'_> {
     }
 
     fn choice(&self, vocab: usize) -> Option<Choice> {
-        let spec = self.spec;
-        let mut rules = Vec::with_capacity(self.inputs.len());
-        for (row, seq) in self.sequences.iter().enumerate().take(self.inputs.len()) {
-            let mut r = spec
-                .rules
-                .row_rules(self.step, seq, spec.prefix.len(), vocab)?;
-            if self.step == 0 && row == 0 {
-                r.no_speech = spec.no_speech;
-            }
-            rules.push(r);
-        }
+        let n = self.inputs.len();
+        let rows = self.sequences.iter().take(n).map(Vec::as_slice);
+        let rules = self.spec.row_rules(self.step, rows, vocab)?;
         let cum = self
             .cum
             .clone()

@@ -95,17 +95,8 @@ impl<R: Rng + Send> Stepper for Greedy<'_, '_, R> {
         if self.sampling.is_some() {
             return None;
         }
-        let spec = self.spec;
-        let mut rules = Vec::with_capacity(self.alive.len());
-        for (row, &s) in self.alive.iter().enumerate() {
-            let mut r =
-                spec.rules
-                    .row_rules(self.step, &self.sequences[s], spec.prefix.len(), vocab)?;
-            if self.step == 0 && row == 0 {
-                r.no_speech = spec.no_speech;
-            }
-            rules.push(r);
-        }
+        let rows = self.alive.iter().map(|&s| self.sequences[s].as_slice());
+        let rules = self.spec.row_rules(self.step, rows, vocab)?;
         Some(Choice {
             cum: vec![0.0; rules.len()],
             rules,

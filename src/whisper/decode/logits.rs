@@ -115,44 +115,8 @@ impl LogitRules {
         let Some(ts) = &self.timestamps else {
             return Some(r);
         };
-        let mut ranges: Vec<(u32, u32)> = vec![(ts.no_timestamps, ts.no_timestamps)];
+        let (ranges, check) = timestamp_ranges(ts, step, sequence, sample_begin, vocab);
         let (begin, end) = (ts.begin, ts.end.min(vocab.saturating_sub(1) as u32));
-        let mut check = false;
-        if step == sample_begin && step == 0 {
-            if begin > 0 {
-                ranges.push((0, begin - 1));
-            }
-            ranges.push((ts.max_initial.saturating_add(1), end));
-        } else if step > sample_begin {
-            let last = sequence[step - 1];
-            if last >= begin {
-                let penultimate = if step - 1 > sample_begin {
-                    sequence[step - 2]
-                } else {
-                    last
-                };
-                if penultimate >= begin {
-                    ranges.push((begin, end));
-                } else {
-                    if ts.eot > 0 {
-                        ranges.push((0, ts.eot - 1));
-                    }
-                    if last > begin {
-                        ranges.push((begin, last - 1));
-                    }
-                    check = true;
-                }
-            } else {
-                check = true;
-                if let Some(&t) = sequence[sample_begin..step]
-                    .iter()
-                    .rev()
-                    .find(|&&t| t >= begin)
-                {
-                    ranges.push((begin, t));
-                }
-            }
-        }
         debug_assert!(ranges.len() <= RANGES);
         for (slot, range) in r.ranges.iter_mut().zip(ranges) {
             *slot = range;
@@ -227,55 +191,72 @@ fn apply_timestamp_rules(
             logits[from..=to_inclusive.min(vocab - 1)].fill(DISABLED);
         }
     };
-    if let Some(l) = logits.get_mut(ts.no_timestamps as usize) {
-        *l = DISABLED;
+    let (ranges, check) = timestamp_ranges(ts, step, sequence, sample_begin, vocab);
+    for (lo, hi) in ranges {
+        disable_range(logits, lo as usize, hi as usize);
     }
-    let mut check_timestamp_prob = false;
+    if check && begin < vocab && timestamps_outweigh_text(logits, begin, end) {
+        disable_range(logits, 0, begin - 1);
+    }
+}
+
+/// The id ranges CTranslate2's timestamp rules disable at `step` (at most
+/// three, `<|notimestamps|>` first), and whether the probability check
+/// (timestamps against the best text token) follows: they depend on the
+/// tokens chosen so far only.
+fn timestamp_ranges(
+    ts: &TimestampRules,
+    step: usize,
+    sequence: &[u32],
+    sample_begin: usize,
+    vocab: usize,
+) -> (Vec<(u32, u32)>, bool) {
+    let (begin, end) = (ts.begin, ts.end.min(vocab.saturating_sub(1) as u32));
+    let mut ranges = vec![(ts.no_timestamps, ts.no_timestamps)];
+    let mut check = false;
     // With a prefix, the first free step has no timestamp rule at all:
     // the reference only constrains step 0.
     if step == sample_begin && step == 0 {
         // The text starts with a timestamp, no later than max_initial.
         if begin > 0 {
-            disable_range(logits, 0, begin - 1);
+            ranges.push((0, begin - 1));
         }
-        disable_range(logits, ts.max_initial as usize + 1, end);
+        ranges.push((ts.max_initial.saturating_add(1), end));
     } else if step > sample_begin {
         let last = sequence[step - 1];
-        if last >= ts.begin {
+        if last >= begin {
             let penultimate = if step - 1 > sample_begin {
                 sequence[step - 2]
             } else {
                 last
             };
-            if penultimate >= ts.begin {
+            if penultimate >= begin {
                 // Two timestamps in a row: text (or the end) must follow.
-                disable_range(logits, begin, end);
+                ranges.push((begin, end));
             } else {
                 // A lone timestamp closes a segment: another timestamp or
                 // the end follows, not text.
                 if ts.eot > 0 {
-                    disable_range(logits, 0, ts.eot as usize - 1);
+                    ranges.push((0, ts.eot - 1));
                 }
-                if (last as usize) > begin {
-                    disable_range(logits, begin, last as usize - 1);
+                if last > begin {
+                    ranges.push((begin, last - 1));
                 }
-                check_timestamp_prob = true;
+                check = true;
             }
         } else {
-            check_timestamp_prob = true;
+            check = true;
             // Timestamps never decrease.
             if let Some(&t) = sequence[sample_begin..step]
                 .iter()
                 .rev()
-                .find(|&&t| t >= ts.begin)
+                .find(|&&t| t >= begin)
             {
-                disable_range(logits, begin, t as usize);
+                ranges.push((begin, t));
             }
         }
     }
-    if check_timestamp_prob && begin < vocab && timestamps_outweigh_text(logits, begin, end) {
-        disable_range(logits, 0, begin - 1);
-    }
+    (ranges, check)
 }
 
 /// Whether the timestamps' total probability is above every text token's

@@ -29,6 +29,28 @@ pub(crate) struct SearchSpec<'a> {
     pub length_penalty: f32,
 }
 
+impl SearchSpec<'_> {
+    /// Each row's rules at `step` for a backend that chooses tokens itself
+    /// (row 0 asks for the no-speech probability at step 0, when the spec
+    /// does); `None` when the rules need whole rows of logits.
+    pub(crate) fn row_rules<'s>(
+        &self,
+        step: usize,
+        rows: impl Iterator<Item = &'s [u32]>,
+        vocab: usize,
+    ) -> Option<Vec<RowRules>> {
+        rows.enumerate()
+            .map(|(row, seq)| {
+                let mut r = self.rules.row_rules(step, seq, self.prefix.len(), vocab)?;
+                if step == 0 && row == 0 {
+                    r.no_speech = self.no_speech;
+                }
+                Some(r)
+            })
+            .collect()
+    }
+}
+
 /// Checks the backend gave `rows` rows of `vocab` logits.
 pub(crate) fn check_logits(
     got: usize,
