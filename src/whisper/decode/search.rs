@@ -181,7 +181,7 @@ pub(crate) fn drive_all<'s>(
     }
     // the searches choose on the backend's side when they share their
     // suppression lists (one mask for the batch)
-    let masks = shared_masks(searches, vocab);
+    let mut masks = shared_masks(searches, vocab);
     let (mut tokens, mut logits) = (Vec::new(), Vec::new());
     loop {
         tokens.clear();
@@ -189,10 +189,15 @@ pub(crate) fn drive_all<'s>(
             tokens.extend_from_slice(s.inputs());
         }
         let rows = tokens.len();
-        if let Some(chosen) = match &masks {
+        let chosen = match &masks {
             Some(m) => choose(backend, searches, &tokens, m, vocab)?,
-            None => None,
-        } {
+            None => Choose::SearchNeedsLogits,
+        };
+        if let Choose::BackendDeclined = chosen {
+            // it will not choose later steps either
+            masks = None;
+        }
+        if let Choose::Chosen(chosen) = chosen {
             src.clear();
             let mut offset = 0;
             for s in searches.iter_mut() {
@@ -251,6 +256,7 @@ pub(crate) fn drive_all<'s>(
         }
     }
 }
+
 /// The masks of the searches' suppression lists when every search has the
 /// same lists, else `None` (each step then takes whole logits).
 fn shared_masks(searches: &[&mut (dyn Stepper + '_)], vocab: usize) -> Option<Vec<bool>> {
@@ -262,38 +268,48 @@ fn shared_masks(searches: &[&mut (dyn Stepper + '_)], vocab: usize) -> Option<Ve
     same.then(|| first.masks(vocab))
 }
 
+/// What [`choose`] did.
+enum Choose {
+    /// Fed, and every row's candidates chosen.
+    Chosen(crate::whisper::Chosen),
+    /// Nothing fed: a search needs whole logits this step.
+    SearchNeedsLogits,
+    /// Nothing fed: the backend does not choose.
+    BackendDeclined,
+}
+
 /// Feeds `tokens` and has the backend choose every live search's
 /// candidates, when every search can take them this step and the backend
-/// chooses; `None` (nothing fed) otherwise.
+/// chooses.
 fn choose(
     backend: &mut dyn WhisperBackend,
     searches: &[&mut (dyn Stepper + '_)],
     tokens: &[u32],
     masks: &[bool],
     vocab: usize,
-) -> Result<Option<crate::whisper::Chosen>> {
+) -> Result<Choose> {
     let (mut rules, mut cum, mut k) = (Vec::new(), Vec::new(), 1);
     for s in searches.iter().filter(|s| !s.inputs().is_empty()) {
         let Some(c) = s.choice(vocab) else {
-            return Ok(None);
+            return Ok(Choose::SearchNeedsLogits);
         };
         if c.rules.len() != s.inputs().len() || c.cum.len() != c.rules.len() {
-            return Ok(None);
+            return Ok(Choose::SearchNeedsLogits);
         }
         rules.extend(c.rules);
         cum.extend(c.cum);
         k = k.max(c.k);
     }
     if rules.len() != tokens.len() {
-        return Ok(None);
+        return Ok(Choose::SearchNeedsLogits);
     }
-    let chosen = backend.feed_choose(tokens, &rules, &cum, masks, k)?;
-    if let Some(c) = &chosen {
-        check_logits(c.ids.len(), tokens.len(), c.stride)?;
-        check_logits(c.scores.len(), tokens.len(), c.stride)?;
-        check_logits(c.no_speech.len(), tokens.len(), 1)?;
-    }
-    Ok(chosen)
+    let Some(c) = backend.feed_choose(tokens, &rules, &cum, masks, k)? else {
+        return Ok(Choose::BackendDeclined);
+    };
+    check_logits(c.ids.len(), tokens.len(), c.stride)?;
+    check_logits(c.scores.len(), tokens.len(), c.stride)?;
+    check_logits(c.no_speech.len(), tokens.len(), 1)?;
+    Ok(Choose::Chosen(c))
 }
 
 /// A finished hypothesis: its tokens (prefix included, end of text not)
