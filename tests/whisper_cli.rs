@@ -219,3 +219,36 @@ fn files_taken_together_each_get_their_own_text() {
         .iter()
         .any(|l| l["text"].as_str().is_some_and(|t| t.contains("young man"))));
 }
+
+/// `bench` on a checkpoint that streams (tiny.en's weights, chunks of 16
+/// frames, 8 of look-ahead) times the streamed encoder's chunk step too.
+#[test]
+fn bench_times_the_streamed_chunk_step() {
+    let d = spoiled("whisper-chunked", |d| {
+        let cfg = std::fs::read_to_string(d.join("config.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+        v["pulsed_encoder_context"] = serde_json::json!({"chunk": 16, "left": 1500, "right": 8});
+        std::fs::write(d.join("config.json"), v.to_string()).unwrap();
+    });
+    // the weights are large: a link, not a copy
+    let weights = tiny_dir().join("model.safetensors");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&weights, d.join("model.safetensors")).unwrap();
+    #[cfg(not(unix))]
+    std::fs::copy(&weights, d.join("model.safetensors")).unwrap();
+    let (code, out, err) = pulsed(&["bench", "--model", d.to_str().unwrap(), "--reps", "1"]);
+    assert_eq!(code, 0, "stdout {out} stderr {err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("streamed encoder:"))
+        .unwrap_or_else(|| panic!("no streamed encoder line: {out}"));
+    assert!(
+        line.contains("93 chunk steps of 32 feature frames") && line.contains("512.5 ms"),
+        "{line}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("cpu: median")),
+        "{out}"
+    );
+}

@@ -33,7 +33,8 @@ pub struct Args {
 /// timed apart (front end, encoder, a decoder step for 1 and 5 sequences,
 /// the output projection included), medians of `--reps`, then the encoder's
 /// time per op kind. With `--device cuda`, the same on the GPU in f32 and
-/// bf16, side by side with the CPU.
+/// bf16, side by side with the CPU. A checkpoint that streams its encoder
+/// also gets its chunk step timed (`bench_streamed`).
 fn whisper(a: &Args) -> Result<ExitCode, String> {
     use pulsed::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
     let spec = a
@@ -79,6 +80,7 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     if !gpus.is_empty() {
         whisper_gpu_detail(&model, &window, a.reps)?;
     }
+    super::bench_streamed::run(&model, &audio.samples, !gpus.is_empty())?;
     w.time_nodes();
     w.encode(&[&window]).map_err(|e| e.to_string())?;
     println!("  cpu encoder by op kind (one window):");

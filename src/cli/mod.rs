@@ -1,6 +1,7 @@
 //! Subcommands of the `pulsed` binary.
 
 mod bench;
+mod bench_streamed;
 mod compare;
 mod device;
 mod eval;

@@ -235,15 +235,18 @@ fn segments(order: &[usize], tr: &Translation) -> Vec<Segment> {
     segments
 }
 
-/// Pinned staging with room for the largest value, and for every graph
-/// output side by side (they come back with one wait).
+/// Pinned staging with room for the largest value, for every graph output
+/// side by side (they come back with one wait) and for every graph input
+/// side by side (they go in with none).
 fn staging_bytes(graph: &Graph, dev_values: &PerOutlet<Option<DevTensor>>) -> usize {
-    let outputs: usize = graph
-        .outputs
-        .iter()
-        .filter_map(|(_, o)| dev_values[o.node][o.slot].as_ref())
-        .map(|t| align(t.bytes()))
-        .sum();
+    let side_by_side = |outlets: &mut dyn Iterator<Item = (usize, usize)>| -> usize {
+        outlets
+            .filter_map(|(node, slot)| dev_values[node][slot].as_ref())
+            .map(|t| align(t.bytes()))
+            .sum()
+    };
+    let outputs = side_by_side(&mut graph.outputs.iter().map(|(_, o)| (o.node, o.slot)));
+    let inputs = side_by_side(&mut graph.inputs.iter().map(|&id| (id, 0)));
     let largest = dev_values
         .iter()
         .flatten()
@@ -251,7 +254,7 @@ fn staging_bytes(graph: &Graph, dev_values: &PerOutlet<Option<DevTensor>>) -> us
         .map(DevTensor::bytes)
         .max()
         .unwrap_or(0);
-    largest.max(outputs)
+    largest.max(outputs).max(inputs)
 }
 
 impl GpuRunner {

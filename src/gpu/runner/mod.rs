@@ -362,6 +362,9 @@ impl GpuRunner {
             .ctx()
             .bind_to_thread()
             .map_err(GpuError::from)?;
+        // each input staged at its own offset, so the copies need no wait
+        // (the last step's ended with one, so staging is free)
+        let mut offset = 0;
         for (k, (&id, t)) in graph.inputs.iter().zip(inputs).enumerate() {
             let node = &graph.nodes[id];
             let mut s = None;
@@ -370,13 +373,10 @@ impl GpuRunner {
                 self.host_values[id][0].copy_from(t);
             }
             if let Some(d) = self.dev_values[id][0].clone() {
-                let buf = &mut self.staging.as_bytes_mut()[..d.bytes()];
+                let buf = &mut self.staging.as_bytes_mut()[offset..offset + d.bytes()];
                 to_storage(t, d.dtype, buf)?;
                 copy_to_device(&self.dev.ctx, buf, d.ptr)?;
-                if graph.inputs.len() > 1 {
-                    // the next input reuses the staging buffer
-                    self.dev.ctx.synchronize()?;
-                }
+                offset += super::memory::align(d.bytes());
             }
         }
         Ok(())
