@@ -531,8 +531,9 @@ fn unsupported_params_fall_back() {
 /// A decoder step's choice of tokens on the device (TopTokens) against the
 /// CPU op, over Whisper's vocabulary: rows with no rule, the first-step
 /// list, timestamp ranges with the probability check both ways, the
-/// no-speech probability and running scores; the same ids, scores within
-/// f32 rounding. bf16 storage is refused (the node then runs on the CPU).
+/// no-speech probability, running scores and sampled rows (a draw by the
+/// caller's uniform); the same ids, scores within f32 rounding. bf16
+/// storage is refused (the node then runs on the CPU).
 #[test]
 #[ignore]
 fn top_tokens_choose_as_the_cpu() {
@@ -554,6 +555,11 @@ fn top_tokens_choose_as_the_cpu() {
     ];
     rows[5].check = Some((ts_begin, vocab as u32 - 1));
     rows[6].ranges[0] = (ts_begin, vocab as u32 - 1); // text only
+    rows[7].sample = Some((0.7, 0.37)); // a draw, as the fallback's samples
+    rows.push(RowRules {
+        sample: Some((1.0, 0.999)),
+        ..rows[3]
+    });
     let n = rows.len();
     for (k, seed) in [(10, 1u64), (1, 2), (3, 3)] {
         let mut logits = random(n * vocab, seed, 6.0, -2.0);

@@ -24,10 +24,10 @@ pub const DISABLED: f32 = f32::MIN;
 /// Disabled ranges a row may carry.
 pub const RANGES: usize = 4;
 /// `i64` values per row of the rules input.
-pub const ROW_PARAMS: usize = 2 * RANGES + 4;
+pub const ROW_PARAMS: usize = 2 * RANGES + 6;
 
 /// The rules of one row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RowRules {
     /// Inclusive id ranges set to [`DISABLED`] (empty when `lo > hi`).
     pub ranges: [(u32, u32); RANGES],
@@ -39,6 +39,10 @@ pub struct RowRules {
     /// The softmax probability of this id in the raw logits is wanted (the
     /// no-speech probability).
     pub no_speech: Option<u32>,
+    /// Draw the row's token instead of taking the best: `(temperature,
+    /// u)`, `u` uniform in [0, 1) from the caller's generator, so that the
+    /// draw is the one the host's sampler makes with it.
+    pub sample: Option<(f32, f64)>,
 }
 
 impl RowRules {
@@ -48,6 +52,7 @@ impl RowRules {
         begin: false,
         check: None,
         no_speech: None,
+        sample: None,
     };
 
     /// The row as the op's rules input holds it ([`ROW_PARAMS`] values).
@@ -63,6 +68,10 @@ impl RowRules {
         let (b, e) = self.check.unwrap_or((0, 0));
         v[r + 2] = b as i64;
         v[r + 3] = e as i64;
+        // bit patterns: a temperature of 0 is no sampling
+        let (t, u) = self.sample.unwrap_or((0.0, 0.0));
+        v[r + 4] = i64::from(t.to_bits());
+        v[r + 5] = u.to_bits() as i64;
         v
     }
 
@@ -90,6 +99,10 @@ impl RowRules {
                 None
             } else {
                 Some(id(v[r + 1])?)
+            },
+            sample: {
+                let t = f32::from_bits(u32::try_from(v[r + 4]).ok()?);
+                (t > 0.0).then(|| (t, f64::from_bits(v[r + 5] as u64)))
             },
         })
     }
@@ -177,6 +190,13 @@ pub fn choose_row(
     }
     let max = max_of(l.iter().copied());
     let shift = max + sum_exp(l.iter().copied(), max).ln();
+    if let Some((t, u)) = r.sample {
+        for v in l.iter_mut() {
+            *v -= shift;
+        }
+        let (id, lp) = draw(&l, t, u);
+        return (vec![(id, lp + cum)], no_speech);
+    }
     // best first, the lower id on ties: a partial selection of k
     let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
     for (i, &v) in l.iter().enumerate() {
@@ -189,6 +209,33 @@ pub fn choose_row(
         best.truncate(k);
     }
     (best, no_speech)
+}
+
+/// A token drawn from `softmax(log_probs / temperature)` by inverse CDF
+/// with the uniform `u` (the lowest id whose running weight passes `u`
+/// times the total), with its log-probability; the best on the rare float
+/// miss at the top.
+pub fn draw(log_probs: &[f32], temperature: f32, u: f64) -> (u32, f32) {
+    let max = max_of(log_probs.iter().copied());
+    let weights: Vec<f64> = log_probs
+        .iter()
+        .map(|&v| (((v - max) / temperature) as f64).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut left = u * total;
+    for (i, &w) in weights.iter().enumerate() {
+        if left < w && w > 0.0 {
+            return (i as u32, log_probs[i]);
+        }
+        left -= w;
+    }
+    let mut best = (0u32, f32::NEG_INFINITY);
+    for (i, &v) in log_probs.iter().enumerate() {
+        if v > best.1 {
+            best = (i as u32, v);
+        }
+    }
+    best
 }
 
 /// Inputs: `logits [rows, vocab]` f32, `rules [rows, ROW_PARAMS]` i64
@@ -301,6 +348,7 @@ mod tests {
             begin: true,
             check: Some((20, 40)),
             no_speech: Some(7),
+            sample: Some((0.4, 0.625)),
         };
         assert_eq!(RowRules::decode(&r.encode()), Some(r));
         assert_eq!(

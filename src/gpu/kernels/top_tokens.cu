@@ -6,13 +6,16 @@
 // a time: round r takes the best entry strictly after round r - 1's in the
 // order (score descending, id ascending), so no list of chosen ids is kept.
 //
-// rules [rows, 12] i64: four inclusive ranges (lo, hi), flags (1: the
+// rules [rows, 14] i64: four inclusive ranges (lo, hi), flags (1: the
 // first-step mask applies, 2: timestamp check), the no-speech id (-1: none),
-// the timestamp range (begin, end). masks [2, vocab] bool. Outputs ids [rows,
-// k] i64, scores [rows, k] f32 (log-probability + cum), no_speech [rows].
+// the timestamp range (begin, end), then a sampling temperature (f32 bits;
+// 0: no sampling) and its uniform draw (f64 bits). masks [2, vocab] bool.
+// Outputs ids [rows, k] i64, scores [rows, k] f32 (log-probability + cum),
+// no_speech [rows]. A sampling row's draw is its first candidate (the
+// others: id 0, -inf), by inverse CDF as `draw` in ops/top_tokens.rs.
 
 #define TT_RANGES 4
-#define TT_PARAMS 12
+#define TT_PARAMS 14
 #define TT_DISABLED (-3.40282347e+38f)
 
 struct TtRow {
@@ -87,6 +90,8 @@ extern "C" __global__ void top_tokens(const float* logits, const i64* rules, con
     __shared__ float fred[32];
     __shared__ int ired[32];
     __shared__ double dred[32];
+    __shared__ double seg_sums[1024];
+    __shared__ int drawn;
     const u64 row = blockIdx.x;
     const float* x = logits + row * (u64)vocab;
     const i64* p = rules + row * TT_PARAMS;
@@ -157,6 +162,69 @@ extern "C" __global__ void top_tokens(const float* logits, const i64* rules, con
     s = tt_block_sum(s, dred);
     const float shift = m + logf((float)s);
     const float c = cum[row];
+
+    const float temp = __int_as_float((int)p[2 * TT_RANGES + 4]);
+    if (temp > 0.0f) {
+        // weights exp((lp - max lp) / T) in double; the first id whose
+        // running sum passes u times the total (contiguous segments a
+        // thread, their sums scanned in order by thread 0)
+        const float top = m - shift;
+        const double u = __longlong_as_double(p[2 * TT_RANGES + 5]);
+        const int seg = (vocab + nt - 1) / nt;
+        const int lo = min(tid * seg, vocab), hi = min(lo + seg, vocab);
+        double own = 0.0;
+        for (int j = lo; j < hi; ++j)
+            own += exp((double)(((tt_value(x, masks, vocab, r, j) - shift) - top) / temp));
+        seg_sums[tid] = own;
+        if (tid == 0) drawn = 0x7fffffff;
+        __syncthreads();
+        if (tid == 0) {
+            double acc = 0.0;
+            for (int t = 0; t < nt; ++t) {
+                const double v = seg_sums[t];
+                seg_sums[t] = acc;
+                acc += v;
+            }
+            dred[0] = acc;
+        }
+        __syncthreads();
+        const double target = u * dred[0];
+        double run = seg_sums[tid];
+        for (int j = lo; j < hi; ++j) {
+            const double w =
+                exp((double)(((tt_value(x, masks, vocab, r, j) - shift) - top) / temp));
+            if (target < run + w && w > 0.0) {
+                atomicMin(&drawn, j);
+                break;
+            }
+            run += w;
+        }
+        __syncthreads();
+        int id = drawn;
+        if (id == 0x7fffffff) {
+            // the float miss at the top: the best, as the host
+            float bv = NEG_INF;
+            int bi = -1;
+            for (int j = tid; j < vocab; j += nt) {
+                const float v = tt_value(x, masks, vocab, r, j) - shift;
+                if (tt_better(v, j, bv, bi)) {
+                    bv = v;
+                    bi = j;
+                }
+            }
+            tt_block_best(&bv, &bi, fred, ired);
+            id = bi < 0 ? 0 : bi;
+        }
+        if (tid == 0) {
+            ids[row * k] = id;
+            scores[row * k] = (tt_value(x, masks, vocab, r, id) - shift) + c;
+        }
+        for (int rest = 1 + tid; rest < k; rest += nt) {
+            ids[row * k + rest] = 0;
+            scores[row * k + rest] = NEG_INF;
+        }
+        return;
+    }
 
     // k rounds, each the best entry after the last one taken
     float last_v = 0.0f;

@@ -97,7 +97,7 @@ impl Stepper for Beam<'_> {
         self.take(words, scores, origins)
     }
 
-    fn choice(&self, vocab: usize) -> Option<Choice> {
+    fn choice(&mut self, vocab: usize) -> Option<Choice> {
         let n = self.inputs.len();
         let rows = self.sequences.iter().take(n).map(Vec::as_slice);
         let rules = self.spec.row_rules(self.step, rows, vocab)?;

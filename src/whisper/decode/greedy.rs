@@ -7,6 +7,7 @@ use rand::Rng;
 
 use super::logits::{log_softmax, softmax_at, LogitRules};
 use super::search::{drive, finalize, Choice, Hypothesis, SearchSpec, Stepper};
+use crate::ops::top_tokens::draw;
 use crate::whisper::WhisperBackend;
 use crate::Result;
 
@@ -45,6 +46,8 @@ pub(crate) struct Greedy<'s, 'r, R: Rng> {
     /// The samples still running, in row order.
     alive: Vec<usize>,
     no_speech: Option<f32>,
+    /// This step's draws, one a live row, once [`Stepper::choice`] made them.
+    pending: Vec<f64>,
 }
 
 impl<'s, 'r, R: Rng> Greedy<'s, 'r, R> {
@@ -61,6 +64,7 @@ impl<'s, 'r, R: Rng> Greedy<'s, 'r, R> {
             finished: vec![None; n],
             alive: (0..rows).collect(),
             no_speech: None,
+            pending: Vec::new(),
         }
     }
 }
@@ -84,19 +88,32 @@ impl<R: Rng + Send> Stepper for Greedy<'_, '_, R> {
             spec.rules.apply(step, l, &self.sequences[s], prefix_len);
             log_softmax(l);
             picks.push(match self.sampling.as_mut() {
-                Some(smp) => sample(l, smp.temperature, smp.rng),
+                Some(smp) => {
+                    // the draw choice() made for this row, if it made one
+                    let u = match self.pending.get(row) {
+                        Some(&u) => u,
+                        None => smp.rng.random::<f64>(),
+                    };
+                    draw(l, smp.temperature, u)
+                }
                 None => argmax(l),
             });
         }
+        self.pending.clear();
         self.take(&picks)
     }
 
-    fn choice(&self, vocab: usize) -> Option<Choice> {
-        if self.sampling.is_some() {
-            return None;
-        }
+    fn choice(&mut self, vocab: usize) -> Option<Choice> {
         let rows = self.alive.iter().map(|&s| self.sequences[s].as_slice());
-        let rules = self.spec.row_rules(self.step, rows, vocab)?;
+        let mut rules = self.spec.row_rules(self.step, rows, vocab)?;
+        if let Some(smp) = self.sampling.as_mut() {
+            // one draw a row, in row order, as advance() makes them; kept
+            // for advance() in case the backend does not choose after all
+            self.pending = (0..rules.len()).map(|_| smp.rng.random::<f64>()).collect();
+            for (r, &u) in rules.iter_mut().zip(&self.pending) {
+                r.sample = Some((smp.temperature, u));
+            }
+        }
         Some(Choice {
             cum: vec![0.0; rules.len()],
             rules,
@@ -111,6 +128,7 @@ impl<R: Rng + Send> Stepper for Greedy<'_, '_, R> {
         stride: usize,
         no_speech: &[f32],
     ) -> Option<Vec<usize>> {
+        self.pending.clear();
         if self.step == 0 && self.spec.no_speech.is_some() {
             self.no_speech = no_speech.first().copied();
         }
@@ -179,25 +197,6 @@ fn argmax(log_probs: &[f32]) -> (u32, f32) {
         }
     }
     best
-}
-
-/// A token drawn from `softmax(log_probs / temperature)`, with its
-/// (unscaled) log-probability.
-fn sample<R: Rng>(log_probs: &[f32], temperature: f32, rng: &mut R) -> (u32, f32) {
-    let max = log_probs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = log_probs
-        .iter()
-        .map(|&v| (((v - max) / temperature) as f64).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    let mut u = rng.random::<f64>() * total;
-    for (i, &w) in weights.iter().enumerate() {
-        if u < w && w > 0.0 {
-            return (i as u32, log_probs[i]);
-        }
-        u -= w;
-    }
-    argmax(log_probs)
 }
 
 #[cfg(test)]
@@ -277,5 +276,48 @@ mod tests {
         let (h, _) = greedy_search(&mut b, &spec(&rules, &[]), Some(smp)).unwrap();
         // With 16 draws the likeliest first token (1) is among them and wins.
         assert_eq!(h.tokens, vec![1]);
+    }
+
+    /// Samples drawn by a backend that chooses (as a GPU step does, with
+    /// the search's own draws) are the host's samples: the same tokens
+    /// from the same seed, every step chosen there.
+    #[test]
+    fn samples_chosen_by_the_backend_are_the_hosts() {
+        use crate::whisper::decode::testing::Choosing;
+        let script = |_w: &[f32], seq: &[u32]| -> Vec<f32> {
+            // a spread of likely tokens that moves with the sequence
+            let n = seq.len() as f32;
+            let mut l: Vec<f32> = (0..10)
+                .map(|i| ((i as f32 + n) * 0.7).sin() * 2.0)
+                .collect();
+            l[5] = if seq.len() > 6 { 6.0 } else { -1.0 };
+            l
+        };
+        let rules = LogitRules::default();
+        let run = |choosing: bool, seed: u64| {
+            let mut b = Scripted::new(10, script);
+            b.start(&[0]).unwrap();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let smp = Sampling {
+                temperature: 0.8,
+                samples: 5,
+                rng: &mut rng,
+            };
+            let sp = spec(&rules, &[]);
+            let mut c = Choosing(&mut b, 0);
+            let (h, _) = if choosing {
+                greedy_search(&mut c, &sp, Some(smp)).unwrap()
+            } else {
+                greedy_search(c.0, &sp, Some(smp)).unwrap()
+            };
+            (h.tokens, c.1)
+        };
+        for seed in 0..20 {
+            let (host, none) = run(false, seed);
+            let (chosen, steps) = run(true, seed);
+            assert_eq!(host, chosen, "seed {seed}");
+            assert_eq!(none, 0);
+            assert!(steps > 0, "seed {seed}: no step chosen");
+        }
     }
 }

@@ -81,9 +81,10 @@ pub(crate) trait Stepper: Send {
     fn advance(&mut self, logits: &mut [f32], vocab: usize) -> Option<Vec<usize>>;
     /// What this step asks of a backend that chooses tokens itself
     /// ([`WhisperBackend::feed_choose`]): each row's rules and running
-    /// score, and the candidates a row it needs; `None` when the step needs
-    /// whole rows of logits (sampling, a repetition penalty).
-    fn choice(&self, vocab: usize) -> Option<Choice>;
+    /// score (and a sampler's draws), and the candidates a row it needs;
+    /// `None` when the step needs whole rows of logits (a repetition
+    /// penalty, n-gram blocking).
+    fn choice(&mut self, vocab: usize) -> Option<Choice>;
     /// As [`Stepper::advance`], from the candidates the backend chose for
     /// this search's rows (`stride` a row, best first) and the rows'
     /// no-speech probabilities where asked for.
@@ -283,13 +284,13 @@ enum Choose {
 /// chooses.
 fn choose(
     backend: &mut dyn WhisperBackend,
-    searches: &[&mut (dyn Stepper + '_)],
+    searches: &mut [&mut (dyn Stepper + '_)],
     tokens: &[u32],
     masks: &[bool],
     vocab: usize,
 ) -> Result<Choose> {
     let (mut rules, mut cum, mut k) = (Vec::new(), Vec::new(), 1);
-    for s in searches.iter().filter(|s| !s.inputs().is_empty()) {
+    for s in searches.iter_mut().filter(|s| !s.inputs().is_empty()) {
         let Some(c) = s.choice(vocab) else {
             return Ok(Choose::SearchNeedsLogits);
         };
