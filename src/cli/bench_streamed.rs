@@ -77,8 +77,8 @@ fn stream_chunks(model: &WhisperModel, audio: &[f32], pulse: usize) -> Result<Ve
         .collect()
 }
 
-/// Each chunk step's wall time in milliseconds (the first, which plans or
-/// captures, left out).
+/// Each chunk step's wall time in milliseconds, the first two left out (a
+/// GPU runner's eager first step and its capture).
 fn time_steps(r: &mut dyn StepRunner, chunks: &[Tensor]) -> Result<Vec<f64>, String> {
     let mut times = Vec::with_capacity(chunks.len());
     for (i, x) in chunks.iter().enumerate() {

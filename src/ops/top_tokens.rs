@@ -123,19 +123,87 @@ pub fn mask_bytes(masks: &[bool], vocab: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Sum of `exp(v - max)` accumulated in f64, as the decoder's host path.
-fn sum_exp(x: impl Iterator<Item = f32>, max: f32) -> f32 {
-    x.map(|v| (v - max).exp() as f64).sum::<f64>() as f32
+/// Sum of `exp(v - max)` accumulated in f64: CTranslate2's vectorised f32
+/// reductions are close to exact, a sequential f32 sum over 51865 entries
+/// is not.
+fn sum_exp(x: &[f32], max: f32) -> f32 {
+    x.iter().map(|&v| (v - max).exp() as f64).sum::<f64>() as f32
 }
 
 fn max_of(x: impl Iterator<Item = f32>) -> f32 {
     x.fold(f32::NEG_INFINITY, f32::max)
 }
 
+/// In-place log-softmax in f32 (`x - max - ln(sum(exp(x - max)))`).
+pub fn log_softmax(x: &mut [f32]) {
+    let max = max_of(x.iter().copied());
+    let shift = max + sum_exp(x, max).ln();
+    for v in x.iter_mut() {
+        *v -= shift;
+    }
+}
+
+/// Softmax probability of entry `id` in `logits` (the no-speech probability).
+pub fn softmax_at(logits: &[f32], id: u32) -> f32 {
+    let max = max_of(logits.iter().copied());
+    let sum = sum_exp(logits, max);
+    logits
+        .get(id as usize)
+        .map_or(0.0, |&v| (v - max).exp() / sum)
+}
+
+/// Whether the timestamps' (`begin ..= end`) total probability is above
+/// every text token's (ids below `begin`), on log-probabilities as
+/// CTranslate2 compares them.
+pub fn timestamps_outweigh_text(logits: &[f32], begin: usize, end: usize) -> bool {
+    let max = max_of(logits.iter().copied());
+    let shift = max + sum_exp(logits, max).ln();
+    let max_text = max_of(logits[..begin].iter().map(|&v| v - shift));
+    let ts = &logits[begin..=end];
+    let ts_max = max_of(ts.iter().map(|&v| v - shift));
+    let timestamp = if ts_max == f32::NEG_INFINITY {
+        ts_max
+    } else {
+        let sum: f64 = ts
+            .iter()
+            .map(|&v| ((v - shift) - ts_max).exp() as f64)
+            .sum();
+        ts_max + (sum as f32).ln()
+    };
+    timestamp > max_text
+}
+
+/// The `k` largest entries of `x` as `(index, value)`, best first (the
+/// lower index first on ties).
+pub fn top_k(x: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut top: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
+    for (i, &v) in x.iter().enumerate() {
+        if top.len() == k && top.last().is_some_and(|&(_, w)| v <= w) {
+            continue;
+        }
+        let pos = top.partition_point(|&(_, w)| w >= v);
+        top.insert(pos, (i, v));
+        top.truncate(k);
+    }
+    top
+}
+
+/// The likeliest entry and its value (the lowest id on ties).
+pub fn argmax(x: &[f32]) -> (u32, f32) {
+    let mut best = (0u32, f32::NEG_INFINITY);
+    for (i, &v) in x.iter().enumerate() {
+        if v > best.1 {
+            best = (i as u32, v);
+        }
+    }
+    best
+}
+
 /// One row: `logits` with the rules `r` and the masks `mask` (a byte per
 /// id, [`MASK_ALWAYS`] / [`MASK_BEGIN`]) applied, log-softmaxed, `cum`
 /// added; returns the `k` best `(id, score)`, best first (the lower id on
-/// ties), and the no-speech probability when `r` asks for it.
+/// ties), or the row's draw when `r` samples, and the no-speech
+/// probability when `r` asks for it.
 pub fn choose_row(
     logits: &[f32],
     r: &RowRules,
@@ -144,13 +212,7 @@ pub fn choose_row(
     k: usize,
 ) -> (Vec<(u32, f32)>, Option<f32>) {
     let vocab = logits.len();
-    let no_speech = r.no_speech.map(|id| {
-        let max = max_of(logits.iter().copied());
-        let sum = sum_exp(logits.iter().copied(), max);
-        logits
-            .get(id as usize)
-            .map_or(0.0, |&v| (v - max).exp() / sum)
-    });
+    let no_speech = r.no_speech.map(|id| softmax_at(logits, id));
     let mut l = logits.to_vec();
     let bits = MASK_ALWAYS | if r.begin { MASK_BEGIN } else { 0 };
     for (v, &m) in l.iter_mut().zip(mask) {
@@ -158,57 +220,29 @@ pub fn choose_row(
             *v = DISABLED;
         }
     }
-    let disable = |l: &mut [f32], lo: u32, hi: u32| {
-        let (lo, hi) = (lo as usize, (hi as usize).min(vocab.saturating_sub(1)));
+    let disable = |l: &mut [f32], lo: usize, hi: usize| {
+        let hi = hi.min(vocab.saturating_sub(1));
         if lo <= hi && lo < vocab {
             l[lo..=hi].fill(DISABLED);
         }
     };
     for &(lo, hi) in &r.ranges {
-        disable(&mut l, lo, hi);
+        disable(&mut l, lo as usize, hi as usize);
     }
     if let Some((b, e)) = r.check {
         let (b, e) = (b as usize, (e as usize).min(vocab.saturating_sub(1)));
-        if b < vocab && b <= e {
-            let max = max_of(l.iter().copied());
-            let shift = max + sum_exp(l.iter().copied(), max).ln();
-            let max_text = max_of(l[..b].iter().map(|&v| v - shift));
-            let ts_max = max_of(l[b..=e].iter().map(|&v| v - shift));
-            let ts = if ts_max == f32::NEG_INFINITY {
-                ts_max
-            } else {
-                let sum: f64 = l[b..=e]
-                    .iter()
-                    .map(|&v| ((v - shift) - ts_max).exp() as f64)
-                    .sum();
-                ts_max + (sum as f32).ln()
-            };
-            if ts > max_text && b > 0 {
-                disable(&mut l, 0, b as u32 - 1);
-            }
+        if b > 0 && b <= e && timestamps_outweigh_text(&l, b, e) {
+            disable(&mut l, 0, b - 1);
         }
     }
-    let max = max_of(l.iter().copied());
-    let shift = max + sum_exp(l.iter().copied(), max).ln();
+    log_softmax(&mut l);
     if let Some((t, u)) = r.sample {
-        for v in l.iter_mut() {
-            *v -= shift;
-        }
         let (id, lp) = draw(&l, t, u);
         return (vec![(id, lp + cum)], no_speech);
     }
-    // best first, the lower id on ties: a partial selection of k
-    let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
-    for (i, &v) in l.iter().enumerate() {
-        let s = (v - shift) + cum;
-        if best.len() == k && best.last().is_some_and(|&(_, w)| s <= w || s.is_nan()) {
-            continue;
-        }
-        let at = best.partition_point(|&(_, w)| w >= s);
-        best.insert(at, (i as u32, s));
-        best.truncate(k);
-    }
-    (best, no_speech)
+    l.iter_mut().for_each(|v| *v += cum);
+    let best = top_k(&l, k).into_iter().map(|(i, s)| (i as u32, s));
+    (best.collect(), no_speech)
 }
 
 /// A token drawn from `softmax(log_probs / temperature)` by inverse CDF
@@ -229,13 +263,7 @@ pub fn draw(log_probs: &[f32], temperature: f32, u: f64) -> (u32, f32) {
         }
         left -= w;
     }
-    let mut best = (0u32, f32::NEG_INFINITY);
-    for (i, &v) in log_probs.iter().enumerate() {
-        if v > best.1 {
-            best = (i as u32, v);
-        }
-    }
-    best
+    argmax(log_probs)
 }
 
 /// Inputs: `logits [rows, vocab]` f32, `rules [rows, ROW_PARAMS]` i64

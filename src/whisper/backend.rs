@@ -86,7 +86,7 @@ pub trait WhisperBackend {
         tokens: &[u32],
         rules: &[RowRules],
         cum: &[f32],
-        masks: &[bool],
+        masks: &crate::ops::Tensor,
         k: usize,
     ) -> Result<Option<Chosen>> {
         let _ = (tokens, rules, cum, masks, k);

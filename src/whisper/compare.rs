@@ -141,7 +141,7 @@ pub fn compare(
         }
         if i + 1 == tokens.len() && tokens.len() < limit {
             let logits = cpu.output(1).to_f32_vec();
-            let next = argmax(&logits);
+            let (next, _) = crate::ops::top_tokens::argmax(&logits);
             if next == what.end_of_text {
                 break;
             }
@@ -204,15 +204,4 @@ fn budgeted<'g>(cmp: Comparer<'g>, graph: Graph, what: &WhisperCompare) -> Resul
     let mut r = Runner::new(graph)?;
     r.round_to_bf16();
     Ok(cmp.with_budget(r, factor))
-}
-
-/// The likeliest token (the lowest id on ties).
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = (0usize, f32::NEG_INFINITY);
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best.1 {
-            best = (i, v);
-        }
-    }
-    best.0 as u32
 }

@@ -111,6 +111,18 @@ impl<R: NetRunners> WhisperNet<R> {
         Ok(self.cache.advance(n)?)
     }
 
+    /// Refuses a token id outside the vocabulary.
+    fn check_vocabulary(&self, tokens: &[u32]) -> Result<()> {
+        let vocab = self.cfg.vocab_size;
+        match tokens.iter().find(|&&t| t as usize >= vocab) {
+            Some(t) => Err(Error::Input {
+                name: "tokens".into(),
+                reason: format!("token id {t} is outside the vocabulary ({vocab})"),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The decoder's last output, `[batch, n, d]`.
     fn hidden(&self, n: usize) -> Result<&Tensor> {
         let shape = if n == 1 {
@@ -196,15 +208,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         if let Some(p) = positions.iter().find(|&&p| p >= n) {
             return Err(internal(format!("position {p} of {n} new tokens")));
         }
-        if let Some(t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
-            return Err(Error::Input {
-                name: "tokens".into(),
-                reason: format!(
-                    "token id {t} is outside the vocabulary ({})",
-                    self.cfg.vocab_size
-                ),
-            });
-        }
+        self.check_vocabulary(tokens)?;
         let d = self.cfg.d_model;
         if n > 1 && batch > 1 {
             // the prompt graph takes one sequence: feed the others' tokens
@@ -261,10 +265,10 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         tokens: &[u32],
         rules: &[RowRules],
         cum: &[f32],
-        masks: &[bool],
+        masks: &Tensor,
         k: usize,
     ) -> Result<Option<Chosen>> {
-        let (batch, vocab) = (self.cache.batch(), self.cfg.vocab_size);
+        let batch = self.cache.batch();
         if tokens.len() != batch || rules.len() != batch || cum.len() != batch {
             return Err(Error::Input {
                 name: "tokens".into(),
@@ -276,18 +280,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
                 ),
             });
         }
-        if masks.len() != 2 * vocab {
-            return Err(internal(format!(
-                "{} mask entries for a vocabulary of {vocab}",
-                masks.len()
-            )));
-        }
-        if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(Error::Input {
-                name: "tokens".into(),
-                reason: format!("token id {t} is outside the vocabulary ({vocab})"),
-            });
-        }
+        self.check_vocabulary(tokens)?;
         let s = self.runners.step_rows(batch);
         let past = self.cache.len() as i64;
         let Some(runner) = self.runners.chooser(s) else {
@@ -300,12 +293,12 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         // padding rows: token 0, no rule; their choices are not read
         let mut ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         ids.resize(s, 0);
-        let mut row_params: Vec<i64> = rules.iter().flat_map(|r| r.encode()).collect();
-        row_params.resize(s * ROW_PARAMS, 0);
-        for pad in batch..s {
-            row_params[pad * ROW_PARAMS..(pad + 1) * ROW_PARAMS]
-                .copy_from_slice(&RowRules::NONE.encode());
-        }
+        let padding = std::iter::repeat_n(&RowRules::NONE, s - batch);
+        let row_params: Vec<i64> = rules
+            .iter()
+            .chain(padding)
+            .flat_map(|r| r.encode())
+            .collect();
         let mut scores = cum.to_vec();
         scores.resize(s, 0.0);
         runner.step(&[
@@ -313,7 +306,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
             &Tensor::from_vec(vec![1], vec![past])?,
             &Tensor::from_vec(vec![s, ROW_PARAMS], row_params)?,
             &Tensor::from_vec(vec![s], scores)?,
-            &Tensor::from_vec(vec![2, vocab], masks.to_vec())?,
+            masks,
         ])?;
         let ids = runner.output(1).as_slice::<i64>()?;
         let chosen = Chosen {

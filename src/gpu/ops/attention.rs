@@ -23,7 +23,7 @@ pub(super) const THREADS: u32 = 256;
 /// as many threads as a block can have, each with a short chain.
 const TILE_THREADS: u32 = 1024;
 /// Largest grid y (heads or batch).
-pub(super) const MAX_GRID_Y: usize = 65_535;
+const MAX_GRID_Y: usize = 65_535;
 
 /// Shared bytes for a row of width `d` and `keys` scores, or why not.
 pub(super) fn shared_bytes(what: &str, d: usize, keys: usize) -> Result<u32, GpuError> {

@@ -7,12 +7,11 @@
 
 use cudarc::driver::CudaFunction;
 
-use super::attention::{self_attention_io, shared_bytes, SelfAttentionIo, MAX_GRID_Y, THREADS};
+use super::attention::{self_attention_io, shared_bytes, SelfAttentionIo, THREADS};
 use crate::gpu::op::{expect_io, int, launch, long, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::chunked_attention::ChunkedAttention;
-use crate::ops::Dim;
 use crate::pulse::PulsedChunkedAttention;
 
 pub(super) fn register(r: &mut Builders) {
@@ -29,8 +28,10 @@ struct ChunkedGpu {
     width: i32,
     dh: i32,
     scale: f32,
-    /// `(pulse, delay, overlap, lag, stream length)` of the pulsed form.
-    pulsed: Option<(i64, i64, i64, i64, Dim)>,
+    /// `(pulse, delay, overlap, lag)` of the pulsed form.
+    pulsed: Option<[i64; 4]>,
+    /// The stream's end ([`super::pulse::end_args`]; none in the whole form).
+    end: [Arg; 5],
 }
 
 impl GpuOp for ChunkedGpu {
@@ -55,10 +56,11 @@ impl GpuOp for ChunkedGpu {
         }
         let [q, k, v, out] = [io.ins[0].ptr, io.ins[1].ptr, io.ins[2].ptr, io.outs[0].ptr];
         // a null step pointer selects the whole form in the kernel
-        let (step, (pulse, delay, overlap, lag), has_end, (ea, eb, ed, ec)) = match &self.pulsed {
-            Some((p, d, o, l, len)) => (cx.step, (*p, *d, *o, *l), 1, len.parts()),
-            None => (0, (0, 0, 0, 0), 0, (0, 0, 1, 0)),
+        let (step, [pulse, delay, overlap, lag]) = match self.pulsed {
+            Some(p) => (cx.step, p),
+            None => (0, [0; 4]),
         };
+        let [has_end, ea, eb, ed, ec] = self.end;
         let frames = |v: usize| Arg::I64(v as i64);
         launch(
             cx,
@@ -82,11 +84,11 @@ impl GpuOp for ChunkedGpu {
                 Arg::I64(delay),
                 Arg::I64(overlap),
                 Arg::I64(lag),
-                Arg::I32(has_end),
-                Arg::I64(ea),
-                Arg::I64(eb),
-                Arg::I64(ed),
-                Arg::I64(ec),
+                has_end,
+                ea,
+                eb,
+                ed,
+                ec,
             ],
         )
     }
@@ -123,14 +125,6 @@ fn build(
             ),
         ));
     }
-    if let Some(e) = pulsed.map(|p| p.len) {
-        if e.parts().2 <= 0 {
-            return Err(GpuError::refused(
-                what,
-                format!("stream length {e} divides by a non-positive number"),
-            ));
-        }
-    }
     let keys = op
         .chunk
         .saturating_add(op.left)
@@ -141,15 +135,14 @@ fn build(
         block: (THREADS, 1, 1),
         shared_bytes: shared_bytes(what, dh, keys)?,
     };
-    debug_assert!(op.heads <= MAX_GRID_Y && batch <= MAX_GRID_Y);
+    let end = super::pulse::end_args(what, pulsed.map(|p| p.len))?;
     let pulsed = match pulsed {
-        Some(p) => Some((
+        Some(p) => Some([
             long("pulse", p.pulse)?,
             long("delay", p.delay)?,
             long("overlap", p.overlap())?,
             long("lag", p.lag)?,
-            p.len,
-        )),
+        ]),
         None => None,
     };
     Ok(Box::new(ChunkedGpu {
@@ -163,5 +156,6 @@ fn build(
         dh: int("head width", dh)?,
         scale: 1.0 / (dh as f32).sqrt(),
         pulsed,
+        end,
     }))
 }

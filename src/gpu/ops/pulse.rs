@@ -5,7 +5,37 @@ use cudarc::driver::CudaFunction;
 use crate::gpu::op::{expect_io, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
+use crate::ops::Dim;
 use crate::pulse::{Delay, FrameLayout, PulsePad};
+
+/// A stream end's kernel arguments (`stream_end` in `common.cuh`): whether
+/// there is one, then its `Dim` as `(a, b, d, c)`; refused when it divides
+/// by a non-positive number, which the kernel's division cannot take.
+pub(super) fn end_args(what: &str, end: Option<Dim>) -> Result<[Arg; 5], GpuError> {
+    let Some(e) = end else {
+        return Ok([
+            Arg::I32(0),
+            Arg::I64(0),
+            Arg::I64(0),
+            Arg::I64(1),
+            Arg::I64(0),
+        ]);
+    };
+    let (a, b, d, c) = e.parts();
+    if d <= 0 {
+        return Err(GpuError::refused(
+            what,
+            format!("end {e} divides by a non-positive number"),
+        ));
+    }
+    Ok([
+        Arg::I32(1),
+        Arg::I64(a),
+        Arg::I64(b),
+        Arg::I64(d),
+        Arg::I64(c),
+    ])
+}
 
 fn layout(shape: &[usize], axis: usize) -> Result<FrameLayout, GpuError> {
     FrameLayout::of(shape, axis).map_err(|e| GpuError::refused("pulse layout", e))
@@ -67,6 +97,7 @@ struct PulsePadGpu {
     f: CudaFunction,
     lay: FrameLayout,
     op: PulsePad,
+    end: [Arg; 5],
 }
 
 impl GpuOp for PulsePadGpu {
@@ -88,10 +119,7 @@ impl GpuOp for PulsePadGpu {
         if n == 0 {
             return Ok(());
         }
-        let (has_end, (ea, eb, ed, ec)) = match self.op.end {
-            Some(e) => (1, e.parts()),
-            None => (0, (0, 0, 1, 0)),
-        };
+        let [has_end, ea, eb, ed, ec] = self.end;
         launch(
             cx,
             &self.f,
@@ -106,11 +134,11 @@ impl GpuOp for PulsePadGpu {
                 Arg::U64(inner as u64),
                 Arg::I64(self.op.delay as i64),
                 Arg::I64(self.op.begin as i64),
-                Arg::I32(has_end),
-                Arg::I64(ea),
-                Arg::I64(eb),
-                Arg::I64(ed),
-                Arg::I64(ec),
+                has_end,
+                ea,
+                eb,
+                ed,
+                ec,
                 Arg::F32(self.op.value),
             ],
         )
@@ -140,17 +168,10 @@ fn build_delay(d: &Delay, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
 fn build_pad(p: &PulsePad, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let suffix = cx.suffix(0)?;
     let lay = layout(&cx.shape(0)?, p.axis)?;
-    if let Some(e) = p.end {
-        if e.parts().2 <= 0 {
-            return Err(GpuError::refused(
-                "pulse pad",
-                format!("end {e} divides by a non-positive number"),
-            ));
-        }
-    }
     Ok(Box::new(PulsePadGpu {
         f: cx.lib.function("pulse", &format!("pulse_pad_{suffix}"))?,
         lay,
         op: p.clone(),
+        end: end_args("pulse pad", p.end)?,
     }))
 }

@@ -43,10 +43,18 @@ impl GpuOp for TopTokensGpu {
             block: (THREADS, 1, 1),
             shared_bytes: 0,
         };
-        let mut args: Vec<Arg> = io.ins.iter().map(|t| Arg::Ptr(t.ptr)).collect();
-        args.extend(io.outs.iter().map(|t| Arg::Ptr(t.ptr)));
-        args.push(Arg::I32(self.vocab));
-        args.push(Arg::I32(self.k));
+        let (i, o) = (io.ins, io.outs);
+        let args = [
+            Arg::Ptr(i[0].ptr),
+            Arg::Ptr(i[1].ptr),
+            Arg::Ptr(i[2].ptr),
+            Arg::Ptr(i[3].ptr),
+            Arg::Ptr(o[0].ptr),
+            Arg::Ptr(o[1].ptr),
+            Arg::Ptr(o[2].ptr),
+            Arg::I32(self.vocab),
+            Arg::I32(self.k),
+        ];
         launch(cx, &self.f, grid, &args)
     }
 }

@@ -11,6 +11,7 @@
 
 use super::logits::{log_softmax, softmax_at, LogitRules};
 use super::search::{drive, finalize, Choice, Hypothesis, SearchSpec, Stepper};
+use crate::ops::top_tokens::top_k;
 use crate::whisper::WhisperBackend;
 use crate::Result;
 
@@ -232,21 +233,6 @@ fn force_prefix(
             origins[k] = 0;
         }
     }
-}
-
-/// The `k` largest entries of `x` as `(index, value)`, best first (the
-/// lower index first on ties).
-pub(crate) fn top_k(x: &[f32], k: usize) -> Vec<(usize, f32)> {
-    let mut top: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
-    for (i, &v) in x.iter().enumerate() {
-        if top.len() == k && top.last().is_some_and(|&(_, w)| v <= w) {
-            continue;
-        }
-        let pos = top.partition_point(|&(_, w)| w >= v);
-        top.insert(pos, (i, v));
-        top.truncate(k);
-    }
-    top
 }
 
 #[cfg(test)]

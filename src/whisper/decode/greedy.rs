@@ -7,7 +7,7 @@ use rand::Rng;
 
 use super::logits::{log_softmax, softmax_at, LogitRules};
 use super::search::{drive, finalize, Choice, Hypothesis, SearchSpec, Stepper};
-use crate::ops::top_tokens::draw;
+use crate::ops::top_tokens::{argmax, draw};
 use crate::whisper::WhisperBackend;
 use crate::Result;
 
@@ -186,17 +186,6 @@ impl<R: Rng + Send> Greedy<'_, '_, R> {
             .collect();
         (!keep.is_empty()).then_some(keep)
     }
-}
-
-/// The likeliest token and its log-probability (the lowest id on ties).
-fn argmax(log_probs: &[f32]) -> (u32, f32) {
-    let mut best = (0u32, f32::NEG_INFINITY);
-    for (i, &v) in log_probs.iter().enumerate() {
-        if v > best.1 {
-            best = (i as u32, v);
-        }
-    }
-    best
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 //! A suppressed logit is set to the lowest finite float, as CTranslate2
 //! does (not minus infinity), so sums over suppressed entries stay finite.
 
-pub(crate) use crate::ops::top_tokens::DISABLED;
-use crate::ops::top_tokens::{RowRules, RANGES};
+pub(crate) use crate::ops::top_tokens::{log_softmax, softmax_at, DISABLED};
+use crate::ops::top_tokens::{timestamps_outweigh_text, RowRules, RANGES};
 
 /// Timestamp-token ids for the timestamp rules.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -259,58 +259,6 @@ fn timestamp_ranges(
     (ranges, check)
 }
 
-/// Whether the timestamps' total probability is above every text token's
-/// (ids below `begin`), on log-probabilities as CTranslate2 compares them.
-fn timestamps_outweigh_text(logits: &[f32], begin: usize, end: usize) -> bool {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let shift = max + sum_exp(logits, max).ln();
-    let log_prob = |v: f32| v - shift;
-    let max_text = logits[..begin]
-        .iter()
-        .map(|&v| log_prob(v))
-        .fold(f32::NEG_INFINITY, f32::max);
-    let ts = &logits[begin..=end];
-    let ts_max = ts
-        .iter()
-        .map(|&v| log_prob(v))
-        .fold(f32::NEG_INFINITY, f32::max);
-    let timestamp = if ts_max == f32::NEG_INFINITY {
-        ts_max
-    } else {
-        let sum: f64 = ts
-            .iter()
-            .map(|&v| (log_prob(v) - ts_max).exp() as f64)
-            .sum();
-        ts_max + (sum as f32).ln()
-    };
-    timestamp > max_text
-}
-
-/// Sum of `exp(v - max)` accumulated in f64: CTranslate2's vectorised f32
-/// reductions are close to exact, a sequential f32 sum over 51865 entries
-/// is not.
-fn sum_exp(x: &[f32], max: f32) -> f32 {
-    x.iter().map(|&v| (v - max).exp() as f64).sum::<f64>() as f32
-}
-
-/// In-place log-softmax in f32 (`x - max - ln(sum(exp(x - max)))`).
-pub(crate) fn log_softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let shift = max + sum_exp(x, max).ln();
-    for v in x.iter_mut() {
-        *v -= shift;
-    }
-}
-
-/// Softmax probability of entry `id` in `logits` (the no-speech probability).
-pub(crate) fn softmax_at(logits: &[f32], id: u32) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum = sum_exp(logits, max);
-    logits
-        .get(id as usize)
-        .map_or(0.0, |&v| (v - max).exp() / sum)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,7 +412,7 @@ mod tests {
                 r.apply(step, &mut host, seq, sample_begin);
                 log_softmax(&mut host);
                 host.iter_mut().for_each(|v| *v += cum);
-                let want = crate::whisper::decode::beam::top_k(&host, 4);
+                let want = crate::ops::top_tokens::top_k(&host, 4);
                 let rr = r
                     .row_rules(step, seq, sample_begin, vocab)
                     .expect("no penalty");

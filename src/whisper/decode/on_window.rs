@@ -87,7 +87,7 @@ impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
         tokens: &[u32],
         rules: &[crate::ops::top_tokens::RowRules],
         cum: &[f32],
-        masks: &[bool],
+        masks: &crate::ops::Tensor,
         k: usize,
     ) -> Result<Option<crate::whisper::Chosen>> {
         self.inner.feed_choose(tokens, rules, cum, masks, k)

@@ -5,6 +5,7 @@
 
 use super::logits::LogitRules;
 use crate::ops::top_tokens::RowRules;
+use crate::ops::Tensor;
 use crate::whisper::{WhisperBackend, WhisperError};
 use crate::Result;
 
@@ -194,59 +195,17 @@ pub(crate) fn drive_all<'s>(
             Some(m) => choose(backend, searches, &tokens, m, vocab)?,
             None => Choose::SearchNeedsLogits,
         };
-        if let Choose::BackendDeclined = chosen {
-            // it will not choose later steps either
-            masks = None;
-        }
-        if let Choose::Chosen(chosen) = chosen {
-            src.clear();
-            let mut offset = 0;
-            for s in searches.iter_mut() {
-                let n = s.inputs().len();
-                if n == 0 {
-                    continue;
-                }
-                let (a, b) = (offset * chosen.stride, (offset + n) * chosen.stride);
-                let keep = s.advance_chosen(
-                    &chosen.ids[a..b],
-                    &chosen.scores[a..b],
-                    chosen.stride,
-                    &chosen.no_speech[offset..offset + n],
-                );
-                if let Some(keep) = keep {
-                    src.extend(keep.iter().map(|&k| offset + k));
-                }
-                offset += n;
-            }
-            if src.is_empty() {
-                return Ok(());
-            }
-            if !is_identity(&src, rows) {
-                backend.reorder(&src)?;
-            }
-            continue;
-        }
-        backend.feed(&tokens, 1, &[0], &mut logits)?;
-        check_logits(logits.len(), rows, vocab)?;
-        // every live search with its rows' logits and its row offset
-        let mut rest = &mut logits[..];
-        let mut jobs = Vec::with_capacity(searches.len());
-        let mut offset = 0;
-        for s in searches.iter_mut() {
-            let n = s.inputs().len();
-            if n == 0 {
-                continue;
-            }
-            let (own, tail) = std::mem::take(&mut rest).split_at_mut(n * vocab);
-            rest = tail;
-            jobs.push((&mut **s, own, offset, None));
-            offset += n;
-        }
-        advance_all(&mut jobs, vocab, rows);
         src.clear();
-        for (_, _, offset, keep) in &jobs {
-            if let Some(keep) = keep {
-                src.extend(keep.iter().map(|&k| offset + k));
+        match chosen {
+            Choose::Chosen(c) => advance_chosen_all(searches, &c, &mut src),
+            declined => {
+                if let Choose::BackendDeclined = declined {
+                    // it will not choose later steps either
+                    masks = None;
+                }
+                backend.feed(&tokens, 1, &[0], &mut logits)?;
+                check_logits(logits.len(), rows, vocab)?;
+                advance_on_logits(searches, &mut logits, vocab, &mut src);
             }
         }
         if src.is_empty() {
@@ -258,15 +217,76 @@ pub(crate) fn drive_all<'s>(
     }
 }
 
-/// The masks of the searches' suppression lists when every search has the
-/// same lists, else `None` (each step then takes whole logits).
-fn shared_masks(searches: &[&mut (dyn Stepper + '_)], vocab: usize) -> Option<Vec<bool>> {
+/// Advances every live search over its rows of `logits` and writes into
+/// `src` each next row's source among all rows.
+fn advance_on_logits(
+    searches: &mut [&mut (dyn Stepper + '_)],
+    logits: &mut [f32],
+    vocab: usize,
+    src: &mut Vec<usize>,
+) {
+    // every live search with its rows' logits and its row offset
+    let rows = logits.len() / vocab.max(1);
+    let mut rest = logits;
+    let mut jobs = Vec::with_capacity(searches.len());
+    let mut offset = 0;
+    for s in searches.iter_mut() {
+        let n = s.inputs().len();
+        if n == 0 {
+            continue;
+        }
+        let (own, tail) = std::mem::take(&mut rest).split_at_mut(n * vocab);
+        rest = tail;
+        jobs.push((&mut **s, own, offset, None));
+        offset += n;
+    }
+    advance_all(&mut jobs, vocab, rows);
+    for (_, _, offset, keep) in &jobs {
+        if let Some(keep) = keep {
+            src.extend(keep.iter().map(|&k| offset + k));
+        }
+    }
+}
+
+/// Advances every live search over its rows' candidates in `chosen` and
+/// writes into `src` each next row's source among all rows.
+fn advance_chosen_all(
+    searches: &mut [&mut (dyn Stepper + '_)],
+    chosen: &crate::whisper::Chosen,
+    src: &mut Vec<usize>,
+) {
+    let stride = chosen.stride;
+    let mut offset = 0;
+    for s in searches.iter_mut() {
+        let n = s.inputs().len();
+        if n == 0 {
+            continue;
+        }
+        let (a, b) = (offset * stride, (offset + n) * stride);
+        let keep = s.advance_chosen(
+            &chosen.ids[a..b],
+            &chosen.scores[a..b],
+            stride,
+            &chosen.no_speech[offset..offset + n],
+        );
+        if let Some(keep) = keep {
+            src.extend(keep.iter().map(|&k| offset + k));
+        }
+        offset += n;
+    }
+}
+
+/// The masks of the searches' suppression lists (`[2, vocab]`, made once
+/// for the whole run) when every search has the same lists, else `None`
+/// (each step then takes whole logits).
+fn shared_masks(searches: &[&mut (dyn Stepper + '_)], vocab: usize) -> Option<Tensor> {
     let first = searches.first()?.rules();
     let same = searches.iter().all(|s| {
         let r = s.rules();
         r.suppress == first.suppress && r.suppress_begin == first.suppress_begin
     });
-    same.then(|| first.masks(vocab))
+    same.then(|| Tensor::from_vec(vec![2, vocab], first.masks(vocab)).ok())
+        .flatten()
 }
 
 /// What [`choose`] did.
@@ -286,7 +306,7 @@ fn choose(
     backend: &mut dyn WhisperBackend,
     searches: &mut [&mut (dyn Stepper + '_)],
     tokens: &[u32],
-    masks: &[bool],
+    masks: &Tensor,
     vocab: usize,
 ) -> Result<Choose> {
     let (mut rules, mut cum, mut k) = (Vec::new(), Vec::new(), 1);

@@ -191,28 +191,35 @@ impl<B: WhisperBackend> WhisperBackend for Choosing<'_, B> {
         tokens: &[u32],
         rules: &[crate::ops::top_tokens::RowRules],
         cum: &[f32],
-        masks: &[bool],
+        masks: &crate::ops::Tensor,
         k: usize,
     ) -> Result<Option<crate::whisper::Chosen>> {
-        use crate::ops::top_tokens::{choose_row, mask_bytes};
-        let vocab = self.vocab_size();
+        use crate::ops::top_tokens::{TopTokens, ROW_PARAMS};
+        use crate::ops::{Op, Scratch, Tensor};
+        let (rows, vocab) = (tokens.len(), self.vocab_size());
         let mut logits = Vec::new();
         self.0.feed(tokens, 1, &[0], &mut logits)?;
         self.1 += 1;
-        let mask = mask_bytes(masks, vocab);
-        let mut out = crate::whisper::Chosen {
+        // the op a choosing step ends in, on the host
+        let params: Vec<i64> = rules.iter().flat_map(|r| r.encode()).collect();
+        let inputs = [
+            Tensor::from_vec(vec![rows, vocab], logits)?,
+            Tensor::from_vec(vec![rows, ROW_PARAMS], params)?,
+            Tensor::from_vec(vec![rows], cum.to_vec())?,
+            masks.clone(),
+        ];
+        let mut outs = Vec::new();
+        TopTokens { k }.eval(&inputs.each_ref(), &mut outs, &mut Scratch::default())?;
+        let out = crate::whisper::Chosen {
             stride: k,
-            ..Default::default()
+            ids: outs[0]
+                .as_slice::<i64>()?
+                .iter()
+                .map(|&i| i as u32)
+                .collect(),
+            scores: outs[1].to_f32_vec(),
+            no_speech: outs[2].to_f32_vec(),
         };
-        for (row, l) in logits.chunks(vocab).enumerate() {
-            let (best, ns) = choose_row(l, &rules[row], &mask, cum[row], k);
-            for j in 0..k {
-                let (id, s) = best.get(j).copied().unwrap_or((0, f32::NEG_INFINITY));
-                out.ids.push(id);
-                out.scores.push(s);
-            }
-            out.no_speech.push(ns.unwrap_or(0.0));
-        }
         Ok(Some(out))
     }
     fn reorder(&mut self, src: &[usize]) -> Result<()> {
