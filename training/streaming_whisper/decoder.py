@@ -1,7 +1,8 @@
 """Whisper's decoder in plain PyTorch, teacher-forced over whole token
 sequences (no cache), loaded from the `transformers` tensor names; its
 logits are over the embedding it is given (the sub-vocabulary of
-decoder_pack.py). Fixed during distillation: only the encoder learns."""
+decoder_pack.py). Fixed during distillation, but for its cross-attention
+when `distill.py --train-cross` lets it follow the student."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -60,21 +61,31 @@ class Decoder(nn.Module):
             x = blk(x, enc, causal)
         return self.ln(x) @ self.embed.t()
 
-    def load(self, tensors):
-        names = {P + "embed_tokens.weight": self.embed, P + "embed_positions.weight": self.pos,
-                 P + "layer_norm.weight": self.ln.weight, P + "layer_norm.bias": self.ln.bias}
+    def names(self):
+        """transformers name -> parameter or buffer."""
+        n = {P + "embed_tokens.weight": self.embed, P + "embed_positions.weight": self.pos,
+             P + "layer_norm.weight": self.ln.weight, P + "layer_norm.bias": self.ln.bias}
         for i, b in enumerate(self.blocks):
             p = f"{P}layers.{i}."
             for hf, mod in (("self_attn_layer_norm", b.ln1), ("encoder_attn_layer_norm", b.ln2),
                             ("final_layer_norm", b.ln3), ("fc1", b.fc1), ("fc2", b.fc2)):
-                names[p + hf + ".weight"], names[p + hf + ".bias"] = mod.weight, mod.bias
+                n[p + hf + ".weight"], n[p + hf + ".bias"] = mod.weight, mod.bias
             for hf, att in (("self_attn", b.self_attn), ("encoder_attn", b.cross)):
                 for proj, lin in (("q_proj", att.q), ("k_proj", att.k), ("v_proj", att.v), ("out_proj", att.o)):
-                    names[f"{p}{hf}.{proj}.weight"] = lin.weight
+                    n[f"{p}{hf}.{proj}.weight"] = lin.weight
                     if lin.bias is not None:
-                        names[f"{p}{hf}.{proj}.bias"] = lin.bias
+                        n[f"{p}{hf}.{proj}.bias"] = lin.bias
+        return n
+
+    def cross_names(self):
+        """The tensors that read the encoder: each layer's cross-attention
+        and the norm before it (all independent of the vocabulary, so they
+        go back into a whole checkpoint as they are)."""
+        return {k: v for k, v in self.names().items() if ".encoder_attn" in k}
+
+    def load(self, tensors):
         with torch.no_grad():
-            for k, prm in names.items():
+            for k, prm in self.names().items():
                 src = tensors[k]
                 if tuple(src.shape) != tuple(prm.shape):
                     raise ValueError(f"{k}: {tuple(src.shape)} vs {tuple(prm.shape)}")

@@ -10,6 +10,7 @@ usage (GPU machine, see run_gpu.sh): python3 distill.py --teacher DIR --text DIR
     --work DIR --out DIR --deadline SEC
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -26,6 +27,7 @@ import data  # noqa: E402  (training/data.py: espeak synthesis, AudioSet)
 import synth  # noqa: E402
 from encoder import Encoder, log_mel, mel_filters  # noqa: E402
 from decoder import kl  # noqa: E402
+import lora  # noqa: E402
 
 WINDOW = 480000  # 30 s at 16 kHz
 LEFT = 1500      # the whole window before a chunk
@@ -187,6 +189,12 @@ def main():
                     help="NAME:SHARE,...: more utterance sets in --work (NAME.npy/.json, e.g. natural_tts.py "
                          "unpack), each drawn for SHARE of the utterances (the rest: espeak)")
     ap.add_argument("--freeze-below", type=int, default=0, help="train only layers >= this (0: all + stem)")
+    ap.add_argument("--lora", type=int, default=0, help="train low-rank adapters of this rank instead of the "
+                                                        "encoder's weights (merged into them when saved)")
+    ap.add_argument("--lora-alpha", type=float, default=None, help="adapter scale alpha / rank (default alpha = rank)")
+    ap.add_argument("--train-cross", action="store_true",
+                    help="with --decoder: the student's decoder copy learns its cross-attention (saved beside "
+                         "the encoder, as student-cross.safetensors)")
     args = ap.parse_args()
     from safetensors.torch import load_file, save_file
 
@@ -225,6 +233,9 @@ def main():
             init.update(load_file(f))
         student.load(init)
         log("student starts from", args.init)
+    if args.lora:
+        params = lora.adapt(student, args.lora, args.lora_alpha or args.lora)
+        log(f"LoRA rank {args.lora}: {sum(p.numel() for p in params)} parameters learn")
     dec, pack = None, None
     if args.decoder:
         from decoder import Decoder
@@ -232,22 +243,36 @@ def main():
         dec = Decoder(cfg, len(pack["vocab"])).load(
             load_file(os.path.join(args.decoder, "decoder.safetensors"))).to(device).eval()
         log(f"decoder: {len(pack['vocab'])} tokens, KL weight {args.kl_weight}")
+    if args.train_cross and dec is None:
+        sys.exit("--train-cross needs --decoder")
+    # the decoder the student's output is read by: the teacher's own, or a
+    # copy whose cross-attention follows the student
+    sdec = copy.deepcopy(dec) if args.train_cross else dec
     ckpt = os.path.join(args.work, "student.pt")
     state = {"step": 0}
     if os.path.exists(ckpt):
         ck = torch.load(ckpt, map_location=device)
         student.load_state_dict(ck["model"])
+        if args.train_cross:
+            sdec.load_state_dict(ck["cross"])
         state = ck["state"]
         log("resumed", state)
     for p in teacher.parameters():
         p.requires_grad_(False)
-    params = []
-    for n, p in student.named_parameters():
-        keep = args.freeze_below == 0 or (n.startswith("layers.") and int(n.split(".")[1]) >= args.freeze_below) \
-            or n.startswith("ln_post")
-        p.requires_grad_(keep)
-        if keep:
-            params.append(p)
+    if not args.lora:
+        params = []
+        for n, p in student.named_parameters():
+            keep = args.freeze_below == 0 or (n.startswith("layers.") and int(n.split(".")[1]) >= args.freeze_below) \
+                or n.startswith("ln_post")
+            p.requires_grad_(keep)
+            if keep:
+                params.append(p)
+    if args.train_cross:
+        cross = list(sdec.cross_names().values())
+        for p in cross:
+            p.requires_grad_(True)
+        params += cross
+        log(f"decoder cross-attention learns: {sum(p.numel() for p in cross)} parameters")
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
     if os.path.exists(ckpt) and "opt" in ck:
         opt.load_state_dict(ck["opt"])
@@ -275,7 +300,7 @@ def main():
                 tot += float(((s_out.float() - t_out) ** 2).mean() / t_out.var())
                 if dec is not None:
                     tok, tmask = token_batch(texts, pack, device)
-                    tot_kl += float(kl(dec(tok, t_out), dec(tok, s_out.float()), tmask))
+                    tot_kl += float(kl(dec(tok, t_out), sdec(tok, s_out.float()), tmask))
         n = args.held_batches
         return (round(tot / n, 4), round(tot_kl / n, 4)) if dec is not None else round(tot / n, 4)
 
@@ -302,7 +327,7 @@ def main():
                 t_logits = dec(tok, t_out)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             s_out, s_hid = student(mel, ctx)
-            s_logits = dec(tok, s_out) if dec is not None else None
+            s_logits = sdec(tok, s_out) if dec is not None else None
         loss, main_l = loss_fn(s_out.float(), [h.float() for h in s_hid], t_out, t_hid)
         if dec is not None:
             kl_l = kl(t_logits, s_logits, tmask)
@@ -315,11 +340,14 @@ def main():
         main_l = float(main_l.detach())
         ema = main_l if ema is None else 0.98 * ema + 0.02 * main_l
         if step % 100 == 0:
-            extra = f" kl {float(kl_l):.4f}" if dec is not None else ""
+            extra = f" kl {float(kl_l.detach()):.4f}" if dec is not None else ""
             log(f"step {step} ctx {ctx} lr {lr:.2e} loss {float(loss):.4f} main ema {ema:.4f}{extra} "
                 f"{(time.time() - t_train) / (step + 1 - first):.3f} s/step")
     log("held loss after:", {f"{c}": held_loss(c) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
-    torch.save({"model": student.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+    torch.save({"model": student.state_dict(), "opt": opt.state_dict(), "state": state,
+                "cross": sdec.state_dict() if args.train_cross else None}, ckpt)
+    if args.lora:
+        lora.merge(student)
     names = student.names()
     items = sorted(names.items())
     half = [dict(), dict()]
@@ -330,6 +358,9 @@ def main():
         size += t.numel() * 2
     for i, h in enumerate(half):
         save_file(h, os.path.join(args.out, f"student-{i}.safetensors"))
+    if args.train_cross:
+        save_file({k: v.detach().to(torch.float16).cpu().contiguous() for k, v in sdec.cross_names().items()},
+                  os.path.join(args.out, "student-cross.safetensors"))
     json.dump({"state": state, "contexts": contexts, "left": LEFT, "args": vars(args)},
               open(os.path.join(args.out, "state.json"), "w"), indent=1)
     log("saved", state)

@@ -4,7 +4,8 @@
   python3 folder.py teacher MODEL_DIR OUT_DIR
       OUT_DIR/encoder.safetensors (the model.encoder.* tensors) + config.json
   python3 folder.py student MODEL_DIR SHARDS_DIR OUT_DIR CHUNK LEFT RIGHT
-      a whole Whisper folder: MODEL_DIR's files with the encoder tensors taken
+      a whole Whisper folder: MODEL_DIR's files with the encoder tensors (and,
+      from `distill.py --train-cross`, the decoder's cross-attention) taken
       from SHARDS_DIR/student-*.safetensors and config.json telling pulsed the
       encoder's attention context (`pulsed_encoder_context`)
   python3 folder.py soup OUT_DIR SHARDS_DIR SHARDS_DIR...
