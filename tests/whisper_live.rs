@@ -66,7 +66,8 @@ fn words_of(line: &Value) -> Vec<String> {
 #[test]
 fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
     let c = clip();
-    let (code, out, err) = mic(&c, &["--format", "jsonl"]);
+    // padded as faster-whisper pads, to compare with its text
+    let (code, out, err) = mic(&c, &["--format", "jsonl", "--padding", "zeros"]);
     assert_eq!(code, 0, "{err}");
     let events = lines(&out);
     let finals: Vec<&Value> = events.iter().filter(|e| e["type"] == "final").collect();

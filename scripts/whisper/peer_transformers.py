@@ -5,6 +5,7 @@ beam. Prints audio seconds per second (after one warm-up pass) and the WER
 under src/asr/metrics.rs's normalisation.
 
 usage (GPU machine): python3 peer_transformers.py MODEL_DIR MANIFEST [--beam N] [--batch N]
+    [--dtype float16|float32] [--hyp-out FILE (JSON lines, as `pulsed eval --hyp-out`)]
 """
 import argparse
 import json
@@ -28,6 +29,7 @@ def main():
     ap.add_argument("--beam", type=int, default=1)
     ap.add_argument("--batch", type=int, default=24)
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--hyp-out", default=None)
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     base = os.path.dirname(a.manifest)
@@ -57,6 +59,10 @@ def main():
     counts = Counts()
     for it, h in zip(items, texts):
         counts.add(normalize(it["text"]), normalize(h))
+    if a.hyp_out:
+        with open(a.hyp_out, "w") as f:
+            for it, h in zip(items, texts):
+                f.write(json.dumps({"file": it["file"], "text": h, "reference": it["text"]}) + "\n")
     print(f"transformers {transformers.__version__} (torch {torch.__version__}) {a.dtype} sdpa, beam {a.beam}, batch {a.batch}: "
           f"{seconds:.1f} s of audio in {wall:.2f} s ({seconds / wall:.1f} audio s/s); "
           f"{counts.line()}; {torch.cuda.get_device_name()}; {machine()}")

@@ -311,6 +311,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     if a.whisper.no_fallback {
         opts.decode.temperatures = vec![0.0];
     }
+    opts.decode.padding = a.whisper.padding.map(Into::into);
     eprintln!(
         "pulsed: live whisper {} on {}, step {} s, beam {}",
         model.dir.display(),

@@ -60,6 +60,10 @@ pub struct Args {
     /// bounded, for slow machines.
     #[arg(long)]
     no_fallback: bool,
+    /// Whisper: what fills a window after the buffer's end (see
+    /// `transcribe --padding`); default: the checkpoint's, else silence.
+    #[arg(long, value_enum)]
+    padding: Option<super::whisper::PaddingArg>,
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: super::device::Device,
@@ -125,6 +129,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
     if a.no_fallback {
         decode.temperatures = vec![0.0];
     }
+    decode.padding = a.padding.map(Into::into);
     let opts = WhisperLiveOptions {
         step_s: a.step,
         trim_s: a.trim,

@@ -14,7 +14,7 @@ use pulsed::vad::Vad;
 use pulsed::whisper::decode::{
     transcribe_batched, transcribe_batched_many, transcribe_features, transcribe_many,
     AlignedBackend, BatchedOptions, DecodeOptions, InitialPrompt, Network, Recording, Segment,
-    TranscriptionInfo,
+    TranscriptionInfo, WindowPadding,
 };
 use pulsed::whisper::features::FeatureStream;
 use pulsed::whisper::{GenerationConfig, Task, WhisperModel, WhisperTokenizer};
@@ -62,6 +62,28 @@ pub struct WhisperArgs {
     /// recording's text does not depend on it.
     #[arg(long)]
     pub batch_size: Option<usize>,
+    /// Whisper: what fills a window after the recording's end: `silence`
+    /// (what Whisper was trained on, and transformers' way) or `zeros`
+    /// (faster-whisper's, to reproduce its output). Default: what the
+    /// checkpoint asks for (`pulsed_window_padding` in its config.json),
+    /// else silence.
+    #[arg(long, value_enum)]
+    pub padding: Option<PaddingArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PaddingArg {
+    Silence,
+    Zeros,
+}
+
+impl From<PaddingArg> for WindowPadding {
+    fn from(p: PaddingArg) -> WindowPadding {
+        match p {
+            PaddingArg::Silence => WindowPadding::Silence,
+            PaddingArg::Zeros => WindowPadding::Zeros,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -139,6 +161,7 @@ impl WhisperJob {
             opts.condition_on_previous_text = !a.no_condition;
         }
         opts.without_timestamps |= a.without_timestamps;
+        opts.padding = a.padding.map(WindowPadding::from);
         let on_cpu = matches!(engine, Engine::Cpu);
         let batch_size = match a.batch_size {
             Some(0) => return Err("--batch-size must be at least 1".into()),

@@ -7,6 +7,7 @@
 //! CPU graphs, the GPU graphs and a test double.
 
 use crate::ops::top_tokens::RowRules;
+use crate::whisper::decode::WindowPadding;
 use crate::Result;
 
 /// The next-token candidates a backend chose itself
@@ -35,6 +36,12 @@ pub trait WhisperBackend {
 
     /// Most text positions the decoder has (448): prompt plus output.
     fn max_text_positions(&self) -> usize;
+
+    /// What fills an encoder window after a recording's end, unless the
+    /// decoding options say otherwise: what the checkpoint was trained on.
+    fn window_padding(&self) -> WindowPadding {
+        WindowPadding::default()
+    }
 
     /// Log-mel features of a whole recording as the reference computes them
     /// (160 zero samples appended, log10 clamped to the maximum minus 8 over

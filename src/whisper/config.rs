@@ -30,6 +30,11 @@ pub struct WhisperConfig {
     /// absent in the released checkpoints, which attend to the whole window.
     #[serde(default, rename = "pulsed_encoder_context")]
     pub encoder_context: Option<EncoderContext>,
+    /// What the encoder was trained to see after a recording's end
+    /// (`"silence"`, `"zeros"`); absent: silence, as the released
+    /// checkpoints were trained.
+    #[serde(default, rename = "pulsed_window_padding")]
+    pub window_padding: Option<crate::whisper::decode::WindowPadding>,
 }
 
 /// Which encoder frames each frame sees, in encoder frames (20 ms): its
@@ -148,6 +153,18 @@ mod tests {
     fn reads_tiny() {
         let c = WhisperConfig::parse(TINY).unwrap();
         assert_eq!((c.d_model, c.window_frames()), (384, 3000));
+    }
+
+    #[test]
+    fn the_window_padding_is_the_checkpoints() {
+        use crate::whisper::decode::WindowPadding;
+        assert_eq!(WhisperConfig::parse(TINY).unwrap().window_padding, None);
+        let zeros = TINY.replace("}", r#", "pulsed_window_padding": "zeros"}"#);
+        let c = WhisperConfig::parse(&zeros).unwrap();
+        assert_eq!(c.window_padding, Some(WindowPadding::Zeros));
+        let odd = TINY.replace("}", r#", "pulsed_window_padding": "noise"}"#);
+        let e = WhisperConfig::parse(&odd).unwrap_err().to_string();
+        assert!(e.contains("noise"), "{e}");
     }
 
     #[test]

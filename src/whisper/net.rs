@@ -8,6 +8,7 @@ use super::backend::{AlignmentSource, Chosen, WhisperBackend};
 use super::features::FeatureStream;
 use super::graphs::DecoderShape;
 use super::projection::Projection;
+use super::decode::WindowPadding;
 use super::WhisperConfig;
 use crate::graph::StepRunner;
 use crate::ops::kv_cache::KvCache;
@@ -152,6 +153,10 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
 
     fn max_text_positions(&self) -> usize {
         self.cfg.max_target_positions
+    }
+
+    fn window_padding(&self) -> WindowPadding {
+        self.cfg.window_padding.unwrap_or_default()
     }
 
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {

@@ -7,7 +7,8 @@
       a whole Whisper folder: MODEL_DIR's files with the encoder tensors (and,
       from `distill.py --train-cross`, the decoder's cross-attention) taken
       from SHARDS_DIR/student-*.safetensors and config.json telling pulsed the
-      encoder's attention context (`pulsed_encoder_context`)
+      encoder's attention context (`pulsed_encoder_context`) and the window
+      padding it was distilled with (`pulsed_window_padding`: zeros)
   python3 folder.py soup OUT_DIR SHARDS_DIR SHARDS_DIR...
       OUT_DIR/student-*.safetensors: the uniform average of several students'
       shards (a "model soup" of runs from one start; the same tensors, each
@@ -72,6 +73,8 @@ def student(model, shards, out, chunk, left, right):
             shutil.copy(os.path.join(model, f), out)
     cfg = json.load(open(os.path.join(model, "config.json")))
     cfg["pulsed_encoder_context"] = {"chunk": chunk, "left": left, "right": right}
+    # distilled on windows padded with feature zeros (distill.py's features)
+    cfg["pulsed_window_padding"] = "zeros"
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
 
 

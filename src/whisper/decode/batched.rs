@@ -34,7 +34,7 @@ use crate::whisper::decode::prompt::{get_prompt, PromptSpec};
 use crate::whisper::decode::segments::split_segments_by_timestamps;
 use crate::whisper::decode::speech::{check_vad_options, speech_probs, speech_segments};
 use crate::whisper::decode::transcribe::suppressed_tokens;
-use crate::whisper::decode::window::window_features;
+use crate::whisper::decode::window::{window_features, WindowPadding};
 use crate::whisper::decode::words::{add_word_timestamps, WordSegment};
 use crate::whisper::decode::{
     DecodeOptions, InitialPrompt, Network, Segment, TranscriptionInfo, SAMPLE_RATE,
@@ -318,7 +318,9 @@ impl Pipeline<'_> {
             let backend = network.backend();
             let windows = batch
                 .iter()
-                .map(|&(r, c)| chunk_window(backend, recordings[r].audio, &runs[r].chunks[c]))
+                .map(|&(r, c)| {
+                    chunk_window(backend, recordings[r].audio, &runs[r].chunks[c], opts.padding)
+                })
                 .collect::<Result<Vec<_>>>()?;
             let refs: Vec<&[f32]> = windows.iter().map(Vec::as_slice).collect();
             backend.encode(&refs)?;
@@ -391,6 +393,7 @@ impl Pipeline<'_> {
                     languages,
                     segments: opts.language_detection_segments,
                     threshold: opts.language_detection_threshold,
+                    pad: padding(network.backend(), opts.padding).value(&features),
                 };
                 let found = detect_language(network.backend(), &features, frames, 0, &detection)?;
                 let all = found.all.into_iter().map(|(c, p)| (c, p as f64)).collect();
@@ -646,22 +649,23 @@ fn chunk_features(
 }
 
 /// A chunk's encoder window: its features less the last frame, padded
-/// with zeros or trimmed to the window (faster-whisper's `pad_or_trim`).
+/// (as `asked`, else as the checkpoint wants) or trimmed to the window
+/// (faster-whisper's `pad_or_trim`).
 fn chunk_window(
     backend: &mut dyn WhisperBackend,
     audio: &[f32],
     chunk: &Chunk,
+    asked: Option<WindowPadding>,
 ) -> Result<Vec<f32>> {
     let (features, frames) = chunk_features(backend, audio, chunk)?;
     let (n_mels, size) = (backend.n_mels(), backend.window_frames());
-    Ok(window_features(
-        &features,
-        n_mels,
-        frames,
-        0,
-        frames - 1,
-        size,
-    ))
+    let pad = padding(backend, asked).value(&features);
+    Ok(window_features(&features, n_mels, frames, (0, frames - 1), size, pad))
+}
+
+/// The padding `asked` for, else the checkpoint's.
+fn padding(backend: &dyn WhisperBackend, asked: Option<WindowPadding>) -> WindowPadding {
+    asked.unwrap_or_else(|| backend.window_padding())
 }
 
 #[cfg(test)]

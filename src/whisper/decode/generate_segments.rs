@@ -13,7 +13,7 @@ use super::language::language_probs;
 use super::prompt::{get_prompt, PromptSpec};
 use super::segments::{split_segments_by_timestamps, TIME_PRECISION};
 use super::transcribe::{Segment, TIME_PER_FRAME};
-use super::window::window_features;
+use super::window::{window_features, WindowPadding};
 use super::words::{add_word_timestamps, WordSegment};
 use super::{DecodeOptions, InitialPrompt, Network};
 use crate::whisper::tokenizer::py_strip;
@@ -40,6 +40,8 @@ pub(crate) struct Run<'a> {
     pub suppress_begin: Vec<u32>,
     /// The sampler of temperatures above 0.
     pub rng: StdRng,
+    /// What fills a window after the recording.
+    pub padding: WindowPadding,
 }
 
 /// Where the long-audio loop stands in one recording: the recording's
@@ -47,6 +49,8 @@ pub(crate) struct Run<'a> {
 pub(crate) struct Cursor<'f> {
     features: &'f [f32],
     frames: usize,
+    /// The value of the frames padding a window.
+    pad: f32,
     clips: Vec<(usize, usize)>,
     all_tokens: Vec<u32>,
     prompt_reset_since: usize,
@@ -98,6 +102,7 @@ impl Run<'_> {
         Ok(Cursor {
             features,
             frames,
+            pad: self.padding.value(features),
             clips,
             all_tokens,
             prompt_reset_since: 0,
@@ -141,9 +146,9 @@ impl Run<'_> {
                     cur.features,
                     n_mels,
                     cur.frames,
-                    cur.seek,
-                    segment_size,
+                    (cur.seek, segment_size),
                     window_frames,
+                    cur.pad,
                 );
                 return Some(Planned {
                     seek: cur.seek,

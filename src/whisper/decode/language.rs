@@ -61,6 +61,8 @@ pub(crate) struct Detection<'a> {
     pub segments: usize,
     /// A window's best language above this decides.
     pub threshold: f64,
+    /// The value of the frames padding a window.
+    pub pad: f32,
 }
 
 /// The detected language, its probability and every language's, over up
@@ -85,7 +87,7 @@ pub(crate) fn detect_language(
     let mut start = 0;
     while start < frames_used.max(1) {
         let len = (frames_used - start.min(frames_used)).min(size);
-        let window = window_features(features, n_mels, frames, seek + start, len, size);
+        let window = window_features(features, n_mels, frames, (seek + start, len), size, d.pad);
         backend.encode(&[&window])?;
         all = language_probs(backend, sot, languages)?;
         let (code, p) = all
@@ -165,6 +167,7 @@ mod tests {
             languages: &langs,
             segments,
             threshold: 0.5,
+            pad: 0.0,
         };
         let found = detect_language(&mut b, &features, 12, 0, &d(3)).unwrap();
         let (code, p) = (found.language, found.probability);

@@ -47,7 +47,7 @@ mod words;
 pub use batched::{batched_speech, transcribe_batched, transcribe_batched_many, BatchedOptions};
 pub use fallback::compression_ratio;
 pub use many::{transcribe_many, Recording};
-pub use options::{DecodeOptions, InitialPrompt};
+pub use options::{DecodeOptions, InitialPrompt, WindowPadding};
 pub use transcribe::{transcribe, transcribe_features, Segment, TranscriptionInfo, SAMPLE_RATE};
 pub use words::Word;
 

@@ -2,7 +2,7 @@
 //! steps (language probabilities, fallback, alignment) run over any window
 //! of a batch encoded with others.
 
-use super::Network;
+use super::{Network, WindowPadding};
 use crate::whisper::{AlignmentSource, WhisperBackend, WhisperError};
 use crate::Result;
 
@@ -48,6 +48,10 @@ impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
 
     fn max_text_positions(&self) -> usize {
         self.inner.max_text_positions()
+    }
+
+    fn window_padding(&self) -> WindowPadding {
+        self.inner.window_padding()
     }
 
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {

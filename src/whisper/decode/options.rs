@@ -1,5 +1,6 @@
 //! Decoding options, with faster-whisper's `transcribe` defaults.
 
+pub use super::window::WindowPadding;
 use crate::whisper::Task;
 
 /// Text to condition the first window on.
@@ -84,6 +85,9 @@ pub struct DecodeOptions {
     pub hallucination_silence_threshold: Option<f64>,
     /// Seed of the sampler used at temperatures above 0.
     pub seed: u64,
+    /// What fills a window after the recording; `None`: what the
+    /// checkpoint asks for ([`crate::whisper::WhisperBackend::window_padding`]).
+    pub padding: Option<WindowPadding>,
 }
 
 impl Default for DecodeOptions {
@@ -120,6 +124,7 @@ impl Default for DecodeOptions {
             language_detection_segments: 1,
             hallucination_silence_threshold: None,
             seed: 0,
+            padding: None,
         }
     }
 }

@@ -165,6 +165,9 @@ impl<B: WhisperBackend> WhisperBackend for Choosing<'_, B> {
     fn max_text_positions(&self) -> usize {
         self.0.max_text_positions()
     }
+    fn window_padding(&self) -> super::WindowPadding {
+        self.0.window_padding()
+    }
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
         self.0.log_mel(audio)
     }

@@ -85,6 +85,7 @@ fn parity_with_faster_whisper_batched_pipeline() {
             word_timestamps: kw["word_timestamps"].as_bool().unwrap_or(false),
             multilingual: kw["multilingual"].as_bool().unwrap_or(false),
             language: kw["language"].as_str().map(str::to_string),
+            padding: Some(WindowPadding::Zeros),
             ..d
         };
         let speech = speech_of(&run["speech"]);
@@ -192,7 +193,10 @@ fn librivox_clip_end_to_end() {
         run["speech"]
     );
     let mut segs = Vec::new();
-    let opts = BatchedOptions::decode_defaults();
+    let opts = DecodeOptions {
+        padding: Some(WindowPadding::Zeros),
+        ..BatchedOptions::decode_defaults()
+    };
     let info = transcribe_batched(
         Network::Plain(&mut backend),
         &tok,

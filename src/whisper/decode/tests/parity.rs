@@ -45,6 +45,7 @@ fn parity_with_faster_whisper_on_the_librivox_clip() {
                 temperatures: vec![kw["temperature"].as_f64().unwrap()],
                 without_timestamps: kw["without_timestamps"].as_bool().unwrap(),
                 language: gen.is_multilingual.then(|| "en".to_string()),
+                padding: Some(WindowPadding::Zeros),
                 ..DecodeOptions::default()
             };
             let mut segs = Vec::new();
@@ -178,6 +179,7 @@ fn options_of(kw: &serde_json::Value) -> DecodeOptions {
             .as_str()
             .map(|p| InitialPrompt::Text(p.to_string())),
         prefix: kw["prefix"].as_str().map(str::to_string),
+        padding: Some(WindowPadding::Zeros),
         ..d
     }
 }
