@@ -150,10 +150,15 @@ def token_batch(texts, pack, device, cap=224):
     return tok.to(device), mask.to(device)
 
 
-def features(wav, lens, filters):
-    """What pulsed (as faster-whisper) feeds the encoder: log-mel of the
-    audio, frames past its end zero (padding in the feature domain)."""
+def features(wav, lens, filters, padding="zeros"):
+    """What pulsed feeds the encoder: log-mel of the audio, then past its
+    end either zeros (faster-whisper's padding in the feature domain,
+    `--padding zeros`) or, as the window's audio is zero there, the
+    recording's floor (silence, as Whisper was trained and pulsed's
+    default)."""
     mel = log_mel(wav, filters)
+    if padding == "silence":
+        return mel
     frames = torch.arange(mel.shape[2], device=mel.device)[None, None, :]
     return mel * (frames < (lens // 160)[:, None, None])
 
@@ -192,6 +197,8 @@ def main():
     ap.add_argument("--lora", type=int, default=0, help="train low-rank adapters of this rank instead of the "
                                                         "encoder's weights (merged into them when saved)")
     ap.add_argument("--lora-alpha", type=float, default=None, help="adapter scale alpha / rank (default alpha = rank)")
+    ap.add_argument("--padding", choices=["zeros", "silence"], default="zeros",
+                    help="what fills a window after the audio (pulsed's --padding; r1-r7 used zeros)")
     ap.add_argument("--train-cross", action="store_true",
                     help="with --decoder: the student's decoder copy learns its cross-attention (saved beside "
                          "the encoder, as student-cross.safetensors)")
@@ -293,7 +300,7 @@ def main():
             torch.manual_seed(3)
             for _ in range(args.held_batches):
                 wav, lens, texts = batch(held, args.held_batch, hg, hr, device, augment_on=True)
-                mel = features(wav, lens, filters)
+                mel = features(wav, lens, filters, args.padding)
                 t_out, _ = teacher(mel)
                 with torch.autocast(device.type, dtype=torch.bfloat16):
                     s_out, _ = student(mel, (ctx[0], LEFT, ctx[1]))
@@ -320,7 +327,7 @@ def main():
         ctx = (ctx[0], LEFT, ctx[1])
         with torch.no_grad():
             wav, lens, texts = batch(train, args.batch, gen, rng, device)
-            mel = features(wav, lens, filters)
+            mel = features(wav, lens, filters, args.padding)
             t_out, t_hid = teacher(mel)
             if dec is not None:
                 tok, tmask = token_batch(texts, pack, device)

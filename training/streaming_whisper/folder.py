@@ -3,12 +3,13 @@
 
   python3 folder.py teacher MODEL_DIR OUT_DIR
       OUT_DIR/encoder.safetensors (the model.encoder.* tensors) + config.json
-  python3 folder.py student MODEL_DIR SHARDS_DIR OUT_DIR CHUNK LEFT RIGHT
+  python3 folder.py student MODEL_DIR SHARDS_DIR OUT_DIR CHUNK LEFT RIGHT [PADDING]
       a whole Whisper folder: MODEL_DIR's files with the encoder tensors (and,
       from `distill.py --train-cross`, the decoder's cross-attention) taken
       from SHARDS_DIR/student-*.safetensors and config.json telling pulsed the
       encoder's attention context (`pulsed_encoder_context`) and the window
-      padding it was distilled with (`pulsed_window_padding`: zeros)
+      padding it was distilled with (`pulsed_window_padding`: PADDING, zeros
+      unless said: `distill.py --padding`)
   python3 folder.py soup OUT_DIR SHARDS_DIR SHARDS_DIR...
       OUT_DIR/student-*.safetensors: the uniform average of several students'
       shards (a "model soup" of runs from one start; the same tensors, each
@@ -54,7 +55,7 @@ def teacher(model, out):
     shutil.copy(os.path.join(model, "config.json"), out)
 
 
-def student(model, shards, out, chunk, left, right):
+def student(model, shards, out, chunk, left, right, padding="zeros"):
     os.makedirs(out, exist_ok=True)
     t = read(os.path.join(model, "model.safetensors"))
     new = {}
@@ -73,8 +74,8 @@ def student(model, shards, out, chunk, left, right):
             shutil.copy(os.path.join(model, f), out)
     cfg = json.load(open(os.path.join(model, "config.json")))
     cfg["pulsed_encoder_context"] = {"chunk": chunk, "left": left, "right": right}
-    # distilled on windows padded with feature zeros (distill.py's features)
-    cfg["pulsed_window_padding"] = "zeros"
+    # the padding of the windows it was distilled on (distill.py --padding)
+    cfg["pulsed_window_padding"] = padding
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
 
 
@@ -101,8 +102,8 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if a[:1] == ["teacher"] and len(a) == 3:
         teacher(a[1], a[2])
-    elif a[:1] == ["student"] and len(a) == 7:
-        student(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]))
+    elif a[:1] == ["student"] and len(a) in (7, 8) and a[7:] in ([], ["zeros"], ["silence"]):
+        student(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]), *a[7:])
     elif a[:1] == ["soup"] and len(a) >= 4:
         soup(a[1], a[2:])
     else:
