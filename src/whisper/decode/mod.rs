@@ -1,6 +1,9 @@
 //! Whisper decoding above the network, rule for rule as the reference
 //! (faster-whisper 1.2.1 on CTranslate2) does it, written only against
-//! [`WhisperBackend`] and [`AlignmentSource`].
+//! [`WhisperBackend`] and [`AlignmentSource`]. One default differs: a
+//! window is padded with silence, as Whisper was trained
+//! ([`WindowPadding`]); `padding: Some(WindowPadding::Zeros)` is the
+//! reference's.
 //!
 //! | file | what |
 //! | --- | --- |

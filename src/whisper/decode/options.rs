@@ -1,4 +1,5 @@
-//! Decoding options, with faster-whisper's `transcribe` defaults.
+//! Decoding options, with faster-whisper's `transcribe` defaults but for the
+//! window padding ([`WindowPadding`]: silence, as Whisper was trained).
 
 pub use super::window::WindowPadding;
 use crate::whisper::Task;
