@@ -267,11 +267,18 @@ impl WhisperJob {
     /// What runs where, for messages.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({} layers, d {}), beam {}, on {}",
+            "{} ({} layers, d {}), beam {}, windows padded with {}, on {}",
             self.model.dir.display(),
             self.model.config.encoder_layers,
             self.model.config.d_model,
             self.opts.beam_size,
+            match (self.opts.padding)
+                .or(self.model.config.window_padding)
+                .unwrap_or_default()
+            {
+                WindowPadding::Zeros => "zeros",
+                WindowPadding::Silence => "silence",
+            },
             super::device::describe(&self.engine)
         )
     }
