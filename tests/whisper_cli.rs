@@ -81,7 +81,14 @@ fn silence_padding_is_the_default() {
     assert_eq!(default, run(&["--padding", "silence"]));
     assert_ne!(default, golden_text("beam5_timestamps"));
     assert_eq!(default, "He was not an ill-disposed young man.");
-    let (code, _, err) = pulsed(&["transcribe", "--model", "whisper-tiny.en", "--padding", "noise", &c]);
+    let (code, _, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "whisper-tiny.en",
+        "--padding",
+        "noise",
+        &c,
+    ]);
     assert_ne!(code, 0);
     assert!(err.contains("noise"), "{err}");
 }

@@ -5,10 +5,10 @@
 //! asks for.
 
 use super::backend::{AlignmentSource, Chosen, WhisperBackend};
+use super::decode::WindowPadding;
 use super::features::FeatureStream;
 use super::graphs::DecoderShape;
 use super::projection::Projection;
-use super::decode::WindowPadding;
 use super::WhisperConfig;
 use crate::graph::StepRunner;
 use crate::ops::kv_cache::KvCache;

@@ -319,7 +319,12 @@ impl Pipeline<'_> {
             let windows = batch
                 .iter()
                 .map(|&(r, c)| {
-                    chunk_window(backend, recordings[r].audio, &runs[r].chunks[c], opts.padding)
+                    chunk_window(
+                        backend,
+                        recordings[r].audio,
+                        &runs[r].chunks[c],
+                        opts.padding,
+                    )
                 })
                 .collect::<Result<Vec<_>>>()?;
             let refs: Vec<&[f32]> = windows.iter().map(Vec::as_slice).collect();
@@ -660,7 +665,14 @@ fn chunk_window(
     let (features, frames) = chunk_features(backend, audio, chunk)?;
     let (n_mels, size) = (backend.n_mels(), backend.window_frames());
     let pad = padding(backend, asked).value(&features);
-    Ok(window_features(&features, n_mels, frames, (0, frames - 1), size, pad))
+    Ok(window_features(
+        &features,
+        n_mels,
+        frames,
+        (0, frames - 1),
+        size,
+        pad,
+    ))
 }
 
 /// The padding `asked` for, else the checkpoint's.

@@ -87,9 +87,7 @@ mod tests {
         use crate::ops::Tensor;
         use crate::whisper::graphs;
         // a tone, then a second of digital silence
-        let mut audio: Vec<f32> = (0..16_000)
-            .map(|i| 0.5 * (i as f32 * 0.07).sin())
-            .collect();
+        let mut audio: Vec<f32> = (0..16_000).map(|i| 0.5 * (i as f32 * 0.07).sin()).collect();
         audio.extend(std::iter::repeat_n(0.0, 16_000));
         let mut front = Runner::new(graphs::frontend(80).unwrap()).unwrap();
         front.step(&[&Tensor::from_slice(&audio)]).unwrap();
