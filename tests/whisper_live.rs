@@ -209,3 +209,57 @@ fn bad_input_is_refused_in_one_line() {
         assert!(err.contains("--device cuda"), "{err}");
     }
 }
+
+/// `pulsed eval --live` over a manifest: files on several workers give,
+/// file for file, what one worker gives, in the manifest's order.
+#[test]
+fn eval_live_on_workers_equals_one_worker() {
+    let dir = temp_dir("eval_live_workers");
+    let clip = Path::new(env!("CARGO_MANIFEST_DIR")).join(CLIP);
+    let quiet = dir.join("quiet.wav");
+    // the clip at a third of its level: another file, another text length
+    let audio = pulsed::audio::load_wav(&clip, 16_000).unwrap();
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&quiet, spec).unwrap();
+    for s in &audio.samples {
+        w.write_sample((s * 0.3 * 32767.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let reference = "he was not an ill disposed young man";
+    let mut manifest = String::new();
+    for f in [clip.as_path(), quiet.as_path(), clip.as_path()] {
+        let line = serde_json::json!({"file": f, "text": reference});
+        manifest.push_str(&format!("{line}\n"));
+    }
+    let m = dir.join("manifest.jsonl");
+    std::fs::write(&m, manifest).unwrap();
+    let run = |jobs: &str| {
+        let hyp = dir.join(format!("hyp-{jobs}.jsonl"));
+        let (code, out, err) = pulsed(&[
+            "eval",
+            m.to_str().unwrap(),
+            "--model",
+            "whisper-tiny.en",
+            "--device",
+            "cpu",
+            "--live",
+            "-j",
+            jobs,
+            "--hyp-out",
+            hyp.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("latency from a word's end"), "{out}");
+        assert!(err.contains(&format!("({jobs} workers)")), "{err}");
+        std::fs::read_to_string(hyp).unwrap()
+    };
+    let one = run("1");
+    assert_eq!(one.lines().count(), 3);
+    assert!(one.contains("young man"), "{one}");
+    assert_eq!(run("3"), one);
+}

@@ -31,8 +31,9 @@ pub struct Args {
     whisper: super::whisper::WhisperArgs,
     /// Whisper: the live path instead (`pulsed mic`'s LocalAgreement policy
     /// with Silero VAD, each file fed in 20 ms blocks and decoded at every
-    /// step as if compute were free); also prints the latency from each
-    /// word's end to the audio position where it was committed.
+    /// step as if compute were free; files on `-j` workers); also prints
+    /// the latency from each word's end to the audio position where it was
+    /// committed.
     #[arg(long)]
     live: bool,
     /// Whisper: where the network runs (default auto: a GPU when one is
@@ -293,7 +294,7 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
 
 /// `--live`: each file through the live policy; the final lines joined.
 fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
-    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    use pulsed::live::WhisperLiveOptions;
     let spec = a.model.as_deref().and_then(|m| m.to_str()).unwrap_or("");
     let model = pulsed::whisper::WhisperModel::open(spec).map_err(|e| e.to_string())?;
     let vad = pulsed::vad::Vad::load_default()
@@ -320,30 +321,49 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         opts.decode.beam_size
     );
     let t0 = std::time::Instant::now();
+    let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
+    let jobs = a
+        .jobs
+        .unwrap_or_else(batch::default_jobs)
+        .clamp(1, files.len().max(1));
+    let bar = files_bar(files.len());
+    // files on `jobs` threads, each file through a policy of its own
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<LiveFile, String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(path) = files.get(i) else {
+                            return out;
+                        };
+                        out.push((i, live_file(&model, &vad, &opts, path)));
+                        bar.inc(1);
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    bar.finish_and_clear();
+    done.sort_by_key(|(i, _)| *i);
     let (mut hyps, mut latencies, mut audio_s) = (Vec::new(), Vec::new(), 0.0);
-    for it in items {
-        let path = base.join(&it.file);
-        let audio = pulsed::audio::load_wav(&path, 16_000).map_err(|e| e.to_string())?;
-        audio_s += audio.duration_s;
-        let mut live =
-            WhisperLive::new(&model, Some(&vad), opts.clone()).map_err(|e| e.to_string())?;
-        let mut updates = Vec::new();
-        let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
-        for block in audio.samples.chunks(320) {
-            updates.extend(live.push(block).map_err(in_file)?);
-        }
-        updates.extend(live.finish().map_err(in_file)?);
-        let mut text = Vec::new();
-        for u in updates.iter().filter(|u| u.is_final) {
-            text.push(u.text.clone());
-            for (w, at) in u.words.iter().zip(&u.committed_at_s) {
-                latencies.push(at - w.end_s);
-            }
-        }
-        hyps.push(text.join(" "));
+    for (_, r) in done {
+        let f = r?;
+        hyps.push(f.text);
+        latencies.extend(f.latencies);
+        audio_s += f.audio_s;
+    }
+    if hyps.len() != items.len() {
+        return Err("--live: a worker stopped before its files were done".into());
     }
     let wall = t0.elapsed().as_secs_f64();
-    eprintln!("pulsed: {audio_s:.1} s of audio in {wall:.1} s");
+    eprintln!("pulsed: {audio_s:.1} s of audio in {wall:.1} s ({jobs} workers)");
     latencies.sort_by(f64::total_cmp);
     if let (Some(max), false) = (latencies.last(), latencies.is_empty()) {
         let med = latencies[(latencies.len() - 1) / 2];
@@ -355,6 +375,58 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         );
     }
     report(a, items, &hyps)
+}
+
+/// One file through the live policy.
+struct LiveFile {
+    /// The final lines, joined.
+    text: String,
+    /// From each final word's end to the stream position that committed it.
+    latencies: Vec<f64>,
+    audio_s: f64,
+}
+
+fn live_file(
+    model: &pulsed::whisper::WhisperModel,
+    vad: &pulsed::vad::Vad,
+    opts: &pulsed::live::WhisperLiveOptions,
+    path: &Path,
+) -> Result<LiveFile, String> {
+    let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+    let audio =
+        pulsed::audio::load_wav(path, 16_000).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut live =
+        pulsed::live::WhisperLive::new(model, Some(vad), opts.clone()).map_err(in_file)?;
+    let mut updates = Vec::new();
+    for block in audio.samples.chunks(320) {
+        updates.extend(live.push(block).map_err(in_file)?);
+    }
+    updates.extend(live.finish().map_err(in_file)?);
+    let (mut text, mut latencies) = (Vec::new(), Vec::new());
+    for u in updates.iter().filter(|u| u.is_final) {
+        text.push(u.text.clone());
+        for (w, at) in u.words.iter().zip(&u.committed_at_s) {
+            latencies.push(at - w.end_s);
+        }
+    }
+    Ok(LiveFile {
+        text: text.join(" "),
+        latencies,
+        audio_s: audio.duration_s,
+    })
+}
+
+/// A bar of files done, on a terminal only.
+fn files_bar(files: usize) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || files < 2 {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(files as u64);
+    let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} files ETA {eta}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
 }
 
 /// Prints the rates per group (the manifest's `group`, else training vs
