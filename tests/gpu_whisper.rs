@@ -248,6 +248,15 @@ fn compare_pins_a_wrong_decoder_kernel() {
         );
     }
     assert!(c.tokens.len() > prompt.len() + 3, "{:?}", c.tokens);
+    // at f32 the step is the one decoding runs: it chooses on the device,
+    // and chooses as the CPU does
+    assert!(c.decoder_chooses);
+    let ids = c
+        .decoder
+        .nodes
+        .iter()
+        .find(|n| n.name == "model.decoder.choice");
+    assert_eq!(ids.map(|n| n.max_abs), Some(0.0), "{ids:?}");
     let c = compare(&m, d.clone(), &what(faulty(&d, Precision::F32))).unwrap();
     assert_fault_pinned(&c);
 }

@@ -351,8 +351,12 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
             ));
         }
         let (g, cpu) = c.step_placement;
+        let step = match c.decoder_chooses {
+            true => "the step choosing its tokens",
+            false => "the logits step",
+        };
         out.push_str(&format!(
-            "decoder fed {} tokens ({g} step nodes on the GPU, {cpu} on the CPU): {text:?}\n",
+            "decoder fed {} tokens, {step} ({g} nodes on the GPU, {cpu} on the CPU): {text:?}\n",
             c.tokens.len()
         ));
     }

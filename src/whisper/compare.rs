@@ -1,7 +1,11 @@
 //! Whisper on the CPU and on the GPU side by side, node by node: the
 //! encoder over one window, then decoder steps fed the CPU's own greedy
 //! tokens (`pulsed compare --model whisper-*`), and for a checkpoint that
-//! streams (chunked attention) its pulsed encoder chunk by chunk.
+//! streams (chunked attention) its pulsed encoder chunk by chunk. The
+//! decoder step is the one decoding runs at that precision: at f32 the
+//! step that chooses its tokens on the device (logits, then
+//! [`TopTokens`](crate::ops::top_tokens::TopTokens)), at bf16 the step
+//! that hands back logits.
 //!
 //! The two decoders need caches of their own (the GPU's is mirrored on the
 //! device, and host ops refuse a mirrored cache), so each side builds its
@@ -18,6 +22,7 @@ use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
 use crate::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
 use crate::graph::{Graph, Runner};
 use crate::ops::kv_cache::KvCache;
+use crate::ops::top_tokens::{RowRules, ROW_PARAMS};
 use crate::ops::{DType, Tensor};
 use crate::Result;
 
@@ -54,6 +59,8 @@ pub struct WhisperComparison {
     /// with where its nodes ran (GPU, CPU).
     pub streamed: Option<(Comparison, (usize, usize))>,
     pub decoder: Comparison,
+    /// The decoder step ends in the device's token choice (f32).
+    pub decoder_chooses: bool,
     /// The tokens fed, prompt included.
     pub tokens: Vec<u32>,
     pub step_placement: (usize, usize),
@@ -114,34 +121,46 @@ pub fn compare(
     for c in [&host, &mirrored, &rounded] {
         c.start(&[0])?;
     }
-    let on_cpu = Arc::new(graphs::decoder_with_logits(
-        cfg,
-        w,
-        &host,
-        DecoderShape::Step,
-    )?);
-    let on_gpu = graphs::decoder_with_logits(cfg, w, &mirrored, DecoderShape::Step)?;
+    // decoding chooses on the device at f32 only (bf16 scores cannot rank
+    // beams): compare the step it runs
+    let chooses = dtype == DType::F32;
+    let step = |cache: &KvCache| match chooses {
+        true => graphs::decoder_choosing(cfg, w, cache, super::gpu::CHOOSE_K),
+        false => graphs::decoder_with_logits(cfg, w, cache, DecoderShape::Step),
+    };
+    let on_cpu = Arc::new(step(&host)?);
+    let on_gpu = step(&mirrored)?;
     let mut cpu = Runner::new(on_cpu.clone())?;
     let mut gpu = GpuRunner::new(dev, on_gpu, Some(1), &opts)?;
-    let on_rounded = graphs::decoder_with_logits(cfg, w, &rounded, DecoderShape::Step)?;
+    let on_rounded = step(&rounded)?;
     let mut cmp = budgeted(
         Comparer::new(&on_cpu, what.tolerance, what.mode),
         on_rounded,
         what,
     )?;
+    // a greedy row with no rule: the best token, as the CPU picks it
+    let rules = Tensor::from_vec(vec![1, ROW_PARAMS], RowRules::NONE.encode().to_vec())?;
+    let cum = Tensor::from_vec(vec![1], vec![0f32])?;
+    let masks = Tensor::from_vec(vec![2, cfg.vocab_size], vec![false; 2 * cfg.vocab_size])?;
     let mut tokens = what.prompt.to_vec();
     let limit = (what.prompt.len() + what.steps).min(cfg.max_target_positions);
     let mut i = 0;
     while i < tokens.len() && i < limit {
         let ids = Tensor::from_vec(vec![1, 1], vec![tokens[i] as i64])?;
         let positions = Tensor::from_vec(vec![1], vec![i as i64])?;
-        cmp.step(&mut cpu, &mut gpu, &[&ids, &positions])?;
+        let mut inputs = vec![&ids, &positions];
+        if chooses {
+            inputs.extend([&rules, &cum, &masks]);
+        }
+        cmp.step(&mut cpu, &mut gpu, &inputs)?;
         for c in [&host, &mirrored, &rounded] {
             c.advance(1)?;
         }
         if i + 1 == tokens.len() && tokens.len() < limit {
-            let logits = cpu.output(1).to_f32_vec();
-            let (next, _) = crate::ops::top_tokens::argmax(&logits);
+            let next = match chooses {
+                true => cpu.output(1).as_slice::<i64>()?[0] as u32,
+                false => crate::ops::top_tokens::argmax(&cpu.output(1).to_f32_vec()).0,
+            };
             if next == what.end_of_text {
                 break;
             }
@@ -153,6 +172,7 @@ pub fn compare(
         encoder,
         streamed,
         decoder: cmp.finish(),
+        decoder_chooses: chooses,
         tokens,
         step_placement: gpu.placement_counts(),
     })

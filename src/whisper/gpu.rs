@@ -40,7 +40,7 @@ const STEP_RUNNERS: usize = 24;
 const ENCODER_RUNNERS: usize = 4;
 /// Candidates the choosing step keeps a row: beam search takes twice its
 /// width, so beams up to 8 choose on the device.
-const CHOOSE_K: usize = 16;
+pub(crate) const CHOOSE_K: usize = 16;
 /// Sequences a device cache holds at first (beam search's 5, or a few
 /// windows' beams decoded together); it grows when more are reserved.
 const SEQUENCES: usize = 32;
