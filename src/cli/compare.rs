@@ -262,11 +262,12 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     let mut fs = FeatureStream::new(cfg.num_mel_bins).map_err(e)?;
     fs.push(&audio.samples).map_err(e)?;
     let mel = fs.finish().map_err(e)?;
-    // the first 30 s window, zero-padded, as decoding gives the encoder
+    // the first 30 s window, padded as decoding pads it for this checkpoint
     let (m, wf) = (cfg.num_mel_bins, cfg.window_frames());
     let frames = mel.len() / m;
     let keep = frames.saturating_sub(1).min(wf);
-    let mut window = vec![0f32; m * wf];
+    let pad = cfg.window_padding.unwrap_or_default().value(&mel);
+    let mut window = vec![pad; m * wf];
     for k in 0..m {
         window[k * wf..k * wf + keep].copy_from_slice(&mel[k * frames..k * frames + keep]);
     }
