@@ -29,6 +29,8 @@ pub(crate) struct Scripted {
     pub fed_log: Vec<Vec<u32>>,
     /// The sequences of each feed call.
     pub feed_rows: Vec<usize>,
+    /// The padding the "checkpoint" asks for.
+    pub padding: super::WindowPadding,
 }
 
 impl Scripted {
@@ -50,6 +52,7 @@ impl Scripted {
             seqs: Vec::new(),
             fed_log: Vec::new(),
             feed_rows: Vec::new(),
+            padding: super::WindowPadding::Silence,
         }
     }
 
@@ -80,6 +83,10 @@ impl WhisperBackend for Scripted {
 
     fn max_text_positions(&self) -> usize {
         self.max_text_positions
+    }
+
+    fn window_padding(&self) -> super::WindowPadding {
+        self.padding
     }
 
     /// Every mel row holds sample `160 * frame` (and a zero frame at the end

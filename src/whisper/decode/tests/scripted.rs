@@ -231,3 +231,34 @@ fn word_timestamps_follow_the_attention() {
         "{words:?}"
     );
 }
+
+/// A window is padded as the options ask, else as the checkpoint asks:
+/// silence (the recording's floor, its maximum less 2) or zeros.
+#[test]
+fn the_padding_is_the_options_else_the_checkpoints() {
+    let Some(tok) = local_tokenizer() else { return };
+    // one second whose features are all 3.0: the floor is 1.0
+    let audio = vec![3.0f32; 16_000];
+    let pad_of = |checkpoint: WindowPadding, asked: Option<WindowPadding>| {
+        let mut b = planned(&tok, Vec::new(), 5.0, None);
+        b.padding = checkpoint;
+        let opts = DecodeOptions {
+            padding: asked,
+            temperatures: vec![0.0],
+            ..DecodeOptions::default()
+        };
+        run(&mut b, &tok, &audio, &opts);
+        let w = &b.encoded_log[0];
+        // frames 0..100 hold the audio, then padding (row 0 of 2 mels)
+        assert_eq!(w[99], 3.0);
+        w[100..3000].iter().copied().fold(f32::NAN, |a, v| {
+            assert!(a.is_nan() || a == v, "padding not uniform: {a} then {v}");
+            v
+        })
+    };
+    use WindowPadding::{Silence, Zeros};
+    assert_eq!(pad_of(Silence, None), 1.0);
+    assert_eq!(pad_of(Zeros, None), 0.0);
+    assert_eq!(pad_of(Zeros, Some(Silence)), 1.0);
+    assert_eq!(pad_of(Silence, Some(Zeros)), 0.0);
+}
