@@ -266,7 +266,7 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     let (m, wf) = (cfg.num_mel_bins, cfg.window_frames());
     let frames = mel.len() / m;
     let keep = frames.saturating_sub(1).min(wf);
-    let pad = cfg.window_padding.unwrap_or_default().value(&mel);
+    let pad = cfg.padding().value(&mel);
     let mut window = vec![pad; m * wf];
     for k in 0..m {
         window[k * wf..k * wf + keep].copy_from_slice(&mel[k * frames..k * frames + keep]);

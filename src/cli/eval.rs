@@ -339,7 +339,12 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
                         let Some(path) = files.get(i) else {
                             return out;
                         };
-                        out.push((i, live_file(&model, &vad, &opts, path)));
+                        let r = live_file(&model, &vad, &opts, path);
+                        if r.is_err() {
+                            // no more files once one fails
+                            next.store(files.len(), std::sync::atomic::Ordering::Relaxed);
+                        }
+                        out.push((i, r));
                         bar.inc(1);
                     }
                 })
@@ -393,8 +398,8 @@ fn live_file(
     path: &Path,
 ) -> Result<LiveFile, String> {
     let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
-    let audio =
-        pulsed::audio::load_wav(path, 16_000).map_err(|e| format!("{}: {e}", path.display()))?;
+    // the audio error names the file already
+    let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
     let mut live =
         pulsed::live::WhisperLive::new(model, Some(vad), opts.clone()).map_err(in_file)?;
     let mut updates = Vec::new();

@@ -272,10 +272,7 @@ impl WhisperJob {
             self.model.config.encoder_layers,
             self.model.config.d_model,
             self.opts.beam_size,
-            match (self.opts.padding)
-                .or(self.model.config.window_padding)
-                .unwrap_or_default()
-            {
+            match self.opts.padding.unwrap_or(self.model.config.padding()) {
                 WindowPadding::Zeros => "zeros",
                 WindowPadding::Silence => "silence",
             },

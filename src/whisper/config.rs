@@ -62,6 +62,13 @@ impl EncoderContext {
     }
 }
 
+impl WhisperConfig {
+    /// What fills a window after a recording's end for this checkpoint.
+    pub fn padding(&self) -> crate::whisper::decode::WindowPadding {
+        self.window_padding.unwrap_or_default()
+    }
+}
+
 fn gelu() -> String {
     "gelu".into()
 }

@@ -156,7 +156,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn window_padding(&self) -> WindowPadding {
-        self.cfg.window_padding.unwrap_or_default()
+        self.cfg.padding()
     }
 
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {

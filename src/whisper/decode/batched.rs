@@ -34,7 +34,7 @@ use crate::whisper::decode::prompt::{get_prompt, PromptSpec};
 use crate::whisper::decode::segments::split_segments_by_timestamps;
 use crate::whisper::decode::speech::{check_vad_options, speech_probs, speech_segments};
 use crate::whisper::decode::transcribe::suppressed_tokens;
-use crate::whisper::decode::window::{window_features, WindowPadding};
+use crate::whisper::decode::window::{padding_for, window_features, WindowPadding};
 use crate::whisper::decode::words::{add_word_timestamps, WordSegment};
 use crate::whisper::decode::{
     DecodeOptions, InitialPrompt, Network, Segment, TranscriptionInfo, SAMPLE_RATE,
@@ -398,7 +398,7 @@ impl Pipeline<'_> {
                     languages,
                     segments: opts.language_detection_segments,
                     threshold: opts.language_detection_threshold,
-                    pad: padding(network.backend(), opts.padding).value(&features),
+                    pad: padding_for(opts.padding, network.backend()).value(&features),
                 };
                 let found = detect_language(network.backend(), &features, frames, 0, &detection)?;
                 let all = found.all.into_iter().map(|(c, p)| (c, p as f64)).collect();
@@ -664,7 +664,7 @@ fn chunk_window(
 ) -> Result<Vec<f32>> {
     let (features, frames) = chunk_features(backend, audio, chunk)?;
     let (n_mels, size) = (backend.n_mels(), backend.window_frames());
-    let pad = padding(backend, asked).value(&features);
+    let pad = padding_for(asked, backend).value(&features);
     Ok(window_features(
         &features,
         n_mels,
@@ -673,11 +673,6 @@ fn chunk_window(
         size,
         pad,
     ))
-}
-
-/// The padding `asked` for, else the checkpoint's.
-fn padding(backend: &dyn WhisperBackend, asked: Option<WindowPadding>) -> WindowPadding {
-    asked.unwrap_or_else(|| backend.window_padding())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use super::language::language_probs;
 use super::prompt::{get_prompt, PromptSpec};
 use super::segments::{split_segments_by_timestamps, TIME_PRECISION};
 use super::transcribe::{Segment, TIME_PER_FRAME};
-use super::window::{window_features, WindowPadding};
+use super::window::window_features;
 use super::words::{add_word_timestamps, WordSegment};
 use super::{DecodeOptions, InitialPrompt, Network};
 use crate::whisper::tokenizer::py_strip;
@@ -40,8 +40,6 @@ pub(crate) struct Run<'a> {
     pub suppress_begin: Vec<u32>,
     /// The sampler of temperatures above 0.
     pub rng: StdRng,
-    /// What fills a window after the recording.
-    pub padding: WindowPadding,
 }
 
 /// Where the long-audio loop stands in one recording: the recording's
@@ -86,11 +84,13 @@ pub(crate) struct Prefetched {
 
 impl Run<'_> {
     /// A cursor at the start of a recording's `features` (`[n_mels,
-    /// frames]`), decoding the frame ranges `clips`.
+    /// frames]`), decoding the frame ranges `clips`, its windows padded
+    /// with `pad`.
     pub(crate) fn cursor<'f>(
         &self,
         features: &'f [f32],
         frames: usize,
+        pad: f32,
         clips: Vec<(usize, usize)>,
     ) -> Result<Cursor<'f>> {
         let all_tokens = match &self.opts.initial_prompt {
@@ -102,7 +102,7 @@ impl Run<'_> {
         Ok(Cursor {
             features,
             frames,
-            pad: self.padding.value(features),
+            pad,
             clips,
             all_tokens,
             prompt_reset_since: 0,

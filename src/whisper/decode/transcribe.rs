@@ -7,6 +7,7 @@ use rand::SeedableRng;
 
 use super::generate_segments::{Cursor, Run};
 use super::language::{detect_language, Detection};
+use super::window::padding_for;
 use super::words::Word;
 use super::{DecodeOptions, Network};
 use crate::whisper::{GenerationConfig, WhisperError, WhisperTokenizer};
@@ -140,9 +141,7 @@ pub(crate) fn start<'a, 'f>(
     };
 
     let clips = seek_clips(&opts.clip_timestamps, content_frames);
-    let padding = opts
-        .padding
-        .unwrap_or_else(|| network.backend().window_padding());
+    let pad = padding_for(opts.padding, network.backend()).value(features);
     let (language, language_probability, all_language_probs) = match &opts.language {
         _ if !model_multilingual => ("en".to_string(), 1.0, None),
         Some(code) => (code.clone(), 1.0, None),
@@ -154,7 +153,7 @@ pub(crate) fn start<'a, 'f>(
                 languages,
                 segments: opts.language_detection_segments,
                 threshold: opts.language_detection_threshold,
-                pad: padding.value(features),
+                pad,
             };
             let found = detect_language(network.backend(), features, frames, seek, &detection)?;
             let all = found.all.into_iter().map(|(c, p)| (c, p as f64)).collect();
@@ -178,9 +177,8 @@ pub(crate) fn start<'a, 'f>(
         suppress,
         suppress_begin,
         rng: StdRng::seed_from_u64(opts.seed),
-        padding,
     };
-    let cursor = run.cursor(features, frames, clips)?;
+    let cursor = run.cursor(features, frames, pad, clips)?;
     Ok(Started {
         run,
         cursor,

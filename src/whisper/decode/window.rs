@@ -38,6 +38,15 @@ impl WindowPadding {
     }
 }
 
+/// The padding `asked` for, else the one the checkpoint behind `backend`
+/// wants.
+pub(crate) fn padding_for(
+    asked: Option<WindowPadding>,
+    backend: &dyn crate::whisper::WhisperBackend,
+) -> WindowPadding {
+    asked.unwrap_or_else(|| backend.window_padding())
+}
+
 /// Frames `[start, start + len)` of `features` (`[n_mels, frames]`
 /// row-major) as a `[n_mels, size]` window, `pad` after them.
 pub(crate) fn window_features(
