@@ -15,7 +15,7 @@ use pulsed::engine::Engine;
 use pulsed::gpu::compare::compare_pulsed;
 use pulsed::gpu::memory::{allocations, capture_allocations};
 use pulsed::gpu::test_util::{assert_within, compare_op};
-use pulsed::gpu::translator::{ForceCpu, Placement};
+use pulsed::gpu::translator::{NodeSet, Placement};
 use pulsed::gpu::{GpuDevice, GpuRunner, GpuRunnerOptions, Launches, Precision};
 use pulsed::graph::StepRunner;
 use pulsed::models::conformer::{Head, Taps};
@@ -272,7 +272,7 @@ fn audio() -> Vec<f32> {
 
 fn gpu_runner(d: &Arc<GpuDevice>, model: &PulsedModel, p: Precision, force: &str) -> GpuRunner {
     let mut o = GpuRunnerOptions::new(p);
-    o.translate.force_cpu = ForceCpu::parse(force);
+    o.translate.force_cpu = NodeSet::parse(force);
     o.keep_values = true;
     GpuRunner::new(d.clone(), model.graph.clone(), None, &o).expect("GPU runner")
 }
@@ -624,7 +624,7 @@ fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
     }
     let target = "blocks.2.conv.pointwise2";
     let mut o = GpuRunnerOptions::new(Precision::Bf16);
-    o.translate.force_cpu = ForceCpu::parse("");
+    o.translate.force_cpu = NodeSet::parse("");
     o.translate.wrap = Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
     o.keep_values = true;
     let mut r = GpuRunner::new(d, model.graph.clone(), None, &o).expect("GPU runner");
@@ -659,7 +659,7 @@ fn compare_pins_a_wrong_kernel_to_its_node_and_chunk() {
     // would cancel this affine fault downstream)
     let target = "blocks.2.conv.pointwise2";
     let mut o = GpuRunnerOptions::new(Precision::F32);
-    o.translate.force_cpu = ForceCpu::parse("");
+    o.translate.force_cpu = NodeSet::parse("");
     o.translate.wrap = Some(pulsed::gpu::test_util::fault(&d, target, 3).expect("fault kernels"));
     o.keep_values = true;
     let mut r = GpuRunner::new(d.clone(), model.graph.clone(), None, &o).expect("GPU runner");
@@ -1371,4 +1371,131 @@ fn tf32_only_when_asked_for() {
         errs[1] > 10.0 * errs[0].max(1e-7),
         "TF32 was not used: {errs:?}"
     );
+}
+
+/// Nodes kept in f32 under bf16 (a bf16 decoder's logits): a Linear with
+/// no bias writes its f32 product of bf16 operands on the GPU, as exact as
+/// f32 arithmetic on those operands (rounding it to bf16 would cost about
+/// 4e-3); a kept node that has no widening GPU form (a biased Linear, a
+/// layer norm) runs its CPU op instead, and says why.
+#[test]
+#[ignore]
+fn nodes_kept_in_f32_widen_on_the_gpu_or_run_on_the_cpu() {
+    use pulsed::gpu::translator::CpuReason;
+    use pulsed::graph::{GraphBuilder, Runner};
+    use pulsed::ops::norm::LayerNorm;
+    use pulsed::ops::{Dim, TypedFact};
+    let Some(d) = dev() else { return };
+    let ln = || LayerNorm {
+        eps: 1e-5,
+        axis: -1,
+    };
+    for rows in [5usize, 64] {
+        let (c, vocab) = (96usize, 1000usize);
+        let mut b = GraphBuilder::new();
+        let shape = [Dim::n(rows as i64), Dim::n(c as i64)];
+        let x = b.input("x", TypedFact::new(DType::F32, shape)).unwrap();
+        let g = b.constant("g", random(&[c], 31, 1.0)).unwrap();
+        let be = b.constant("be", random(&[c], 32, 0.5)).unwrap();
+        let normed = b.op("normed", ln(), &[x, g, be]).unwrap();
+        let w = b.constant("w", random(&[vocab, c], 33, 0.3)).unwrap();
+        let logits = b.op("logits", Linear, &[normed, w]).unwrap();
+        let bias = b.constant("bias", random(&[vocab], 34, 0.1)).unwrap();
+        let biased = b.op("biased", Linear, &[normed, w, bias]).unwrap();
+        let again = b.op("again", ln(), &[normed, g, be]).unwrap();
+        for (name, o) in [
+            ("normed", normed),
+            ("logits", logits),
+            ("biased", biased),
+            ("again", again),
+        ] {
+            b.output(name, o);
+        }
+        let graph = Arc::new(b.build().unwrap());
+        let mut o = GpuRunnerOptions::new(Precision::Bf16);
+        o.translate.keep_f32 = NodeSet::parse("logits,biased,again");
+        let mut r = GpuRunner::new(d.clone(), graph.clone(), None, &o).unwrap();
+        let tr = r.translation();
+        let at = |name: &str| {
+            let id = tr.graph.nodes.iter().position(|n| n.name == name).unwrap();
+            (id, &tr.placements[id])
+        };
+        let (id, logits_at) = at("logits");
+        assert!(
+            logits_at.to_string().contains("into f32"),
+            "{rows} rows: logits {logits_at}"
+        );
+        assert_eq!(tr.device_fact(id, 0).dtype, DType::F32);
+        assert_eq!(tr.device_fact(at("normed").0, 0).dtype, DType::BF16);
+        assert!(
+            matches!(at("biased").1, Placement::Cpu(CpuReason::Rejected(_))),
+            "{}",
+            at("biased").1
+        );
+        // the layer norm's builder refuses the f32 output itself; were it
+        // to build a bf16 form, the translator would refuse it (NoWidening)
+        assert!(
+            matches!(
+                at("again").1,
+                Placement::Cpu(CpuReason::Rejected(_) | CpuReason::NoWidening)
+            ),
+            "{}",
+            at("again").1
+        );
+
+        let input = random(&[rows, c], 35, 2.0);
+        r.step(&[&input]).unwrap();
+        // the CPU over the operands as the GPU holds them: the normed rows
+        // in bf16, the weights rounded as uploaded (a CPU node reads the
+        // host's own constants)
+        let normed_gpu = r.output(0).clone();
+        let w_bf16 = rounded(&random(&[vocab, c], 33, 0.3), Precision::Bf16);
+        fn cpu(op: impl Op, inputs: Vec<Tensor>) -> Tensor {
+            let mut b = GraphBuilder::new();
+            let ids: Vec<_> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| b.constant(&format!("in{i}"), t.clone()).unwrap())
+                .collect();
+            let y = b.op("y", op, &ids).unwrap();
+            b.output("y", y);
+            Runner::new(Arc::new(b.build().unwrap()))
+                .unwrap()
+                .run(&[])
+                .unwrap()
+                .remove(0)
+        }
+        let want_logits = cpu(Linear, vec![normed_gpu.clone(), w_bf16]);
+        let want_biased = cpu(
+            Linear,
+            vec![
+                normed_gpu.clone(),
+                random(&[vocab, c], 33, 0.3),
+                random(&[vocab], 34, 0.1),
+            ],
+        );
+        let want_again = cpu(
+            ln(),
+            vec![
+                normed_gpu.clone(),
+                random(&[c], 31, 1.0),
+                random(&[c], 32, 0.5),
+            ],
+        );
+        for (i, name, want, tol) in [
+            (1, "logits", want_logits, 1e-5f32),
+            (2, "biased", want_biased, 1e-6),
+            (3, "again", want_again, 1e-6),
+        ] {
+            let got = r.output(i);
+            assert_eq!(got.dtype(), DType::F32);
+            let err = got.max_abs_diff(&want).unwrap();
+            let scale = want.to_f32_vec().iter().fold(1f32, |m, v| m.max(v.abs()));
+            eprintln!("{rows} rows, {name}: max abs err {err:e} (scale {scale})");
+            assert!(
+                err <= tol * scale,
+                "{rows} rows, {name}: {err} > {tol} x {scale}"
+            );
+        }
+    }
 }

@@ -94,6 +94,10 @@ fn gpu_logits_match_ctranslate2() {
     // bf16 keeps 8 bits of mantissa through 8 layers: logits of about 20
     // move by tenths; a wrong kernel moves them by units
     assert!(d0 < 1.0 && dk < 1.0, "bf16 logits differ by {d0} / {dk}");
+    // the logits are f32 products of the bf16 operands, on the GPU
+    let (on_gpu, on_cpu) = w.step_placement().expect("a step ran");
+    println!("bf16 decoder step: {on_gpu} nodes on the GPU, {on_cpu} on the CPU");
+    assert!(on_cpu <= 2, "{on_cpu} nodes of the bf16 step on the CPU");
 }
 
 #[test]
@@ -158,19 +162,32 @@ fn gpu_transcripts_equal_the_cpu() {
         assert_eq!(again, want, "beam {beam}, second run");
         assert_eq!(capture_allocations(), before, "allocations during capture");
     }
-    let f32 = transcript(&mut cpu, &model, 1, false);
-    let mut w = gpu(&model, &dev, Precision::Bf16);
-    let bf16 = transcript(&mut w, &model, 1, false);
-    println!("bf16, greedy: {bf16}");
     let words = |t: &str| -> Vec<String> {
         normalize(t)
             .split_whitespace()
             .map(str::to_string)
             .collect()
     };
-    let (a, b) = (words(&f32), words(&bf16));
-    // rounding may change a word of the clip, a wrong kernel its text
-    assert!(edit_distance(&a, &b) <= 1, "bf16 {bf16:?} vs f32 {f32:?}");
+    for beam in [1, 5] {
+        let f32 = transcript(&mut cpu, &model, beam, false);
+        let mut w = gpu(&model, &dev, Precision::Bf16);
+        let bf16 = transcript(&mut w, &model, beam, false);
+        println!("bf16, beam {beam}: {bf16}");
+        let (a, b) = (words(&f32), words(&bf16));
+        // rounding may change a word of the clip (its knife-edge
+        // "ill-disposed", two words once normalised), a wrong kernel its text
+        assert!(edit_distance(&a, &b) <= 2, "bf16 {bf16:?} vs f32 {f32:?}");
+        // bf16 chooses on the device too, from f32 logits and scores
+        let (on_gpu, on_cpu) = w.choice_placement().expect("the device chose");
+        println!("bf16 choosing step: {on_gpu} nodes on the GPU, {on_cpu} on the CPU");
+        assert!(
+            on_cpu <= 2,
+            "{on_cpu} nodes of the bf16 choosing step on the CPU"
+        );
+        let before = capture_allocations();
+        assert_eq!(transcript(&mut w, &model, beam, false), bf16, "second run");
+        assert_eq!(capture_allocations(), before, "allocations during capture");
+    }
 }
 
 /// What the comparisons compare: the clip's first window, the prompt

@@ -6,6 +6,8 @@
 # load the folder, its fp16 batched pipeline as the GPU peer.
 #   carry [".gpu", ".cache/realdev", ".cache/gpuw/partN"]
 #   command: bash scripts/gpu_run.sh; bash scripts/whisper/gpu_eval.sh
+# RUNS picks the evaluations (default "cpu-f32 cuda-f32 cuda-bf16"); the
+# bench and throughput runs follow unless ONLY_EVAL=1.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 MODEL=${MODEL:-whisper-tiny.en}
@@ -13,8 +15,8 @@ export XDG_CACHE_HOME=/tmp/xdg
 M=.cache/realdev/manifest.jsonl
 [ -s $M ] || { echo "gpu_eval.sh: carry .cache/realdev (a copy of ../shared/realdev)" >&2; exit 1; }
 P=.gpu/bin/pulsed
-for run in "cpu f32" "cuda f32" "cuda bf16"; do
-    set -- $run
+for run in ${RUNS:-cpu-f32 cuda-f32 cuda-bf16}; do
+    set -- ${run/-/ }
     for beam in 1 5; do
         tag=$1-$2-beam$beam
         /usr/bin/time -f "%e s wall, %M KB peak" $P eval $M --model $MODEL --device $1 --precision $2 \
@@ -23,6 +25,7 @@ for run in "cpu f32" "cuda f32" "cuda bf16"; do
     done
 done
 for beam in 1 5; do
+    [ -s "$OUT/hyp-cpu-f32-beam$beam.jsonl" ] && [ -s "$OUT/hyp-cuda-f32-beam$beam.jsonl" ] || continue
     python3 - "$OUT/hyp-cpu-f32-beam$beam.jsonl" "$OUT/hyp-cuda-f32-beam$beam.jsonl" <<'PY'
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
@@ -34,6 +37,7 @@ for x in a:
         print("  differs:", x["file"], "|", x["text"], "|", b.get(x["file"]))
 PY
 done
+[ "${ONLY_EVAL:-0}" = 1 ] && exit 0
 $P bench --model $MODEL --device cuda 2>&1 | tee $OUT/bench-whisper.txt
 # throughput side by side: the manifest four times over (warm-up costs less),
 # pulsed on the GPU (f32, workers of their own streams) and the peer

@@ -2,7 +2,8 @@
 # Throughput on the GPU machine, side by side in one call: realdev four
 # times over (and each count in KS, default "4 8": the steady state is the
 # difference of the last two) through `pulsed eval --device cuda` at each
-# worker count in JOBS and each beam in BEAMS, then the transformers fp16 peer at the same
+# worker count in JOBS, each beam in BEAMS and each precision in PRECISIONS
+# (default f32), then the transformers fp16 peer at the same
 # beams (after scripts/gpu_run.sh unpacked the binaries and joined the
 # staged folder). Prints one line per run; logs go to $OUT.
 #   carry [".gpu", ".cache/realdev", ".cache/gpuw/partN"]
@@ -28,15 +29,16 @@ done
 X4=.cache/realdev/x4.jsonl
 LOGS=/tmp/throughput-logs && mkdir -p $LOGS
 for beam in ${BEAMS:-5 1}; do
-    for j in ${JOBS:-8 16}; do
-        for k in $KS; do
-            log=$LOGS/x$k-j$j-beam$beam.txt
-            t0=$(date +%s.%N)
-            $P eval .cache/realdev/x$k.jsonl --model $MODEL --device cuda --beam $beam -j $j ${EXTRA:-} >$log 2>&1
-            echo "process wall $(python3 -c "print(f'{$(date +%s.%N) - $t0:.3f}')") s" >>$log
-            echo "pulsed cuda beam $beam -j $j ${EXTRA:-}, x$k: $(grep -E 'audio s/s|all:|process wall' $log | tr '\n' ' ')"
-        done
-        python3 - $LOGS/x$K1-j$j-beam$beam.txt $LOGS/x$K2-j$j-beam$beam.txt $K1 $K2 <<'PY'
+    for prec in ${PRECISIONS:-f32}; do
+        for j in ${JOBS:-8 16}; do
+            for k in $KS; do
+                log=$LOGS/x$k-j$j-beam$beam-$prec.txt
+                t0=$(date +%s.%N)
+                $P eval .cache/realdev/x$k.jsonl --model $MODEL --device cuda --precision $prec --beam $beam -j $j ${EXTRA:-} >$log 2>&1
+                echo "process wall $(python3 -c "print(f'{$(date +%s.%N) - $t0:.3f}')") s" >>$log
+                echo "pulsed cuda $prec beam $beam -j $j ${EXTRA:-}, x$k: $(grep -E 'audio s/s|all:|process wall' $log | tr '\n' ' ')"
+            done
+            python3 - $LOGS/x$K1-j$j-beam$beam-$prec.txt $LOGS/x$K2-j$j-beam$beam-$prec.txt $K1 $K2 <<'PY'
 import re, sys
 def secs(p):
     t = open(p).read()
@@ -47,6 +49,7 @@ a, b = secs(sys.argv[1]), secs(sys.argv[2])
 if a and b and b[1] > a[1]:
     print(f"  steady state (x{sys.argv[4]} - x{sys.argv[3]}, process walls): {b[0] - a[0]:.1f} s of audio in {b[1] - a[1]:.2f} s = {(b[0] - a[0]) / (b[1] - a[1]):.1f} audio s/s")
 PY
+        done
     done
     if [ "${PEER:-1}" = 1 ]; then
         python3 scripts/whisper/peer_transformers.py $XDG_CACHE_HOME/pulsed/models/$MODEL $X4 \

@@ -119,6 +119,13 @@ pub trait GpuOp: fmt::Debug + Send + AsAny {
     fn alias(&self) -> Option<(usize, usize)> {
         None
     }
+
+    /// Whether it writes outputs wider than its operands (f32 products of
+    /// bf16 operands): only such a form may run a node kept in f32 whose
+    /// inputs are not ([`TranslateOptions::keep_f32`](super::translator::TranslateOptions)).
+    fn widens(&self) -> bool {
+        false
+    }
 }
 
 /// One kernel argument. Each is passed by address from a 64-bit slot, which

@@ -9,6 +9,12 @@
 //! fails because of one node. `PULSED_TRANSLATE_DEBUG=1` prints every
 //! rejected node with the reason.
 //!
+//! Storage follows the precision, except for the nodes kept in f32
+//! (`PULSED_KEEP_F32`, or [`TranslateOptions::keep_f32`]): a bf16 decoder
+//! step's logits, whose rounding alone flips near-tied words in beam
+//! search. Such a node given bf16 operands runs a GPU form that widens
+//! ([`GpuOp::widens`]), or its CPU op.
+//!
 //! Then the rewrites (`gpu::rewrite`) fuse groups of GPU nodes into fused
 //! nodes: the translation is of the device graph they give, which maps back
 //! to the source graph outlet by outlet.
@@ -28,6 +34,9 @@ use crate::ops::{Const, OpError, Source, Tensor, TypedFact};
 pub const FORCE_CPU_ENV: &str = "PULSED_FORCE_CPU";
 /// Environment variable: `1` prints each node the translator rejects.
 pub const DEBUG_ENV: &str = "PULSED_TRANSLATE_DEBUG";
+/// Environment variable: nodes (named as for [`FORCE_CPU_ENV`]) whose
+/// outputs are stored in f32 whatever the precision.
+pub const KEEP_F32_ENV: &str = "PULSED_KEEP_F32";
 
 /// Where a node runs.
 #[derive(Debug)]
@@ -47,6 +56,8 @@ pub enum Placement {
 pub enum CpuReason {
     /// Named in [`FORCE_CPU_ENV`] (or [`TranslateOptions::force_cpu`]).
     Forced,
+    /// Kept in f32 over narrower operands, and its GPU form does not widen.
+    NoWidening,
     /// The op's `output_facts` fail on the device-side input facts.
     PreCheckFailed(OpError),
     /// The op's `output_facts` on the device-side input facts give other
@@ -67,6 +78,10 @@ impl fmt::Display for CpuReason {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
             CpuReason::Forced => write!(f, "forced by {FORCE_CPU_ENV}"),
+            CpuReason::NoWidening => write!(
+                f,
+                "kept in f32 ({KEEP_F32_ENV}), and its GPU form cannot write f32 from its bf16 inputs"
+            ),
             CpuReason::PreCheckFailed(e) => {
                 write!(f, "pre-check: output_facts on device facts failed: {e}")
             }
@@ -102,6 +117,9 @@ pub struct Translation {
     /// Execution order of the device graph's nodes.
     pub order: Vec<usize>,
     pub precision: Precision,
+    /// Each device node's precision: [`Self::precision`], or f32 for a
+    /// node kept in f32.
+    pub precisions: Vec<Precision>,
     /// For each source outlet, the device outlet computing it; `None` for
     /// an intermediate value of a fused node (gone on the device).
     pub outlets: Vec<Vec<Option<OutletId>>>,
@@ -118,6 +136,11 @@ impl Translation {
         *self.outlets.get(o.node)?.get(o.slot)?
     }
 
+    /// The device-side fact of device outlet `(id, slot)`: its storage dtype.
+    pub fn device_fact(&self, id: usize, slot: usize) -> TypedFact {
+        self.precisions[id].device_fact(&self.facts[id][slot])
+    }
+
     /// Where the source node `id` runs: the placement of the device node
     /// computing its output 0 (`None` when it was fused away).
     pub fn source_placement(&self, id: usize) -> Option<&Placement> {
@@ -126,19 +149,20 @@ impl Translation {
     }
 }
 
-/// Which nodes a user forced to the CPU.
+/// A set of nodes: names, op kinds (`Conv1d`) and name prefixes ending in
+/// `*` (`blocks.0.*`).
 #[derive(Debug, Clone, Default)]
-pub struct ForceCpu(Vec<String>);
+pub struct NodeSet(Vec<String>);
 
-impl ForceCpu {
-    /// From [`FORCE_CPU_ENV`].
-    pub fn from_env() -> ForceCpu {
-        ForceCpu::parse(&std::env::var(FORCE_CPU_ENV).unwrap_or_default())
+impl NodeSet {
+    /// From the environment variable `var` (a comma-separated list).
+    pub fn from_env(var: &str) -> NodeSet {
+        NodeSet::parse(&std::env::var(var).unwrap_or_default())
     }
 
     /// From a comma-separated list.
-    pub fn parse(list: &str) -> ForceCpu {
-        ForceCpu(
+    pub fn parse(list: &str) -> NodeSet {
+        NodeSet(
             list.split(',')
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
@@ -146,7 +170,13 @@ impl ForceCpu {
         )
     }
 
-    /// Whether the node `name` of kind `kind` is forced to the CPU.
+    /// This set and `list`'s entries.
+    pub fn with(mut self, list: &[&str]) -> NodeSet {
+        self.0.extend(list.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Whether the node `name` of kind `kind` is in the set.
     pub fn matches(&self, name: &str, kind: &str) -> bool {
         self.0.iter().any(|p| match p.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
@@ -159,7 +189,11 @@ impl ForceCpu {
 #[derive(Debug, Clone, Default)]
 pub struct TranslateOptions {
     pub precision: Precision,
-    pub force_cpu: ForceCpu,
+    /// Nodes run on the CPU (defaults from [`FORCE_CPU_ENV`]).
+    pub force_cpu: NodeSet,
+    /// Nodes whose outputs are stored in f32 whatever the precision
+    /// (defaults from [`KEEP_F32_ENV`]).
+    pub keep_f32: NodeSet,
     /// Print rejected nodes (defaults from [`DEBUG_ENV`]).
     pub debug: bool,
     /// Wraps each node's GPU form as it is built, before the rewrites (tests
@@ -187,7 +221,8 @@ impl TranslateOptions {
     pub fn from_env(precision: Precision) -> TranslateOptions {
         TranslateOptions {
             precision,
-            force_cpu: ForceCpu::from_env(),
+            force_cpu: NodeSet::from_env(FORCE_CPU_ENV),
+            keep_f32: NodeSet::from_env(KEEP_F32_ENV),
             debug: std::env::var(DEBUG_ENV).as_deref() == Ok("1"),
             wrap: None,
         }
@@ -221,6 +256,14 @@ pub fn translate(
         }
         facts.push(fs);
     }
+    let precisions: Vec<Precision> = graph
+        .nodes
+        .iter()
+        .map(|n| match opts.keep_f32.matches(&n.name, n.op.name()) {
+            true => Precision::F32,
+            false => p,
+        })
+        .collect();
     let mut placements = Vec::with_capacity(graph.nodes.len());
     for (id, node) in graph.nodes.iter().enumerate() {
         let any = node.op.as_any();
@@ -232,7 +275,7 @@ pub fn translate(
             placements.push(Placement::Const);
             continue;
         }
-        let placement = match choose(graph, dev, &facts, id, opts) {
+        let placement = match choose(graph, dev, &facts, &precisions, id, opts) {
             Ok(op) => Placement::Gpu(op),
             Err(why) => {
                 if opts.debug {
@@ -254,6 +297,7 @@ pub fn translate(
         facts: r.facts,
         order: r.order,
         precision: p,
+        precisions: r.origins.iter().map(|&o| precisions[o]).collect(),
         outlets: r.outlets,
         sources: r.sources,
         origins: r.origins,
@@ -264,6 +308,7 @@ fn choose(
     graph: &Graph,
     dev: &GpuDevice,
     facts: &[Vec<TypedFact>],
+    precisions: &[Precision],
     id: usize,
     opts: &TranslateOptions,
 ) -> Result<Box<dyn GpuOp>, CpuReason> {
@@ -276,16 +321,22 @@ fn choose(
     let dev_in: Vec<TypedFact> = node
         .inputs
         .iter()
-        .map(|o| p.device_fact(&facts[o.node][o.slot]))
+        .map(|o| precisions[o.node].device_fact(&facts[o.node][o.slot]))
         .collect();
-    let dev_out: Vec<TypedFact> = facts[id].iter().map(|f| p.device_fact(f)).collect();
-    // pre-check: the op must type its device-side inputs to the device-side outputs
+    let dev_out: Vec<TypedFact> = facts[id]
+        .iter()
+        .map(|f| precisions[id].device_fact(f))
+        .collect();
+    // pre-check: the op must type its device-side inputs to the device-side
+    // outputs, or (a node kept in f32 over bf16 operands) to their bf16 form
     let refs: Vec<&TypedFact> = dev_in.iter().collect();
     let typed = node
         .op
         .output_facts(&refs)
         .map_err(CpuReason::PreCheckFailed)?;
-    if typed != dev_out {
+    let widened = typed != dev_out;
+    let narrow: Vec<TypedFact> = facts[id].iter().map(|f| p.device_fact(f)).collect();
+    if widened && typed != narrow {
         return Err(CpuReason::PreCheckMismatch {
             got: typed,
             expected: dev_out,
@@ -313,6 +364,9 @@ fn choose(
         return Err(CpuReason::NoKernel { op: kind });
     };
     let op = r.map_err(CpuReason::Rejected)?;
+    if widened && !op.widens() {
+        return Err(CpuReason::NoWidening);
+    }
     match &opts.wrap {
         Some(w) => (w.0)(&node.name, op, &cx).map_err(CpuReason::Wrap),
         None => Ok(op),

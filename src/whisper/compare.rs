@@ -2,10 +2,10 @@
 //! encoder over one window, then decoder steps fed the CPU's own greedy
 //! tokens (`pulsed compare --model whisper-*`), and for a checkpoint that
 //! streams (chunked attention) its pulsed encoder chunk by chunk. The
-//! decoder step is the one decoding runs at that precision: at f32 the
-//! step that chooses its tokens on the device (logits, then
-//! [`TopTokens`](crate::ops::top_tokens::TopTokens)), at bf16 the step
-//! that hands back logits.
+//! decoder step is the one decoding runs: at f32 the step that chooses its
+//! tokens on the device (logits, then
+//! [`TopTokens`](crate::ops::top_tokens::TopTokens)); at bf16 the same
+//! step up to its logits, which both keep in f32.
 //!
 //! The two decoders need caches of their own (the GPU's is mirrored on the
 //! device, and host ops refuse a mirrored cache), so each side builds its
@@ -121,8 +121,9 @@ pub fn compare(
     for c in [&host, &mirrored, &rounded] {
         c.start(&[0])?;
     }
-    // decoding chooses on the device at f32 only (bf16 scores cannot rank
-    // beams): compare the step it runs
+    // at bf16 the choice is decoding's (from f32 logits, F32_HEAD), but the
+    // CPU that judges bf16 rounds every value, its logits too, so the ids
+    // it would choose are no criterion: bf16 compares the logits step
     let chooses = dtype == DType::F32;
     let step = |cache: &KvCache| match chooses {
         true => graphs::decoder_choosing(cfg, w, cache, super::gpu::CHOOSE_K),
@@ -131,7 +132,7 @@ pub fn compare(
     let on_cpu = Arc::new(step(&host)?);
     let on_gpu = step(&mirrored)?;
     let mut cpu = Runner::new(on_cpu.clone())?;
-    let mut gpu = GpuRunner::new(dev, on_gpu, Some(1), &opts)?;
+    let mut gpu = GpuRunner::new(dev, on_gpu, Some(1), &super::gpu::decoder_options(&opts))?;
     let on_rounded = step(&rounded)?;
     let mut cmp = budgeted(
         Comparer::new(&on_cpu, what.tolerance, what.mode),

@@ -24,7 +24,7 @@ use super::graphs::{self, DecoderShape};
 use super::net::{NetRunners, WhisperNet};
 use super::WhisperModel;
 use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
-use crate::gpu::{timing, GpuDevice, GpuRunner, GpuRunnerOptions, Launches, Precision};
+use crate::gpu::{timing, GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
 use crate::graph::{Graph, Runner, StepRunner};
 use crate::ops::kv_cache::KvCache;
 use crate::Result;
@@ -96,6 +96,18 @@ impl Sized {
     }
 }
 
+/// The decoder nodes kept in f32 at bf16: the logits, the choice made from
+/// them and the running scores it ranks by. Rounding the logits alone to
+/// bf16 flips near-tied words at beam 5 (`docs/gpu-notes.md` §17).
+pub(crate) const F32_HEAD: [&str; 3] = ["model.decoder.logit*", "model.decoder.choice", "scores"];
+
+/// `options` for a decoder graph: [`F32_HEAD`] kept in f32.
+pub(crate) fn decoder_options(options: &GpuRunnerOptions) -> GpuRunnerOptions {
+    let mut o = options.clone();
+    o.translate.keep_f32 = o.translate.keep_f32.clone().with(&F32_HEAD);
+    o
+}
+
 /// The encoder, prompt and step graphs with their GPU runners.
 pub struct GpuRunners {
     dev: Arc<GpuDevice>,
@@ -103,8 +115,8 @@ pub struct GpuRunners {
     prompt: Sized,
     step: Sized,
     /// The step that chooses its rows' next tokens on the device
-    /// ([`graphs::decoder_choosing`]); f32 only (bf16 would store the
-    /// scores beam search ranks by in bf16).
+    /// ([`graphs::decoder_choosing`]), from f32 logits and scores at either
+    /// precision ([`F32_HEAD`]).
     choose: Option<Sized>,
     /// The decoder graphs' cache and its device copy's shape.
     cache: KvCache,
@@ -233,9 +245,10 @@ impl WhisperNet<GpuRunners> {
         // a stream of its own, so networks on other threads run concurrently
         let dev = dev.lane()?;
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+        let decoder = decoder_options(options);
         let eager = GpuRunnerOptions {
             launches: Launches::Eager,
-            ..options.clone()
+            ..decoder.clone()
         };
         let own = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
         let aligner = Runner::new(graphs::decoder(cfg, w, &own, DecoderShape::Prompt)?)?;
@@ -270,21 +283,19 @@ impl WhisperNet<GpuRunners> {
             step: Sized::new(
                 "step",
                 graphs::decoder_with_logits(cfg, w, &cache, DecoderShape::Step)?,
-                options.clone(),
+                decoder.clone(),
                 STEP_RUNNERS,
             ),
             // PULSED_HOST_CHOICE=1: steps hand back logits and the host
             // chooses (the path before, kept for side-by-side timing)
-            choose: match options.translate.precision {
-                Precision::F32 if std::env::var_os("PULSED_HOST_CHOICE").is_none() => {
-                    Some(Sized::new(
-                        "choosing step",
-                        graphs::decoder_choosing(cfg, w, &cache, CHOOSE_K)?,
-                        options.clone(),
-                        STEP_RUNNERS,
-                    ))
-                }
-                _ => None,
+            choose: match std::env::var_os("PULSED_HOST_CHOICE") {
+                None => Some(Sized::new(
+                    "choosing step",
+                    graphs::decoder_choosing(cfg, w, &cache, CHOOSE_K)?,
+                    decoder.clone(),
+                    STEP_RUNNERS,
+                )),
+                Some(_) => None,
             },
         };
         WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
@@ -294,6 +305,15 @@ impl WhisperNet<GpuRunners> {
     /// step has run.
     pub fn step_placement(&self) -> Option<(usize, usize)> {
         self.runners.step.last().map(GpuRunner::placement_counts)
+    }
+
+    /// [`Self::step_placement`] of the step that chooses on the device.
+    pub fn choice_placement(&self) -> Option<(usize, usize)> {
+        self.runners
+            .choose
+            .as_ref()?
+            .last()
+            .map(GpuRunner::placement_counts)
     }
 }
 

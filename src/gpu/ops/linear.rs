@@ -12,6 +12,7 @@ use crate::gpu::op::{expect_io, BuildCx, GpuOp, Io, LaunchCx};
 use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::matmul::{Linear, MatMul};
+use crate::ops::DType;
 
 /// Rows a skinny block holds (its largest compile-time row bound).
 pub(crate) const SKINNY_GROUP: usize = 16;
@@ -56,16 +57,24 @@ impl GpuOp for LinearGpu {
     }
 }
 
+/// A MatMul, or a Linear with no bias whose product is stored wider than
+/// its operands (a bf16 step's f32 logits): one cuBLAS GEMM.
 #[derive(Debug)]
 struct MatMulGpu {
     gemm: Gemm,
+    /// The product's dtype.
+    out: DType,
 }
 
 impl GpuOp for MatMulGpu {
     fn describe(&self) -> String {
         let g = &self.gemm;
+        let into = match self.out == g.dtype {
+            true => String::new(),
+            false => format!(" into {}", self.out),
+        };
         format!(
-            "cuBLAS GEMM {}x{}x{} x{} {}",
+            "cuBLAS GEMM {}x{}x{} x{} {}{into}",
             g.m, g.n, g.k, g.batch, g.dtype
         )
     }
@@ -75,8 +84,17 @@ impl GpuOp for MatMulGpu {
         if io.outs[0].is_empty() {
             return Ok(());
         }
-        cx.blas
-            .gemm(&self.gemm, io.ins[0].ptr, io.ins[1].ptr, io.outs[0].ptr)
+        cx.blas.gemm_into(
+            &self.gemm,
+            self.out,
+            io.ins[0].ptr,
+            io.ins[1].ptr,
+            io.outs[0].ptr,
+        )
+    }
+
+    fn widens(&self) -> bool {
+        self.out != self.gemm.dtype
     }
 }
 
@@ -95,6 +113,20 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     let m = x[..x.len() - 1].iter().product();
     let n = w[0];
     let bias = cx.inputs.len() > 2;
+    let (dtype, out) = (cx.inputs[0].dtype, cx.outputs[0].dtype);
+    if out != dtype {
+        // the skinny kernel and the epilogues store the operands' dtype
+        if bias {
+            return Err(GpuError::refused(
+                "linear",
+                format!("a {out} product of {dtype} operands with a bias"),
+            ));
+        }
+        return Ok(Box::new(MatMulGpu {
+            gemm: Gemm::linear(dtype, m, n, k),
+            out,
+        }));
+    }
     let epilogue = cx
         .lib
         .function("linear", &format!("linear_epilogue_{suffix}"))?;
@@ -113,7 +145,6 @@ fn build_linear(cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
     };
     // long rows get more warps each, short rows share a block
     let warps_per_col = if k >= 512 { 8 } else { 4 };
-    let dtype = cx.inputs[0].dtype;
     let splits = match skinny {
         None => k_splits(dtype, m, n, k),
         Some(_) => 1,
@@ -173,5 +204,8 @@ fn build_matmul(op: &MatMul, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuError> {
         alpha: 1.0,
         beta: 0.0,
     };
-    Ok(Box::new(MatMulGpu { gemm }))
+    Ok(Box::new(MatMulGpu {
+        gemm,
+        out: cx.outputs[0].dtype,
+    }))
 }

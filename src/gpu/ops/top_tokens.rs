@@ -3,8 +3,9 @@
 //! where the step left them and writes its `k` candidates, so a step hands
 //! the host rows × k pairs instead of rows × vocabulary floats.
 //!
-//! f32 only: at bf16 the running scores and candidates would be stored in
-//! bf16, which beam search cannot rank by; the node then runs on the CPU.
+//! f32 only: bf16 scores and candidates could not rank beams. A bf16
+//! decoder keeps its logits, scores and choice in f32
+//! (`whisper::gpu::F32_HEAD`); given bf16 ones, the node runs on the CPU.
 
 use cudarc::driver::CudaFunction;
 

@@ -101,11 +101,12 @@ fn upload_consts(
             .as_any()
             .downcast_ref::<Const>()
             .expect("placement says Const");
-        let buf = dev.constant(&c.value, tr.precision)?;
+        let p = tr.precisions[id];
+        let buf = dev.constant(&c.value, p)?;
         bytes += buf.bytes();
         dev_values[id][0] = Some(DevTensor {
             ptr: buf.ptr(),
-            dtype: tr.precision.storage(c.value.dtype()),
+            dtype: p.storage(c.value.dtype()),
             shape: c.value.shape().to_vec(),
         });
         consts.push(buf);
@@ -124,7 +125,6 @@ fn place_activations(
     uses: &Uses,
     dev_values: &mut PerOutlet<Option<DevTensor>>,
 ) -> Result<(DeviceBuffer, usize)> {
-    let p = tr.precision;
     let on_gpu = |id: usize| tr.placements[id].is_gpu();
     let is_const = |id: usize| matches!(tr.placements[id], Placement::Const);
     let (pos, last_use) = (&uses.pos, &uses.last_use);
@@ -139,7 +139,7 @@ fn place_activations(
             if is_const(id) || !lives_on_device(slot) {
                 continue;
             }
-            let fact = p.device_fact(&tr.facts[id][slot]);
+            let fact = tr.device_fact(id, slot);
             let bytes = fact
                 .concrete_shape()
                 .map_or(0, |s| s.iter().product::<usize>())
@@ -179,7 +179,7 @@ fn place_activations(
     let arena = DeviceBuffer::alloc(&dev.ctx, arena_bytes)?;
     for &id in order {
         for slot in 0..graph.nodes[id].facts.len() {
-            let fact = p.device_fact(&tr.facts[id][slot]);
+            let fact = tr.device_fact(id, slot);
             let shape = fact.concrete_shape().unwrap_or_default();
             let ptr = if let Some(iv) = interval_of[id][slot] {
                 arena.ptr() + offsets[iv] as u64
