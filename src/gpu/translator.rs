@@ -388,3 +388,20 @@ impl fmt::Display for Placement {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::NodeSet;
+
+    #[test]
+    fn a_node_set_takes_names_kinds_and_prefixes() {
+        let s = NodeSet::parse(" Conv1d, blocks.0.*,,head ").with(&["model.decoder.logit*"]);
+        assert!(s.matches("anything", "Conv1d"));
+        assert!(s.matches("blocks.0.ff.linear", "Linear"));
+        assert!(!s.matches("blocks.1.ff.linear", "Linear"));
+        assert!(s.matches("head", "Linear"));
+        assert!(!s.matches("heads", "Linear"));
+        assert!(s.matches("model.decoder.logit_rows", "Squeeze"));
+        assert!(!NodeSet::parse("").matches("", ""));
+    }
+}
