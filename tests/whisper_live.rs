@@ -211,7 +211,8 @@ fn bad_input_is_refused_in_one_line() {
 }
 
 /// `pulsed eval --live` over a manifest: files on several workers give,
-/// file for file, what one worker gives, in the manifest's order.
+/// file for file, what one worker gives, in the manifest's order; the
+/// rates of the partial lines come before the final lines'.
 #[test]
 fn eval_live_on_workers_equals_one_worker() {
     let dir = temp_dir("eval_live_workers");
@@ -256,6 +257,11 @@ fn eval_live_on_workers_equals_one_worker() {
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("latency from a word's end"), "{out}");
         assert!(err.contains(&format!("({jobs} workers)")), "{err}");
+        // rates of the partial lines, then of the final ones
+        let p = out.find("partial lines").expect("partial rates");
+        let f = out.find("final lines:").expect("final rates");
+        assert!(p < f, "{out}");
+        assert_eq!(out.matches("all: CER").count(), 2, "{out}");
         std::fs::read_to_string(hyp).unwrap()
     };
     let one = run("1");

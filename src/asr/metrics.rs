@@ -60,6 +60,14 @@ impl ErrorCounts {
         self.words += rw.len();
     }
 
+    /// Adds another set's counts.
+    pub fn merge(&mut self, other: &ErrorCounts) {
+        self.char_edits += other.char_edits;
+        self.chars += other.chars;
+        self.word_edits += other.word_edits;
+        self.words += other.words;
+    }
+
     /// Character error rate (0..; can exceed 1 with many insertions).
     pub fn cer(&self) -> f64 {
         self.char_edits as f64 / self.chars.max(1) as f64

@@ -3,6 +3,7 @@
 
 pub mod metrics;
 mod multi_stream;
+pub mod partial;
 mod recognizer;
 mod stream;
 

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pulsed::asr::metrics::{normalize, ErrorCounts};
+use pulsed::asr::partial::{partial_counts, Shown};
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
 use pulsed::batch::{self, BatchOptions, Control, Outcome};
 
@@ -358,8 +359,10 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     bar.finish_and_clear();
     done.sort_by_key(|(i, _)| *i);
     let (mut hyps, mut latencies, mut audio_s) = (Vec::new(), Vec::new(), 0.0);
-    for (_, r) in done {
+    let mut partial = Vec::new();
+    for ((_, r), it) in done.into_iter().zip(items) {
         let f = r?;
+        partial.push(partial_counts(&it.text, &f.finals, &f.shown, f.audio_s));
         hyps.push(f.text);
         latencies.extend(f.latencies);
         audio_s += f.audio_s;
@@ -379,6 +382,9 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
             latencies.len()
         );
     }
+    println!("partial lines (the text shown at each partial update, against the reference words spoken by then; those timed by the final words they align with):");
+    print_groups(items, &partial);
+    println!("final lines:");
     report(a, items, &hyps)
 }
 
@@ -389,6 +395,9 @@ struct LiveFile {
     /// From each final word's end to the stream position that committed it.
     latencies: Vec<f64>,
     audio_s: f64,
+    /// The final words and their end times, and the texts shown before.
+    finals: Vec<(String, f64)>,
+    shown: Vec<Shown>,
 }
 
 fn live_file(
@@ -402,22 +411,50 @@ fn live_file(
     let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
     let mut live =
         pulsed::live::WhisperLive::new(model, Some(vad), opts.clone()).map_err(in_file)?;
+    // each update with the stream time it came at
     let mut updates = Vec::new();
+    let mut taken = 0usize;
     for block in audio.samples.chunks(320) {
-        updates.extend(live.push(block).map_err(in_file)?);
+        taken += block.len();
+        let at_s = taken as f64 / 16_000.0;
+        updates.extend(
+            live.push(block)
+                .map_err(in_file)?
+                .into_iter()
+                .map(|u| (at_s, u)),
+        );
     }
-    updates.extend(live.finish().map_err(in_file)?);
-    let (mut text, mut latencies) = (Vec::new(), Vec::new());
-    for u in updates.iter().filter(|u| u.is_final) {
+    let end_s = audio.duration_s;
+    updates.extend(
+        live.finish()
+            .map_err(in_file)?
+            .into_iter()
+            .map(|u| (end_s, u)),
+    );
+    let (mut text, mut latencies, mut finals, mut shown) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (at_s, u) in &updates {
+        if !u.is_final {
+            // what the user sees: the final lines so far, then this one
+            let before: String = text.join(" ");
+            shown.push(Shown {
+                at_s: *at_s,
+                text: format!("{before} {}", u.text),
+            });
+            continue;
+        }
         text.push(u.text.clone());
         for (w, at) in u.words.iter().zip(&u.committed_at_s) {
             latencies.push(at - w.end_s);
+            finals.push((w.text.clone(), w.end_s));
         }
     }
     Ok(LiveFile {
         text: text.join(" "),
         latencies,
         audio_s: audio.duration_s,
+        finals,
+        shown,
     })
 }
 
@@ -435,20 +472,11 @@ fn files_bar(files: usize) -> indicatif::ProgressBar {
 }
 
 /// Prints the rates per group (the manifest's `group`, else training vs
-/// held-out voices) and over all, and writes `--hyp-out`.
-fn report(a: &Args, items: &[Item], hyps: &[String]) -> Result<ExitCode, String> {
-    if let Some(p) = &a.hyp_out {
-        let mut out = String::new();
-        for (it, h) in items.iter().zip(hyps) {
-            let line = serde_json::json!({"file": it.file, "text": h, "reference": it.text});
-            out.push_str(&line.to_string());
-            out.push('\n');
-        }
-        std::fs::write(p, out).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
+/// held-out voices) and over all, from one count per item.
+fn print_groups(items: &[Item], counts: &[ErrorCounts]) {
     let mut groups: Vec<(String, ErrorCounts, usize)> = Vec::new();
     let mut all = ErrorCounts::default();
-    for (it, h) in items.iter().zip(hyps) {
+    for (it, e) in items.iter().zip(counts) {
         let name = match &it.group {
             Some(g) => g.clone(),
             None if it.held_out_voice => "held-out voice".into(),
@@ -461,10 +489,9 @@ fn report(a: &Args, items: &[Item], hyps: &[String]) -> Result<ExitCode, String>
                 groups.len() - 1
             }
         };
-        let (r, h) = (normalize(&it.text), normalize(h));
-        groups[i].1.add(&r, &h);
+        groups[i].1.merge(e);
         groups[i].2 += 1;
-        all.add(&r, &h);
+        all.merge(e);
     }
     for (name, e, files) in &groups {
         println!(
@@ -479,5 +506,29 @@ fn report(a: &Args, items: &[Item], hyps: &[String]) -> Result<ExitCode, String>
         all.cer() * 100.0,
         all.wer() * 100.0
     );
+}
+
+/// Prints the rates per group and over all ([`print_groups`]), and writes
+/// `--hyp-out`.
+fn report(a: &Args, items: &[Item], hyps: &[String]) -> Result<ExitCode, String> {
+    if let Some(p) = &a.hyp_out {
+        let mut out = String::new();
+        for (it, h) in items.iter().zip(hyps) {
+            let line = serde_json::json!({"file": it.file, "text": h, "reference": it.text});
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+        std::fs::write(p, out).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    let counts: Vec<ErrorCounts> = items
+        .iter()
+        .zip(hyps)
+        .map(|(it, h)| {
+            let mut e = ErrorCounts::default();
+            e.add(&normalize(&it.text), &normalize(h));
+            e
+        })
+        .collect();
+    print_groups(items, &counts);
     Ok(ExitCode::SUCCESS)
 }

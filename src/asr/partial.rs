@@ -1,0 +1,157 @@
+//! Partial error rates: how right the text a live user sees is while the
+//! speech goes on, not only once a line is final.
+//!
+//! At each partial update (stream time `t`) the text shown (the final lines
+//! before it, then the partial line) is scored against the reference words
+//! spoken by `t`. A reference has no times, so each reference word takes the
+//! end time of the final word it aligns with (a word-level edit-distance
+//! alignment); a reference word the final text left out takes the time of
+//! the next aligned word (the end of the audio after the last). The rate
+//! counts both errors and lag: a word shown before it was spoken, or not
+//! yet shown after, is an error at that update.
+
+use super::metrics::{normalize, ErrorCounts};
+
+/// The text shown at one moment of the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown {
+    /// Stream time (seconds of audio taken) when it was shown.
+    pub at_s: f64,
+    pub text: String,
+}
+
+/// For each reference word, the time it was spoken by: the end of the final
+/// word it aligns with (`finals`: normalised words and their end times).
+/// Unaligned reference words take the next aligned time, else `end_s`.
+pub fn reference_times(reference: &[&str], finals: &[(String, f64)], end_s: f64) -> Vec<f64> {
+    let (n, m) = (reference.len(), finals.len());
+    // d[i][j]: edits between the first i reference and j final words
+    let mut d = vec![vec![0usize; m + 1]; n + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    d[0] = (0..=m).collect();
+    for i in 1..=n {
+        for j in 1..=m {
+            let sub = d[i - 1][j - 1] + usize::from(reference[i - 1] != finals[j - 1].0);
+            d[i][j] = sub.min(d[i - 1][j] + 1).min(d[i][j - 1] + 1);
+        }
+    }
+    let mut times: Vec<Option<f64>> = vec![None; n];
+    let (mut i, mut j) = (n, m);
+    while i > 0 && j > 0 {
+        let sub = d[i - 1][j - 1] + usize::from(reference[i - 1] != finals[j - 1].0);
+        if d[i][j] == sub {
+            times[i - 1] = Some(finals[j - 1].1);
+            i -= 1;
+            j -= 1;
+        } else if d[i][j] == d[i - 1][j] + 1 {
+            i -= 1;
+        } else {
+            j -= 1;
+        }
+    }
+    let mut next = end_s;
+    let mut out = vec![0.0; n];
+    for k in (0..n).rev() {
+        if let Some(t) = times[k] {
+            next = t.min(next);
+        }
+        out[k] = times[k].unwrap_or(next);
+    }
+    out
+}
+
+/// The errors of every shown text against the reference words spoken by
+/// its time (`finals` as for [`reference_times`], raw text: normalised here).
+pub fn partial_counts(
+    reference: &str,
+    finals: &[(String, f64)],
+    shown: &[Shown],
+    end_s: f64,
+) -> ErrorCounts {
+    let reference = normalize(reference);
+    let words: Vec<&str> = reference.split_whitespace().collect();
+    let finals: Vec<(String, f64)> = finals
+        .iter()
+        .flat_map(|(w, t)| {
+            normalize(w)
+                .split_whitespace()
+                .map(|p| (p.to_string(), *t))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let times = reference_times(&words, &finals, end_s);
+    let mut counts = ErrorCounts::default();
+    for s in shown {
+        let spoken = times.iter().take_while(|&&t| t <= s.at_s).count();
+        counts.add(&words[..spoken].join(" "), &normalize(&s.text));
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timed(words: &[(&str, f64)]) -> Vec<(String, f64)> {
+        words.iter().map(|(w, t)| (w.to_string(), *t)).collect()
+    }
+
+    #[test]
+    fn reference_words_take_the_times_of_the_words_they_align_with() {
+        let finals = timed(&[("the", 0.5), ("cat", 1.0), ("sat", 1.5), ("down", 2.0)]);
+        // "black" left out: the next aligned word's time; "now" after the
+        // last: the end of the audio; "sad" for "sat": a substitution aligns
+        let r = ["the", "black", "cat", "sad", "down", "now"];
+        assert_eq!(
+            reference_times(&r, &finals, 3.0),
+            vec![0.5, 1.0, 1.0, 1.5, 2.0, 3.0]
+        );
+        assert_eq!(reference_times(&[], &finals, 3.0), Vec::<f64>::new());
+        assert_eq!(reference_times(&["a"], &[], 3.0), vec![3.0]);
+    }
+
+    #[test]
+    fn a_shown_text_is_scored_against_what_was_spoken_by_then() {
+        let finals = timed(&[("The", 0.5), ("cat", 1.0), ("sat.", 1.5)]);
+        let shown = |at_s: f64, text: &str| Shown {
+            at_s,
+            text: text.into(),
+        };
+        // right at each moment: no error
+        let c = partial_counts(
+            "the cat sat",
+            &finals,
+            &[shown(0.6, "The"), shown(1.2, "the cat")],
+            2.0,
+        );
+        assert_eq!((c.word_edits, c.words), (0, 3));
+        // a word guessed before it was said, and one shown late
+        let c = partial_counts(
+            "the cat sat",
+            &finals,
+            &[shown(0.6, "the cat"), shown(1.6, "the cat")],
+            2.0,
+        );
+        assert_eq!((c.word_edits, c.words), (2, 4));
+        // nothing spoken yet and nothing shown
+        let c = partial_counts("the cat sat", &finals, &[shown(0.1, "")], 2.0);
+        assert_eq!((c.word_edits, c.words), (0, 0));
+    }
+
+    #[test]
+    fn hyphenated_finals_time_each_of_their_words() {
+        let finals = timed(&[("ill-disposed", 1.0), ("man.", 2.0)]);
+        let c = partial_counts(
+            "ill disposed man",
+            &finals,
+            &[Shown {
+                at_s: 1.0,
+                text: "Ill-disposed".into(),
+            }],
+            2.5,
+        );
+        assert_eq!((c.word_edits, c.words), (0, 2));
+    }
+}
