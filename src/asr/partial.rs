@@ -20,29 +20,29 @@ pub struct Shown {
     pub text: String,
 }
 
-/// For each reference word, the time it was spoken by: the end of the final
-/// word it aligns with (`finals`: normalised words and their end times).
-/// Unaligned reference words take the next aligned time, else `end_s`.
-pub fn reference_times(reference: &[&str], finals: &[(String, f64)], end_s: f64) -> Vec<f64> {
-    let (n, m) = (reference.len(), finals.len());
-    // d[i][j]: edits between the first i reference and j final words
+/// A word-level edit alignment (the fewest edits): for each item of `a`,
+/// the item of `b` it is kept or substituted with.
+pub fn align<T: PartialEq>(a: &[T], b: &[T]) -> Vec<Option<usize>> {
+    let (n, m) = (a.len(), b.len());
+    // d[i][j]: edits between the first i items of a and j of b
     let mut d = vec![vec![0usize; m + 1]; n + 1];
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
     d[0] = (0..=m).collect();
+    let cost = |i: usize, j: usize| usize::from(a[i] != b[j]);
     for i in 1..=n {
         for j in 1..=m {
-            let sub = d[i - 1][j - 1] + usize::from(reference[i - 1] != finals[j - 1].0);
-            d[i][j] = sub.min(d[i - 1][j] + 1).min(d[i][j - 1] + 1);
+            d[i][j] = (d[i - 1][j - 1] + cost(i - 1, j - 1))
+                .min(d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1);
         }
     }
-    let mut times: Vec<Option<f64>> = vec![None; n];
+    let mut out = vec![None; n];
     let (mut i, mut j) = (n, m);
     while i > 0 && j > 0 {
-        let sub = d[i - 1][j - 1] + usize::from(reference[i - 1] != finals[j - 1].0);
-        if d[i][j] == sub {
-            times[i - 1] = Some(finals[j - 1].1);
+        if d[i][j] == d[i - 1][j - 1] + cost(i - 1, j - 1) {
+            out[i - 1] = Some(j - 1);
             i -= 1;
             j -= 1;
         } else if d[i][j] == d[i - 1][j] + 1 {
@@ -51,13 +51,22 @@ pub fn reference_times(reference: &[&str], finals: &[(String, f64)], end_s: f64)
             j -= 1;
         }
     }
+    out
+}
+
+/// For each reference word, the time it was spoken by: the end of the final
+/// word it aligns with (`finals`: normalised words and their end times).
+/// Unaligned reference words take the next aligned time, else `end_s`.
+pub fn reference_times(reference: &[&str], finals: &[(String, f64)], end_s: f64) -> Vec<f64> {
+    let words: Vec<&str> = finals.iter().map(|(w, _)| w.as_str()).collect();
+    let at = align(reference, &words);
     let mut next = end_s;
-    let mut out = vec![0.0; n];
-    for k in (0..n).rev() {
-        if let Some(t) = times[k] {
-            next = t.min(next);
+    let mut out = vec![0.0; reference.len()];
+    for k in (0..reference.len()).rev() {
+        if let Some(j) = at[k] {
+            next = finals[j].1.min(next);
         }
-        out[k] = times[k].unwrap_or(next);
+        out[k] = at[k].map_or(next, |j| finals[j].1);
     }
     out
 }
@@ -96,6 +105,15 @@ mod tests {
 
     fn timed(words: &[(&str, f64)]) -> Vec<(String, f64)> {
         words.iter().map(|(w, t)| (w.to_string(), *t)).collect()
+    }
+
+    #[test]
+    fn an_alignment_pairs_kept_and_substituted_words() {
+        let a = ["the", "black", "cat", "sad"];
+        let b = ["the", "cat", "sat"];
+        assert_eq!(align(&a, &b), vec![Some(0), None, Some(1), Some(2)]);
+        assert_eq!(align::<&str>(&[], &b), Vec::<Option<usize>>::new());
+        assert_eq!(align(&a, &[]), vec![None; 4]);
     }
 
     #[test]
