@@ -163,6 +163,20 @@ def features(wav, lens, filters, padding="zeros"):
     return mel * (frames < (lens // 160)[:, None, None])
 
 
+def fixed_tail(s_out, p_out, lens, span, rng):
+    """`s_out` [B, frames, d] past each row's cut replaced by `p_out`
+    [1, frames, d] (the student's output for an all-padding window): what a
+    streamed encoder can give the decoder, its frames so far and a tail it
+    caches. The cut is the audio's last encoder frame less 0..span frames
+    (the chunk and look-ahead a live stream has not computed yet)."""
+    frames = s_out.shape[1]
+    content = (lens + 319) // 320
+    back = torch.tensor([rng.randint(0, span) for _ in range(len(lens))], device=lens.device)
+    cut = (content - back).clamp(min=1)
+    keep = torch.arange(frames, device=s_out.device)[None, :] < cut[:, None]
+    return torch.where(keep[..., None], s_out, p_out.to(s_out.dtype).expand_as(s_out))
+
+
 def loss_fn(s_out, s_hid, t_out, t_hid):
     main = ((s_out - t_out) ** 2).mean() / t_out.var()
     aux = sum(((s - t) ** 2).mean() / t.var() for s, t in zip(s_hid, t_hid)) / len(t_hid)
@@ -202,6 +216,10 @@ def main():
     ap.add_argument("--train-cross", action="store_true",
                     help="with --decoder: the student's decoder copy learns its cross-attention (saved beside "
                          "the encoder, as student-cross.safetensors)")
+    ap.add_argument("--tail", action="store_true",
+                    help="with --decoder: the decoder reads the student's frames up to a cut in the audio's "
+                         "last chunk and look-ahead, then the student's output for an all-padding window "
+                         "(a tail a streamed encoder can cache; see fixed_tail)")
     args = ap.parse_args()
     from safetensors.torch import load_file, save_file
 
@@ -252,6 +270,8 @@ def main():
         log(f"decoder: {len(pack['vocab'])} tokens, KL weight {args.kl_weight}")
     if args.train_cross and dec is None:
         sys.exit("--train-cross needs --decoder")
+    if args.tail and dec is None:
+        sys.exit("--tail needs --decoder")
     # the decoder the student's output is read by: the teacher's own, or a
     # copy whose cross-attention follows the student
     sdec = copy.deepcopy(dec) if args.train_cross else dec
@@ -284,6 +304,8 @@ def main():
     if os.path.exists(ckpt) and "opt" in ck:
         opt.load_state_dict(ck["opt"])
     filters = mel_filters(cfg["num_mel_bins"]).to(device)
+    pad_mel = features(torch.zeros(1, WINDOW, device=device), torch.zeros(1, dtype=torch.long, device=device),
+                       filters, args.padding)
     gen = torch.Generator(device=device)
     gen.manual_seed(args.seed + state["step"])
     rng = random.Random(args.seed * 7 + 11 + state["step"])
@@ -334,7 +356,11 @@ def main():
                 t_logits = dec(tok, t_out)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             s_out, s_hid = student(mel, ctx)
-            s_logits = sdec(tok, s_out) if dec is not None else None
+            s_in = s_out
+            if args.tail:
+                p_out, _ = student(pad_mel, ctx)
+                s_in = fixed_tail(s_out, p_out, lens, ctx[0] + ctx[2], rng)
+            s_logits = sdec(tok, s_in) if dec is not None else None
         loss, main_l = loss_fn(s_out.float(), [h.float() for h in s_hid], t_out, t_hid)
         if dec is not None:
             kl_l = kl(t_logits, s_logits, tmask)
