@@ -95,10 +95,11 @@ class Mixture:
         return ds, rng.randrange(len(ds))
 
 
-def batch(ds, b, gen, rng, device, augment_on=True):
+def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0):
     """b windows of 30 s: 1-3 utterances each (of `ds`, an AudioSet or a
-    Mixture), random lead and gaps, augmented. Returns the audio [b, 480000],
-    each window's length and its sentences."""
+    Mixture), random lead and gaps (each, with probability `long_gaps`, a
+    pause of 2-8 s instead of 0.1-1 s), augmented. Returns the audio
+    [b, 480000], each window's length and its sentences."""
     mix = ds if isinstance(ds, Mixture) else Mixture([(ds, 1.0)])
     out = torch.zeros(b, WINDOW, device=device)
     lens = torch.zeros(b, dtype=torch.long, device=device)
@@ -113,7 +114,8 @@ def batch(ds, b, gen, rng, device, augment_on=True):
                 break
             o = int(src.meta[i]["off"])
             out[r, pos:pos + n] = src.audio[o:o + n].float() / 32768.0
-            pos += n + rng.randint(1600, 16000)
+            long = long_gaps > 0 and rng.random() < long_gaps
+            pos += n + (rng.randint(32000, 128000) if long else rng.randint(1600, 16000))
             said.append(src.texts[i])
         lens[r] = min(pos, WINDOW)
         texts.append(said)
@@ -220,6 +222,8 @@ def main():
                     help="with --decoder: the decoder reads the student's frames up to a cut in the audio's "
                          "last chunk and look-ahead, then the student's output for an all-padding window "
                          "(a tail a streamed encoder can cache; see fixed_tail)")
+    ap.add_argument("--long-gaps", type=float, default=0.0,
+                    help="share of the gaps between a window's utterances that are pauses of 2-8 s")
     args = ap.parse_args()
     from safetensors.torch import load_file, save_file
 
@@ -348,7 +352,7 @@ def main():
         ctx = rng.choice(contexts)
         ctx = (ctx[0], LEFT, ctx[1])
         with torch.no_grad():
-            wav, lens, texts = batch(train, args.batch, gen, rng, device)
+            wav, lens, texts = batch(train, args.batch, gen, rng, device, long_gaps=args.long_gaps)
             mel = features(wav, lens, filters, args.padding)
             t_out, t_hid = teacher(mel)
             if dec is not None:
