@@ -130,46 +130,42 @@ mod tests {
         assert_eq!(reference_times(&["a"], &[], 3.0), vec![3.0]);
     }
 
-    #[test]
-    fn a_shown_text_is_scored_against_what_was_spoken_by_then() {
-        let finals = timed(&[("The", 0.5), ("cat", 1.0), ("sat.", 1.5)]);
-        let shown = |at_s: f64, text: &str| Shown {
+    fn shown(at_s: f64, text: &str) -> Shown {
+        Shown {
             at_s,
             text: text.into(),
-        };
+        }
+    }
+
+    /// Word edits and reference words of `shown` against `reference`.
+    fn rate(
+        reference: &str,
+        finals: &[(&str, f64)],
+        shown: &[Shown],
+        end_s: f64,
+    ) -> (usize, usize) {
+        let c = partial_counts(reference, &timed(finals), shown, end_s);
+        (c.word_edits, c.words)
+    }
+
+    #[test]
+    fn a_shown_text_is_scored_against_what_was_spoken_by_then() {
+        let finals = [("The", 0.5), ("cat", 1.0), ("sat.", 1.5)];
+        let said = "the cat sat";
         // right at each moment: no error
-        let c = partial_counts(
-            "the cat sat",
-            &finals,
-            &[shown(0.6, "The"), shown(1.2, "the cat")],
-            2.0,
-        );
-        assert_eq!((c.word_edits, c.words), (0, 3));
+        let on_time = [shown(0.6, "The"), shown(1.2, "the cat")];
+        assert_eq!(rate(said, &finals, &on_time, 2.0), (0, 3));
         // a word guessed before it was said, and one shown late
-        let c = partial_counts(
-            "the cat sat",
-            &finals,
-            &[shown(0.6, "the cat"), shown(1.6, "the cat")],
-            2.0,
-        );
-        assert_eq!((c.word_edits, c.words), (2, 4));
+        let off = [shown(0.6, "the cat"), shown(1.6, "the cat")];
+        assert_eq!(rate(said, &finals, &off, 2.0), (2, 4));
         // nothing spoken yet and nothing shown
-        let c = partial_counts("the cat sat", &finals, &[shown(0.1, "")], 2.0);
-        assert_eq!((c.word_edits, c.words), (0, 0));
+        assert_eq!(rate(said, &finals, &[shown(0.1, "")], 2.0), (0, 0));
     }
 
     #[test]
     fn hyphenated_finals_time_each_of_their_words() {
-        let finals = timed(&[("ill-disposed", 1.0), ("man.", 2.0)]);
-        let c = partial_counts(
-            "ill disposed man",
-            &finals,
-            &[Shown {
-                at_s: 1.0,
-                text: "Ill-disposed".into(),
-            }],
-            2.5,
-        );
-        assert_eq!((c.word_edits, c.words), (0, 2));
+        let finals = [("ill-disposed", 1.0), ("man.", 2.0)];
+        let at_one = [shown(1.0, "Ill-disposed")];
+        assert_eq!(rate("ill disposed man", &finals, &at_one, 2.5), (0, 2));
     }
 }
