@@ -187,7 +187,7 @@ def loss_fn(s_out, s_hid, t_out, t_hid):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--teacher", required=True, help="dir: encoder.safetensors + config.json")
+    ap.add_argument("--teacher", required=True, help="dir: config.json + encoder*.safetensors (folder.py teacher)")
     ap.add_argument("--text", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
@@ -252,11 +252,14 @@ def main():
         train = Mixture([(train, rest)] + sets)
 
     cfg = json.load(open(os.path.join(args.teacher, "config.json")))
-    w = load_file(os.path.join(args.teacher, "encoder.safetensors"))
+    import glob
+    w = {}
+    # encoder.safetensors (tiny's teacher) or folder.py's encoder-N pieces
+    for f in sorted(glob.glob(os.path.join(args.teacher, "encoder*.safetensors"))):
+        w.update(load_file(f))
     teacher = Encoder(cfg).load(w).to(device).eval()
     student = Encoder(cfg).load(w).to(device)
     if args.init:
-        import glob
         init = {}
         for f in sorted(glob.glob(os.path.join(args.init, "student-*.safetensors"))):
             init.update(load_file(f))
@@ -385,15 +388,16 @@ def main():
                 "cross": sdec.state_dict() if args.train_cross else None}, ckpt)
     if args.lora:
         lora.merge(student)
-    names = student.names()
-    items = sorted(names.items())
-    half = [dict(), dict()]
-    size = 0
-    for k, v in items:
+    # pieces of at most 15 MB: $OUT gives back files of 16 MiB at most
+    shards, size = [{}], 0
+    for k, v in sorted(student.names().items()):
         t = v.detach().to(torch.float16).cpu().contiguous()
-        half[0 if size < 8.3e6 else 1][k] = t
+        if shards[-1] and size + t.numel() * 2 > 15e6:
+            shards.append({})
+            size = 0
+        shards[-1][k] = t
         size += t.numel() * 2
-    for i, h in enumerate(half):
+    for i, h in enumerate(shards):
         save_file(h, os.path.join(args.out, f"student-{i}.safetensors"))
     if args.train_cross:
         save_file({k: v.detach().to(torch.float16).cpu().contiguous() for k, v in sdec.cross_names().items()},

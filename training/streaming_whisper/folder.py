@@ -2,7 +2,9 @@
 (standard library + numpy; no torch needed).
 
   python3 folder.py teacher MODEL_DIR OUT_DIR
-      OUT_DIR/encoder.safetensors (the model.encoder.* tensors) + config.json
+      OUT_DIR/encoder-N.safetensors (the model.encoder.* tensors, in pieces of
+      at most 24 MB, so that base's 41 MB reach the GPU machine in two
+      carries) + config.json
   python3 folder.py student MODEL_DIR SHARDS_DIR OUT_DIR CHUNK LEFT RIGHT [PADDING]
       a whole Whisper folder: MODEL_DIR's files with the encoder tensors (and,
       from `distill.py --train-cross`, the decoder's cross-attention) taken
@@ -48,10 +50,26 @@ def write(path, tensors):
             f.write(b)
 
 
-def teacher(model, out):
+def pieces(tensors, limit):
+    """`tensors` (name -> (dtype, shape, bytes)) in name order, cut into dicts
+    of at most `limit` bytes each (a tensor larger than that alone)."""
+    out, size = [{}], 0
+    for k in sorted(tensors):
+        n = len(tensors[k][2])
+        if out[-1] and size + n > limit:
+            out.append({})
+            size = 0
+        out[-1][k] = tensors[k]
+        size += n
+    return out
+
+
+def teacher(model, out, limit=24e6):
     os.makedirs(out, exist_ok=True)
     t = read(os.path.join(model, "model.safetensors"))
-    write(os.path.join(out, "encoder.safetensors"), {k: v for k, v in t.items() if k.startswith("model.encoder.")})
+    enc = {k: v for k, v in t.items() if k.startswith("model.encoder.")}
+    for i, part in enumerate(pieces(enc, limit)):
+        write(os.path.join(out, f"encoder-{i}.safetensors"), part)
     shutil.copy(os.path.join(model, "config.json"), out)
 
 

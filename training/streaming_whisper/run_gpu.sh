@@ -5,6 +5,8 @@
 # (64 MiB with the tree):
 #   call 1, carry [".deb", ".cache/distill/teacher"]:
 #       bash training/streaming_whisper/run_gpu.sh prepare [distill.py args...]
+#   (another teacher: TEACHER=DIR, each call carrying some of DIR's files,
+#   config.json in the first)
 #   (to distil through the decoder too) carry [".cache/distill_dec"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
 #   (natural and real speech, natural_tts.py pack / real_segments.py) carry
@@ -25,7 +27,11 @@ if [ -d .deb ]; then
 fi
 L=$W/es/usr/lib/x86_64-linux-gnu
 export ESPEAK_LD_PATH=$L:$W/es/lib/x86_64-linux-gnu:$L/pulseaudio ESPEAK_LIB=$L/libespeak-ng.so.1 ESPEAK_DATA=$L PYTHONUNBUFFERED=1
-[ -d .cache/distill/teacher ] && cp -r .cache/distill/teacher $W/
+# the teacher's folder (folder.py teacher; TEACHER, tiny.en's by default):
+# its files accumulate in $W/teacher, so a teacher too big for one carry
+# (base) comes in pieces, each call carrying some of its files
+T=${TEACHER:-.cache/distill/teacher}
+[ -d $T ] && mkdir -p $W/teacher && cp $T/* $W/teacher/
 # decoder_pack.py's output (33 + 4 MB): a call of its own when the carry is short
 [ -d .cache/distill_dec ] && cp -r .cache/distill_dec $W/dec
 # Opus parts decoded into AudioSets (natural_tts.py unpack: numpy and the
@@ -39,7 +45,7 @@ for set in tts:natural real:real; do
     python3 training/streaming_whisper/natural_tts.py unpack $W/carry_${set%%:*} $W ${set#*:}
   fi
 done
-[ -f $W/teacher/encoder.safetensors ] || { echo "no teacher in $W: the machine is a fresh one, start over with call 1"; exit 3; }
+ls $W/teacher/encoder*.safetensors >/dev/null 2>&1 || { echo "no teacher in $W: the machine is a fresh one, start over with call 1"; exit 3; }
 [ -f $W/text/train.txt ] || python3 training/text_prep.py $W/es/usr/share/games/fortunes $W/text
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader; nproc
 D=$1; shift
