@@ -140,3 +140,128 @@ fn a_whole_window_checkpoint_cannot_stream() {
     let e = streaming::encoder(&m.config, &m.f32_weights).err().unwrap();
     assert!(e.to_string().contains("pulsed_encoder_context"), "{e}");
 }
+
+fn clip() -> Vec<f32> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/whisper/librivox_dev00.wav");
+    pulsed::audio::load_wav(&p, 16_000).unwrap().samples
+}
+
+/// The features a live stream gives `audio`: the whole recording's floored
+/// log10 mel frames (160 zero samples appended, the last frame dropped),
+/// each clamped at the running maximum less 8, then `(x + 4) / 4`;
+/// `[frames, n_mels]`.
+fn running_max_features(audio: &[f32], n_mels: usize) -> Vec<f32> {
+    let mut padded = audio.to_vec();
+    padded.extend_from_slice(&[0.0; 160]);
+    let mut r = Runner::new(graphs::log_mel_frames(n_mels).unwrap()).unwrap();
+    r.step(&[&Tensor::from_slice(&padded)]).unwrap();
+    let frames = audio.len() / 160 + 1;
+    let mut max = f32::NEG_INFINITY;
+    let mut out = Vec::new();
+    for row in r.output(0).to_f32_vec().chunks_exact(n_mels).take(frames) {
+        max = row.iter().copied().fold(max, f32::max);
+        out.extend(row.iter().map(|&x| (x.max(max - 8.0) + 4.0) / 4.0));
+    }
+    assert_eq!(out.len(), frames * n_mels);
+    out
+}
+
+fn stream_graph(m: &WhisperModel, x: Vec<f32>) -> Vec<f32> {
+    let n_mels = m.config.num_mel_bins;
+    let mut g = Runner::new(streaming::encoder(&m.config, &m.f32_weights).unwrap()).unwrap();
+    g.step(&[&Tensor::from_vec(vec![x.len() / n_mels, n_mels], x).unwrap()])
+        .unwrap();
+    g.output(0).to_f32_vec()
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    let d = max_diff(got, want);
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    assert!(d < 1e-4 * scale, "{what}: {d} (values up to {scale})");
+}
+
+/// The live path's streamed encoder: while audio comes, the frames it has
+/// given are the stream graph's over the running-maximum features; at the
+/// end, the window encoder's over those features padded with zeros; after
+/// its frames, the decoder reads the encoder's output for a window of
+/// padding alone.
+#[test]
+fn encoder_stream_gives_the_stream_graphs_frames_then_a_fixed_tail() {
+    use pulsed::whisper::decode::WindowPadding;
+    use pulsed::whisper::encoder_stream::EncoderStream;
+    let m = model(EncoderContext {
+        chunk: 16,
+        left: 1500,
+        right: 8,
+        right_all_layers: false,
+    });
+    let (n_mels, d) = (m.config.num_mel_bins, m.config.d_model);
+    let audio = clip();
+    let x = running_max_features(&audio, n_mels);
+    let content = x.len() / n_mels;
+    let mut s = EncoderStream::new(&m, WindowPadding::Zeros).unwrap();
+    for piece in audio.chunks(7_777) {
+        s.push(piece).unwrap();
+    }
+    let n = s.frames();
+    // the last chunk waits for its look-ahead
+    assert!(n > 0 && n + 16 <= content / 2, "{n} of {content} / 2");
+    let open = stream_graph(&m, x.clone());
+    let w = s.window();
+    assert_close(&w[..n * d], &open[..n * d], "frames while streaming");
+
+    let mut padded = x;
+    padded.resize(3000 * n_mels, 0.0);
+    let at_end = stream_graph(&m, padded);
+    let tail = stream_graph(&m, vec![0.0; 3000 * n_mels]);
+    assert_close(&w[n * d..], &tail[n * d..], "the tail after them");
+    s.finish().unwrap();
+    let last = content.div_ceil(2);
+    assert_eq!(s.frames(), last);
+    let w = s.window();
+    assert_close(&w[..last * d], &at_end[..last * d], "frames at the end");
+    assert_close(&w[last * d..], &tail[last * d..], "the tail at the end");
+    assert!(
+        s.push(&audio[..160]).is_err(),
+        "a finished stream takes nothing"
+    );
+    s.reset();
+    s.push(&audio).unwrap();
+    assert_eq!(s.frames(), n);
+}
+
+/// A backend fed a streamed encoder's frames decodes as one fed the
+/// window those frames came from.
+#[test]
+fn encoder_frames_decode_as_their_window() {
+    use pulsed::whisper::{CpuWhisper, WhisperBackend};
+    let m = model(EncoderContext {
+        chunk: 16,
+        left: 1500,
+        right: 8,
+        right_all_layers: false,
+    });
+    let n_mels = m.config.num_mel_bins;
+    let mut a = CpuWhisper::new(&m).unwrap();
+    let mut window = a.log_mel(&clip()).unwrap();
+    let frames = window.len() / n_mels;
+    let mut padded = vec![0f32; n_mels * 3000];
+    for k in 0..n_mels {
+        padded[k * 3000..k * 3000 + frames].copy_from_slice(&window[k * frames..(k + 1) * frames]);
+    }
+    window = padded;
+    a.encode(&[&window]).unwrap();
+    let enc = a.encoder_output().to_f32_vec();
+    let mut b = CpuWhisper::new(&m).unwrap();
+    b.encode_frames(&[&enc]).unwrap();
+    let tokens = [50257u32, 50362, 440, 1110];
+    let (mut la, mut lb) = (Vec::new(), Vec::new());
+    for (net, logits) in [(&mut a, &mut la), (&mut b, &mut lb)] {
+        net.start(&[0]).unwrap();
+        net.feed(&tokens, tokens.len(), &[1, 3], logits).unwrap();
+    }
+    assert_close(&lb, &la, "logits");
+    let e = b.encode_frames(&[&enc[1..]]).unwrap_err();
+    assert!(e.to_string().contains("1500 x 384"), "{e}");
+}

@@ -37,6 +37,10 @@ pub struct Args {
     /// committed.
     #[arg(long)]
     live: bool,
+    /// With --live and a chunked (streaming) checkpoint: re-encode the
+    /// whole buffer at every decoding instead of streaming the encoder.
+    #[arg(long, requires = "live")]
+    window_encoder: bool,
     /// Whisper: where the network runs (default auto: a GPU when one is
     /// usable).
     #[arg(long, value_enum)]
@@ -305,6 +309,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
             .device
             .unwrap_or(super::device::Device::Auto)
             .engine_tf32(a.precision, a.tf32)?,
+        stream_encoder: !a.window_encoder,
         ..WhisperLiveOptions::default()
     };
     if let Some(b) = a.beam {
@@ -315,11 +320,12 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     }
     opts.decode.padding = a.whisper.padding.map(Into::into);
     eprintln!(
-        "pulsed: live whisper {} on {}, step {} s, beam {}",
+        "pulsed: live whisper {} on {}, step {} s, beam {}, {}",
         model.dir.display(),
         super::device::describe(&opts.engine),
         opts.step_s,
-        opts.decode.beam_size
+        opts.decode.beam_size,
+        encoder_mode(&model, &opts)
     );
     let t0 = std::time::Instant::now();
     let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
@@ -386,6 +392,21 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     print_groups(items, &partial);
     println!("final lines:");
     report(a, items, &hyps)
+}
+
+/// How the live path runs `model`'s encoder under `opts`.
+pub(super) fn encoder_mode(
+    model: &pulsed::whisper::WhisperModel,
+    opts: &pulsed::live::WhisperLiveOptions,
+) -> &'static str {
+    match (&model.config.encoder_context, opts.stream_encoder) {
+        (None, _) => "the window encoder",
+        (Some(_), false) => "the window encoder (--window-encoder)",
+        (Some(_), true) if pulsed::live::streams_here(model, &opts.engine) => {
+            "the encoder streamed"
+        }
+        (Some(_), true) => "the window encoder (the GPU takes whole windows)",
+    }
 }
 
 /// One file through the live policy.

@@ -64,6 +64,10 @@ pub struct Args {
     /// `transcribe --padding`); default: the checkpoint's, else silence.
     #[arg(long, value_enum)]
     padding: Option<super::whisper::PaddingArg>,
+    /// Whisper with a chunked (streaming) checkpoint: re-encode the whole
+    /// buffer at every decoding instead of streaming the encoder.
+    #[arg(long)]
+    window_encoder: bool,
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: super::device::Device,
@@ -140,6 +144,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         paced: a.input.is_some() && !a.realtime,
         decode,
         engine: a.device.engine_tf32(a.precision, a.tf32)?,
+        stream_encoder: !a.window_encoder,
         ..WhisperLiveOptions::default()
     };
     let live = WhisperLive::open(spec, vad.as_ref(), opts).map_err(|e| e.to_string())?;

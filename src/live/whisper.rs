@@ -8,6 +8,12 @@
 //! speech the buffer is decoded once more and its whole hypothesis becomes
 //! final.
 //!
+//! A checkpoint whose encoder attends in chunks (a streaming student) runs
+//! its encoder streamed on the CPU ([`EncoderStream`]): each decoding
+//! encodes only the audio that came since the last, and the stream starts
+//! again where the buffer is cut (its positions count from the buffer's
+//! start).
+//!
 //! The policy is a plain object fed samples ([`WhisperLive::push`]): the
 //! live thread drives it, and so do `pulsed eval --live` and the tests.
 
@@ -22,6 +28,8 @@ use crate::engine::Engine;
 use crate::vad::{SegmentOptions, Segmenter, Vad, VadSession, CHUNK};
 use crate::whisper::decode::AlignedBackend;
 use crate::whisper::decode::{transcribe, DecodeOptions, InitialPrompt, Network, SAMPLE_RATE};
+use crate::whisper::encoder_stream::{EncoderStream, FirstWindowFrames};
+use crate::whisper::graphs::HOP;
 use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::Result;
 
@@ -30,6 +38,12 @@ use crate::Result;
 const NO_SPEECH_CUTOFF: f64 = 0.9;
 /// Committed words kept for the prompt.
 const HISTORY_WORDS: usize = 100;
+/// The most tokens a streamed partial decoding gives: this many, plus this
+/// many a second of audio heard (speech runs at 3-5 tokens a second).
+const PARTIAL_TOKENS_BASE: usize = 16;
+const PARTIAL_TOKENS_PER_S: f64 = 8.0;
+/// Audio a streamed encoder must have heard before a partial decoding.
+const PARTIAL_MIN_HEARD_S: f64 = 1.0;
 
 /// How the policy steps, cuts and ends utterances.
 #[derive(Debug, Clone)]
@@ -53,6 +67,9 @@ pub struct WhisperLiveOptions {
     pub paced: bool,
     /// Decoding of each buffer (word timestamps are always on).
     pub decode: DecodeOptions,
+    /// A chunked checkpoint streams its encoder (on the CPU); `false`
+    /// re-encodes the whole buffer at every decoding, as for any other.
+    pub stream_encoder: bool,
     /// Where the network runs.
     pub engine: Engine,
 }
@@ -68,6 +85,7 @@ impl Default for WhisperLiveOptions {
             prompt_chars: 200,
             paced: true,
             decode: DecodeOptions::default(),
+            stream_encoder: true,
             engine: Engine::Cpu,
         }
     }
@@ -113,6 +131,8 @@ pub struct WhisperLive {
     history: VecDeque<Word>,
     /// Text of the last partial update (so an unchanged one is not repeated).
     last_partial: String,
+    /// The streamed encoder, and the stream sample its stream starts at.
+    encoder: Option<(EncoderStream, u64)>,
 }
 
 impl WhisperLive {
@@ -141,8 +161,23 @@ impl WhisperLive {
                 o.step_s, o.trim_s, o.max_buffer_s
             )));
         }
+        let net = crate::whisper::network(model, &o.engine)?;
+        let encoder = if o.stream_encoder && streams_here(model, &o.engine) {
+            // a stream holds one window
+            if o.max_buffer_s > 30.0 {
+                return Err(crate::Error::Other(format!(
+                    "live Whisper: a streamed encoder holds 30 s, so the buffer can too (max buffer {} s)",
+                    o.max_buffer_s
+                )));
+            }
+            let padding = o.decode.padding.unwrap_or(net.window_padding());
+            Some((EncoderStream::new(model, padding)?, 0))
+        } else {
+            None
+        };
         Ok(WhisperLive {
-            net: crate::whisper::network(model, &o.engine)?,
+            net,
+            encoder,
             tokenizer: Arc::new(tokenizer),
             gen: Arc::new(gen),
             in_utterance: vad.is_none(),
@@ -168,6 +203,11 @@ impl WhisperLive {
     /// The rate samples are taken at.
     pub fn sample_rate(&self) -> u32 {
         SAMPLE_RATE as u32
+    }
+
+    /// Whether decodings read a streamed encoder's frames.
+    pub fn streams_encoder(&self) -> bool {
+        self.encoder.is_some()
     }
 
     /// Seconds of audio in the rolling buffer.
@@ -243,7 +283,7 @@ impl WhisperLive {
 
     /// Decodes the buffer, commits what two hypotheses agree on, trims.
     fn step(&mut self) -> Result<Option<Update>> {
-        let (hypothesis, segment_ends) = self.decode()?;
+        let (hypothesis, segment_ends) = self.decode(false)?;
         let committed = self.agreement.commit(hypothesis);
         self.keep(committed);
         self.trim(&segment_ends);
@@ -271,7 +311,7 @@ impl WhisperLive {
     /// waiting for the next utterance.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
         if self.since_decode > 0 {
-            let (hypothesis, _) = self.decode()?;
+            let (hypothesis, _) = self.decode(true)?;
             let committed = self.agreement.commit(hypothesis);
             self.keep(committed);
         }
@@ -313,7 +353,7 @@ impl WhisperLive {
     }
 
     /// The buffer's hypothesis (words in stream seconds) and its segments' ends.
-    fn decode(&mut self) -> Result<(Vec<Word>, Vec<f64>)> {
+    fn decode(&mut self, last: bool) -> Result<(Vec<Word>, Vec<f64>)> {
         self.since_decode = 0;
         if self.buffer.is_empty() {
             return Ok((Vec::new(), Vec::new()));
@@ -324,11 +364,35 @@ impl WhisperLive {
         let prompt = prompt_text(&self.history, offset, self.o.prompt_chars);
         opts.initial_prompt = (!prompt.is_empty()).then_some(InitialPrompt::Text(prompt));
         let mut segments = Vec::new();
+        let mut streamed;
+        // a streamed encoder has seen the audio up to its last frame: the
+        // decoder is given that much (after it, the fixed tail)
+        let (network, heard) = match self.streamed_window(last)? {
+            Some((frames, heard)) => {
+                streamed = FirstWindowFrames::new(&mut *self.net, frames);
+                (Network::Aligned(&mut streamed), heard)
+            }
+            None => (Network::Aligned(&mut *self.net), self.buffer.len()),
+        };
+        if heard == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        if self.encoder.is_some() && !last {
+            // past its last frame the decoder reads the fixed tail, where a
+            // decoding may loop: a partial decoding waits for some audio and
+            // is bounded to the tokens that audio can hold
+            if (heard as f64) < PARTIAL_MIN_HEARD_S * SAMPLE_RATE as f64 {
+                return Ok((Vec::new(), Vec::new()));
+            }
+            let most = PARTIAL_TOKENS_BASE
+                + (heard as f64 / SAMPLE_RATE as f64 * PARTIAL_TOKENS_PER_S) as usize;
+            opts.max_new_tokens = Some(opts.max_new_tokens.map_or(most, |m| m.min(most)));
+        }
         transcribe(
-            Network::Aligned(&mut *self.net),
+            network,
             &self.tokenizer,
             &self.gen,
-            &self.buffer,
+            &self.buffer[..heard],
             &opts,
             |s| {
                 segments.push(s);
@@ -359,6 +423,30 @@ impl WhisperLive {
             }));
         }
         Ok((words, ends))
+    }
+
+    /// The streamed encoder's window over the buffer (its stream started
+    /// again if the buffer's start moved) and the buffer samples its frames
+    /// cover; `None` without one. `last`: the utterance ends here, so its
+    /// last frames are computed (the stream then starts again at the next
+    /// decoding).
+    fn streamed_window(&mut self, last: bool) -> Result<Option<(Vec<f32>, usize)>> {
+        let Some((stream, start)) = &mut self.encoder else {
+            return Ok(None);
+        };
+        if *start != self.buffer_start || stream.samples() > self.buffer.len() {
+            stream.reset();
+            *start = self.buffer_start;
+        }
+        stream.push(&self.buffer[stream.samples()..])?;
+        if !last {
+            let heard = (stream.frames() * 2 * HOP).min(self.buffer.len());
+            return Ok(Some((stream.window(), heard)));
+        }
+        stream.finish()?;
+        let window = stream.window();
+        stream.reset();
+        Ok(Some((window, self.buffer.len())))
     }
 
     /// Cuts the buffer once it is longer than `trim_s` (see [`cut_point`]).
@@ -393,6 +481,12 @@ impl WhisperLive {
         self.agreement
             .forget_before(self.buffer_start as f64 / SAMPLE_RATE as f64);
     }
+}
+
+/// Whether `model` streams its encoder on `engine`: a chunked encoder, on
+/// the CPU (the GPU backend takes whole windows only).
+pub fn streams_here(model: &WhisperModel, engine: &Engine) -> bool {
+    model.config.encoder_context.is_some() && matches!(engine, Engine::Cpu)
 }
 
 impl super::LiveEngine for WhisperLive {

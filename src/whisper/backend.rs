@@ -55,6 +55,16 @@ pub trait WhisperBackend {
     /// the windows of any earlier call.
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()>;
 
+    /// As [`WhisperBackend::encode`], from encoder frames computed elsewhere
+    /// (a streamed encoder's): each entry `[1500, d]` row-major, of which
+    /// only the decoder's cross-attention keys and values are computed. A
+    /// backend that encodes whole windows only says so
+    /// ([`super::WhisperError::NoFrameInput`]).
+    fn encode_frames(&mut self, frames: &[&[f32]]) -> Result<()> {
+        let _ = frames;
+        Err(crate::Error::Whisper(super::WhisperError::NoFrameInput))
+    }
+
     /// Makes room for `sequences` decoded at once (the rows of a batch of
     /// beams), before [`WhisperBackend::start`]: a backend whose cache has a
     /// fixed size may make a new one, losing what the old one held.

@@ -70,6 +70,7 @@ impl WhisperModel {
 /// The encoder, prompt and step graphs, each in one CPU runner.
 pub struct CpuRunners {
     encoder: Runner,
+    cross: Runner,
     prompt: Runner,
     step: Runner,
 }
@@ -77,6 +78,10 @@ pub struct CpuRunners {
 impl NetRunners for CpuRunners {
     fn encoder(&mut self, _windows: usize) -> Result<&mut dyn StepRunner> {
         Ok(&mut self.encoder)
+    }
+
+    fn cross(&mut self, _windows: usize) -> Result<&mut dyn StepRunner> {
+        Ok(&mut self.cross)
     }
 
     fn decoder(&mut self, shape: DecoderShape, _s: usize) -> Result<&mut dyn StepRunner> {
@@ -105,6 +110,7 @@ impl WhisperNet<CpuRunners> {
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
         let runners = CpuRunners {
             encoder: Runner::new(graphs::encoder(cfg, w)?)?,
+            cross: Runner::new(graphs::cross_kv(cfg, w)?)?,
             prompt: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
             step: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
         };

@@ -67,6 +67,11 @@ pub enum WhisperError {
          (its config.json has no `pulsed_encoder_context`)"
     )]
     NotStreaming,
+    #[error(
+        "this backend encodes whole windows only: it cannot take a streamed \
+         encoder's frames"
+    )]
+    NoFrameInput,
 }
 
 /// Why the text of a `config.json` cannot give the network's sizes; each

@@ -158,7 +158,22 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
     )?;
     let x = n.b.op("model.encoder.positions", Binary::Add, &[x, pos])?;
     let enc = n.encoder_blocks(x, cfg, Some(cfg.max_source_positions))?;
-    let mut outputs = vec![("encoder".to_string(), enc)];
+    let cross = cross_outputs(&mut n, enc, cfg)?;
+    b.output("encoder", enc);
+    for (name, o) in cross {
+        b.output(&name, o);
+    }
+    b.build()
+}
+
+/// Every decoder layer's cross-attention keys and values over `enc`.
+fn cross_outputs(
+    n: &mut Net,
+    enc: OutletId,
+    cfg: &WhisperConfig,
+) -> Result<Vec<(String, OutletId)>> {
+    let d = cfg.d_model;
+    let mut outputs = Vec::new();
     for l in 0..cfg.decoder_layers {
         let p = format!("model.decoder.layers.{l}.encoder_attn");
         let k = n.linear(&format!("{p}.k_proj"), enc, (d, d), false)?;
@@ -166,7 +181,28 @@ pub fn encoder(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
         outputs.push((format!("cross_k.{l}"), k));
         outputs.push((format!("cross_v.{l}"), v));
     }
-    for (name, o) in outputs {
+    Ok(outputs)
+}
+
+/// The cross-attention keys and values over encoder frames computed
+/// elsewhere (a streamed encoder's): input `encoder` `[B, 1500, d]`;
+/// outputs as [`encoder`]'s after its first (`cross_k.L`, `cross_v.L`).
+pub fn cross_kv(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
+    let d = cfg.d_model;
+    let mut b = GraphBuilder::new();
+    let enc = b.input(
+        "encoder",
+        TypedFact::new(
+            DType::F32,
+            [
+                Dim::s(),
+                Dim::n(cfg.max_source_positions as i64),
+                Dim::n(d as i64),
+            ],
+        ),
+    )?;
+    let mut n = Net { b: &mut b, w, d };
+    for (name, o) in cross_outputs(&mut n, enc, cfg)? {
         b.output(&name, o);
     }
     b.build()

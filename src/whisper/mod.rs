@@ -9,6 +9,7 @@ pub mod compare;
 mod config;
 mod cpu;
 pub mod decode;
+pub mod encoder_stream;
 mod error;
 pub mod features;
 pub mod folder;

@@ -22,6 +22,13 @@ use crate::{Error, Result};
 pub trait NetRunners: Send {
     /// The encoder over `windows` windows.
     fn encoder(&mut self, windows: usize) -> Result<&mut dyn StepRunner>;
+    /// The cross-attention keys and values over `windows` windows of
+    /// encoder frames ([`super::graphs::cross_kv`]), where this engine has
+    /// that graph.
+    fn cross(&mut self, windows: usize) -> Result<&mut dyn StepRunner> {
+        let _ = windows;
+        Err(Error::Whisper(super::WhisperError::NoFrameInput))
+    }
     /// A decoder graph: `Prompt` over `s` tokens of one sequence, `Step`
     /// over one token of `s` sequences.
     fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner>;
@@ -183,6 +190,27 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         encoder.step(&[&mel])?;
         for l in 0..self.cfg.decoder_layers {
             let (k, v) = (encoder.output(1 + 2 * l), encoder.output(2 + 2 * l));
+            self.cache.set_cross(l, k, v)?;
+        }
+        Ok(())
+    }
+
+    fn encode_frames(&mut self, frames: &[&[f32]]) -> Result<()> {
+        let (n, d) = (self.cfg.max_source_positions, self.cfg.d_model);
+        if frames.is_empty() {
+            return Err(internal("no encoder frames".into()));
+        }
+        if let Some(f) = frames.iter().find(|f| f.len() != n * d) {
+            return Err(Error::Input {
+                name: "encoder".into(),
+                reason: format!("a window has {} values, not {n} x {d}", f.len()),
+            });
+        }
+        let enc = Tensor::from_vec(vec![frames.len(), n, d], frames.concat())?;
+        let cross = self.runners.cross(frames.len())?;
+        cross.step(&[&enc])?;
+        for l in 0..self.cfg.decoder_layers {
+            let (k, v) = (cross.output(2 * l), cross.output(1 + 2 * l));
             self.cache.set_cross(l, k, v)?;
         }
         Ok(())

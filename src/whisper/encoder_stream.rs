@@ -1,0 +1,280 @@
+//! A chunked checkpoint's encoder run as the audio arrives, for decoding
+//! before the recording ends (the live path): the features are computed
+//! as samples come, each frame clamped at the running maximum less 8 (the
+//! recording's maximum is not known yet), the pulsed encoder steps one
+//! chunk at a time, and the decoder reads its frames so far followed by a
+//! fixed tail, the encoder's output for a window of padding alone,
+//! computed once. docs/streaming-whisper.md measures what the clamp and the
+//! tail cost against the whole window.
+//!
+//! [`FirstWindowFrames`] hands those frames to decoding: it stands in for
+//! a backend and answers the first window's `encode` with them.
+
+use super::backend::{AlignmentSource, Chosen, WhisperBackend};
+use super::decode::{AlignedBackend, WindowPadding};
+use super::graphs::{self, HOP};
+use super::{streaming, WhisperModel};
+use crate::graph::Runner;
+use crate::ops::top_tokens::RowRules;
+use crate::ops::Tensor;
+use crate::pulse::{pulsify, Chunk, StreamingSession};
+use crate::{Error, Result};
+
+/// The streamed encoder of one chunked checkpoint, over one stream that
+/// starts at [`EncoderStream::reset`] (positions count from there, so a
+/// stream holds at most one window: 30 s).
+pub struct EncoderStream {
+    features: StreamingSession,
+    encoder: StreamingSession,
+    n_mels: usize,
+    d: usize,
+    /// Encoder frames in a window (1500).
+    window: usize,
+    /// The largest floored log10 mel value so far.
+    max: f32,
+    /// Encoder frames so far, `[n, d]` row-major.
+    frames: Vec<f32>,
+    /// The encoder's output for a window of padding alone, `[window, d]`.
+    tail: Vec<f32>,
+    samples: usize,
+    clamped: Vec<f32>,
+    /// The feature padding value (what the tail was computed over).
+    pad: f32,
+    /// The recording ended ([`EncoderStream::finish`]): reset before more.
+    finished: bool,
+}
+
+impl EncoderStream {
+    /// The streamed encoder of `model` (whose `config.json` names its
+    /// chunked context), its tail computed for `padding`.
+    pub fn new(model: &WhisperModel, padding: WindowPadding) -> Result<EncoderStream> {
+        let (cfg, w) = (&model.config, &model.f32_weights);
+        let ctx = streaming::context(cfg)?;
+        let (m, d) = (cfg.num_mel_bins, cfg.d_model);
+        // a chunk of audio a pulse, so that no encoder frame waits for more
+        // audio than its chunk needs
+        let features = pulsify(&graphs::log_mel_frames(m)?, 2 * ctx.chunk * HOP)?;
+        let frames = cfg.window_frames();
+        let pad = vec![padding.value(&[]); frames * m];
+        let mut whole = Runner::new(streaming::encoder(cfg, w)?)?;
+        whole.step(&[&Tensor::from_vec(vec![frames, m], pad)?])?;
+        let tail = whole.output(0).to_f32_vec();
+        let window = tail.len() / d;
+        Ok(EncoderStream {
+            features: StreamingSession::new(features)?,
+            encoder: StreamingSession::new(streaming::pulsed_encoder(cfg, w)?)?,
+            n_mels: m,
+            d,
+            window,
+            max: f32::NEG_INFINITY,
+            frames: Vec::new(),
+            tail,
+            samples: 0,
+            clamped: Vec::new(),
+            pad: padding.value(&[]),
+            finished: false,
+        })
+    }
+
+    /// Starts a new stream (a new window: positions from 0 again).
+    pub fn reset(&mut self) {
+        self.features.reset();
+        self.encoder.reset();
+        self.max = f32::NEG_INFINITY;
+        self.frames.clear();
+        self.samples = 0;
+        self.finished = false;
+    }
+
+    /// Samples taken since the stream started.
+    pub fn samples(&self) -> usize {
+        self.samples
+    }
+
+    /// Encoder frames known so far.
+    pub fn frames(&self) -> usize {
+        self.frames.len() / self.d
+    }
+
+    /// Takes more samples (16 kHz). A stream holds one window: 30 s.
+    pub fn push(&mut self, samples: &[f32]) -> Result<()> {
+        if self.finished {
+            return Err(Error::Other(
+                "streamed encoder: push after finish; reset it first".into(),
+            ));
+        }
+        let most = self.window * 2 * HOP;
+        if self.samples + samples.len() > most {
+            return Err(Error::Input {
+                name: "audio".into(),
+                reason: format!(
+                    "a streamed encoder holds {} s at most (one window); reset it first",
+                    most / 16_000
+                ),
+            });
+        }
+        let mel = self.features.push(samples)?;
+        self.samples += samples.len();
+        self.encode(&mel, usize::MAX)
+    }
+
+    /// Clamps and encodes feature frames (the first `keep` of them).
+    fn encode(&mut self, mel: &[Chunk], keep: usize) -> Result<()> {
+        let (m, max) = (self.n_mels, &mut self.max);
+        self.clamped.clear();
+        for c in mel.iter().filter(|c| (c.start as usize) < keep) {
+            let data = c.data.as_slice::<f32>()?;
+            let rows = (keep - c.start as usize).min(data.len() / m);
+            for row in data[..rows * m].chunks_exact(m) {
+                *max = row.iter().copied().fold(*max, f32::max);
+                let low = *max - 8.0;
+                self.clamped
+                    .extend(row.iter().map(|&x| (x.max(low) + 4.0) * 0.25));
+            }
+        }
+        let out = self.encoder.push(&self.clamped)?;
+        self.keep(&out)
+    }
+
+    fn keep(&mut self, chunks: &[Chunk]) -> Result<()> {
+        for c in chunks.iter().filter(|c| c.output == 0) {
+            if c.start as usize != self.frames() {
+                return Err(Error::Other(format!(
+                    "streamed encoder: frames from {} after {}",
+                    c.start,
+                    self.frames()
+                )));
+            }
+            let room = (self.window - self.frames()) * self.d;
+            let data = c.data.as_slice::<f32>()?;
+            self.frames.extend_from_slice(&data[..data.len().min(room)]);
+        }
+        Ok(())
+    }
+
+    /// The recording ended: its last encoder frames computed as the window
+    /// encoder computes them at a recording's end (the features' last
+    /// frames as the whole recording's, 160 zero samples appended; the
+    /// look-ahead past them reads padding). [`EncoderStream::reset`]
+    /// before the next stream.
+    pub fn finish(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        let content = self.samples / HOP + 1;
+        let mut mel = self.features.push(&[0.0; HOP])?;
+        mel.extend(self.features.finish()?);
+        self.encode(&mel, content)?;
+        let last = content.div_ceil(2).min(self.window);
+        let pulse = self.encoder.pulse() * self.n_mels;
+        let pad = vec![self.pad; pulse];
+        // each pulse brings a chunk, so a window's worth always does
+        for _ in 0..=self.window {
+            if self.frames() >= last {
+                break;
+            }
+            let out = self.encoder.push(&pad)?;
+            self.keep(&out)?;
+        }
+        self.frames.truncate(last * self.d);
+        Ok(())
+    }
+
+    /// What the decoder reads: the frames so far, then the tail from there
+    /// on, `[1500, d]` row-major.
+    pub fn window(&self) -> Vec<f32> {
+        let mut w = self.frames.clone();
+        w.extend_from_slice(&self.tail[self.frames.len()..]);
+        w
+    }
+}
+
+/// A backend whose first `encode` call takes `frames` (a streamed
+/// encoder's [`EncoderStream::window`]) instead of encoding the window it
+/// is given; every other call goes to `inner`. Decoding's first window
+/// starts at the recording's first frame, where the stream starts; a
+/// later window (a recording longer than the first window's segments)
+/// runs the window encoder as before.
+pub struct FirstWindowFrames<'a> {
+    inner: &'a mut dyn AlignedBackend,
+    frames: Option<Vec<f32>>,
+}
+
+impl<'a> FirstWindowFrames<'a> {
+    pub fn new(inner: &'a mut dyn AlignedBackend, frames: Vec<f32>) -> FirstWindowFrames<'a> {
+        FirstWindowFrames {
+            inner,
+            frames: Some(frames),
+        }
+    }
+}
+
+impl WhisperBackend for FirstWindowFrames<'_> {
+    fn n_mels(&self) -> usize {
+        self.inner.n_mels()
+    }
+    fn window_frames(&self) -> usize {
+        self.inner.window_frames()
+    }
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn max_text_positions(&self) -> usize {
+        self.inner.max_text_positions()
+    }
+    fn window_padding(&self) -> WindowPadding {
+        self.inner.window_padding()
+    }
+    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
+        self.inner.log_mel(audio)
+    }
+    fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
+        match self.frames.take() {
+            Some(f) if windows.len() == 1 => self.inner.encode_frames(&[&f]),
+            _ => self.inner.encode(windows),
+        }
+    }
+    fn encode_frames(&mut self, frames: &[&[f32]]) -> Result<()> {
+        self.inner.encode_frames(frames)
+    }
+    fn reserve(&mut self, sequences: usize) -> Result<()> {
+        self.inner.reserve(sequences)
+    }
+    fn start(&mut self, windows: &[usize]) -> Result<()> {
+        self.inner.start(windows)
+    }
+    fn feed(
+        &mut self,
+        tokens: &[u32],
+        n: usize,
+        positions: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.inner.feed(tokens, n, positions, logits)
+    }
+    fn feed_choose(
+        &mut self,
+        tokens: &[u32],
+        rules: &[RowRules],
+        cum: &[f32],
+        masks: &Tensor,
+        k: usize,
+    ) -> Result<Option<Chosen>> {
+        self.inner.feed_choose(tokens, rules, cum, masks, k)
+    }
+    fn reorder(&mut self, src: &[usize]) -> Result<()> {
+        self.inner.reorder(src)
+    }
+}
+
+impl AlignmentSource for FirstWindowFrames<'_> {
+    fn cross_attention(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
+        self.inner.cross_attention(window, tokens, heads)
+    }
+}
