@@ -116,6 +116,49 @@ pub trait WhisperBackend {
     fn reorder(&mut self, src: &[usize]) -> Result<()>;
 }
 
+/// The [`WhisperBackend`] methods a wrapper passes on to the backend in its
+/// field `$field` unchanged (sizes, feature extraction, and the decoder's
+/// cache and steps); the wrapper writes the ones it changes (`encode`,
+/// `encode_frames`, `start`, `feed_choose`) itself.
+macro_rules! forward_backend {
+    ($field:tt) => {
+        fn n_mels(&self) -> usize {
+            self.$field.n_mels()
+        }
+        fn window_frames(&self) -> usize {
+            self.$field.window_frames()
+        }
+        fn vocab_size(&self) -> usize {
+            self.$field.vocab_size()
+        }
+        fn max_text_positions(&self) -> usize {
+            self.$field.max_text_positions()
+        }
+        fn window_padding(&self) -> $crate::whisper::decode::WindowPadding {
+            self.$field.window_padding()
+        }
+        fn log_mel(&mut self, audio: &[f32]) -> $crate::Result<Vec<f32>> {
+            self.$field.log_mel(audio)
+        }
+        fn reserve(&mut self, sequences: usize) -> $crate::Result<()> {
+            self.$field.reserve(sequences)
+        }
+        fn feed(
+            &mut self,
+            tokens: &[u32],
+            n: usize,
+            positions: &[usize],
+            logits: &mut Vec<f32>,
+        ) -> $crate::Result<()> {
+            self.$field.feed(tokens, n, positions, logits)
+        }
+        fn reorder(&mut self, src: &[usize]) -> $crate::Result<()> {
+            self.$field.reorder(src)
+        }
+    };
+}
+pub(crate) use forward_backend;
+
 /// Cross-attention weights for word timestamps.
 pub trait AlignmentSource {
     /// Runs `tokens` (a whole prompt plus text sequence) through the decoder

@@ -10,7 +10,7 @@
 //! [`FirstWindowFrames`] hands those frames to decoding: it stands in for
 //! a backend and answers the first window's `encode` with them.
 
-use super::backend::{AlignmentSource, Chosen, WhisperBackend};
+use super::backend::{forward_backend, AlignmentSource, Chosen, WhisperBackend};
 use super::decode::{AlignedBackend, WindowPadding};
 use super::graphs::{self, HOP};
 use super::{streaming, WhisperModel};
@@ -211,24 +211,8 @@ impl<'a> FirstWindowFrames<'a> {
 }
 
 impl WhisperBackend for FirstWindowFrames<'_> {
-    fn n_mels(&self) -> usize {
-        self.inner.n_mels()
-    }
-    fn window_frames(&self) -> usize {
-        self.inner.window_frames()
-    }
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn max_text_positions(&self) -> usize {
-        self.inner.max_text_positions()
-    }
-    fn window_padding(&self) -> WindowPadding {
-        self.inner.window_padding()
-    }
-    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        self.inner.log_mel(audio)
-    }
+    forward_backend!(inner);
+
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
         match self.frames.take() {
             Some(f) if windows.len() == 1 => self.inner.encode_frames(&[&f]),
@@ -238,20 +222,8 @@ impl WhisperBackend for FirstWindowFrames<'_> {
     fn encode_frames(&mut self, frames: &[&[f32]]) -> Result<()> {
         self.inner.encode_frames(frames)
     }
-    fn reserve(&mut self, sequences: usize) -> Result<()> {
-        self.inner.reserve(sequences)
-    }
     fn start(&mut self, windows: &[usize]) -> Result<()> {
         self.inner.start(windows)
-    }
-    fn feed(
-        &mut self,
-        tokens: &[u32],
-        n: usize,
-        positions: &[usize],
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        self.inner.feed(tokens, n, positions, logits)
     }
     fn feed_choose(
         &mut self,
@@ -262,9 +234,6 @@ impl WhisperBackend for FirstWindowFrames<'_> {
         k: usize,
     ) -> Result<Option<Chosen>> {
         self.inner.feed_choose(tokens, rules, cum, masks, k)
-    }
-    fn reorder(&mut self, src: &[usize]) -> Result<()> {
-        self.inner.reorder(src)
     }
 }
 

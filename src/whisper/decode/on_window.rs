@@ -2,7 +2,8 @@
 //! steps (language probabilities, fallback, alignment) run over any window
 //! of a batch encoded with others.
 
-use super::{Network, WindowPadding};
+use super::Network;
+use crate::whisper::backend::forward_backend;
 use crate::whisper::{AlignmentSource, WhisperBackend, WhisperError};
 use crate::Result;
 
@@ -34,29 +35,7 @@ impl<'b, B: ?Sized> OnWindow<'b, B> {
 }
 
 impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
-    fn n_mels(&self) -> usize {
-        self.inner.n_mels()
-    }
-
-    fn window_frames(&self) -> usize {
-        self.inner.window_frames()
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn max_text_positions(&self) -> usize {
-        self.inner.max_text_positions()
-    }
-
-    fn window_padding(&self) -> WindowPadding {
-        self.inner.window_padding()
-    }
-
-    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        self.inner.log_mel(audio)
-    }
+    forward_backend!(inner);
 
     /// Encoding would replace the batch this view reads.
     fn encode(&mut self, _windows: &[&[f32]]) -> Result<()> {
@@ -67,23 +46,9 @@ impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
         .into())
     }
 
-    fn reserve(&mut self, sequences: usize) -> Result<()> {
-        self.inner.reserve(sequences)
-    }
-
     fn start(&mut self, windows: &[usize]) -> Result<()> {
         let shifted: Vec<usize> = windows.iter().map(|&w| w + self.window).collect();
         self.inner.start(&shifted)
-    }
-
-    fn feed(
-        &mut self,
-        tokens: &[u32],
-        n: usize,
-        positions: &[usize],
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        self.inner.feed(tokens, n, positions, logits)
     }
 
     fn feed_choose(
@@ -95,10 +60,6 @@ impl<B: WhisperBackend + ?Sized> WhisperBackend for OnWindow<'_, B> {
         k: usize,
     ) -> Result<Option<crate::whisper::Chosen>> {
         self.inner.feed_choose(tokens, rules, cum, masks, k)
-    }
-
-    fn reorder(&mut self, src: &[usize]) -> Result<()> {
-        self.inner.reorder(src)
     }
 }
 

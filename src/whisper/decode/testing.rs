@@ -2,6 +2,7 @@
 //! of the window's features and the sequence so far, features from the
 //! samples themselves.
 
+use crate::whisper::backend::forward_backend;
 use crate::whisper::{AlignmentSource, WhisperBackend};
 use crate::Result;
 
@@ -160,41 +161,13 @@ impl AlignmentSource for Scripted {
 pub(crate) struct Choosing<'a, B>(pub &'a mut B, pub usize);
 
 impl<B: WhisperBackend> WhisperBackend for Choosing<'_, B> {
-    fn n_mels(&self) -> usize {
-        self.0.n_mels()
-    }
-    fn window_frames(&self) -> usize {
-        self.0.window_frames()
-    }
-    fn vocab_size(&self) -> usize {
-        self.0.vocab_size()
-    }
-    fn max_text_positions(&self) -> usize {
-        self.0.max_text_positions()
-    }
-    fn window_padding(&self) -> super::WindowPadding {
-        self.0.window_padding()
-    }
-    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        self.0.log_mel(audio)
-    }
+    forward_backend!(0);
+
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
         self.0.encode(windows)
     }
-    fn reserve(&mut self, sequences: usize) -> Result<()> {
-        self.0.reserve(sequences)
-    }
     fn start(&mut self, windows: &[usize]) -> Result<()> {
         self.0.start(windows)
-    }
-    fn feed(
-        &mut self,
-        tokens: &[u32],
-        n: usize,
-        positions: &[usize],
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        self.0.feed(tokens, n, positions, logits)
     }
     fn feed_choose(
         &mut self,
@@ -231,9 +204,6 @@ impl<B: WhisperBackend> WhisperBackend for Choosing<'_, B> {
             no_speech: outs[2].to_f32_vec(),
         };
         Ok(Some(out))
-    }
-    fn reorder(&mut self, src: &[usize]) -> Result<()> {
-        self.0.reorder(src)
     }
 }
 

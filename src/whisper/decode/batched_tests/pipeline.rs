@@ -2,6 +2,7 @@
 //! prompts, times back on the recording, refused options.
 
 use super::*;
+use crate::whisper::backend::forward_backend;
 /// tiny.en's settings, without a file.
 fn english_config(tok: &WhisperTokenizer) -> GenerationConfig {
     GenerationConfig {
@@ -41,33 +42,14 @@ struct Counting {
 }
 
 impl WhisperBackend for Counting {
-    fn n_mels(&self) -> usize {
-        self.inner.n_mels()
-    }
-    fn window_frames(&self) -> usize {
-        self.inner.window_frames()
-    }
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn max_text_positions(&self) -> usize {
-        self.inner.max_text_positions()
-    }
-    fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        self.inner.log_mel(audio)
-    }
+    forward_backend!(inner);
+
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
         self.batches.push(windows.len());
         self.inner.encode(windows)
     }
     fn start(&mut self, windows: &[usize]) -> Result<()> {
         self.inner.start(windows)
-    }
-    fn feed(&mut self, t: &[u32], n: usize, p: &[usize], l: &mut Vec<f32>) -> Result<()> {
-        self.inner.feed(t, n, p, l)
-    }
-    fn reorder(&mut self, src: &[usize]) -> Result<()> {
-        self.inner.reorder(src)
     }
 }
 
