@@ -580,3 +580,58 @@ fn streamed_encoder_runs_captured_on_the_gpu() {
         "captured chunk steps differ from the CPU by {worst}"
     );
 }
+
+/// The live path over a chunked checkpoint on the GPU: the encoder's chunk
+/// step captured there, the cross-attention keys and values of its frames
+/// computed there (`encode_frames`), and the same final text as on the
+/// CPU.
+#[test]
+fn live_streams_a_chunked_encoder_on_the_gpu() {
+    use pulsed::engine::Engine;
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let Some(d) = dev() else { return };
+    let mut m = model();
+    m.config.encoder_context = Some(pulsed::whisper::EncoderContext {
+        chunk: 16,
+        left: 1500,
+        right: 8,
+        right_all_layers: false,
+    });
+    let run = |engine: Engine| {
+        let mut o = WhisperLiveOptions {
+            engine,
+            ..WhisperLiveOptions::default()
+        };
+        o.decode.beam_size = 1;
+        o.decode.temperatures = vec![0.0];
+        let mut live = WhisperLive::new(&m, None, o).unwrap();
+        assert!(live.streams_encoder());
+        let mut updates = Vec::new();
+        for block in clip().chunks(320) {
+            updates.extend(live.push(block).unwrap());
+        }
+        updates.extend(live.finish().unwrap());
+        let partials = updates.iter().filter(|u| !u.is_final).count();
+        let text: Vec<String> = updates
+            .into_iter()
+            .filter(|u| u.is_final)
+            .map(|u| u.text)
+            .collect();
+        (text.join(" "), partials)
+    };
+    let (cpu, _) = run(Engine::Cpu);
+    let (gpu, partials) = run(Engine::Gpu {
+        device: d,
+        options: GpuRunnerOptions::new(Precision::F32),
+    });
+    eprintln!("live streamed: cpu {cpu:?}, gpu {gpu:?}, {partials} partial updates");
+    assert!(partials > 0);
+    let (c, g) = (normalize(&cpu), normalize(&gpu));
+    assert!(
+        edit_distance(
+            &c.split_whitespace().collect::<Vec<_>>(),
+            &g.split_whitespace().collect::<Vec<_>>()
+        ) <= 1,
+        "cpu {cpu:?} gpu {gpu:?}"
+    );
+}

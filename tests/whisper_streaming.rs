@@ -200,7 +200,7 @@ fn encoder_stream_gives_the_stream_graphs_frames_then_a_fixed_tail() {
     let audio = clip();
     let x = running_max_features(&audio, n_mels);
     let content = x.len() / n_mels;
-    let mut s = EncoderStream::new(&m, WindowPadding::Zeros).unwrap();
+    let mut s = EncoderStream::new(&m, WindowPadding::Zeros, &pulsed::engine::Engine::Cpu).unwrap();
     for piece in audio.chunks(7_777) {
         s.push(piece).unwrap();
     }

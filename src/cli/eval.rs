@@ -402,10 +402,7 @@ pub(super) fn encoder_mode(
     match (&model.config.encoder_context, opts.stream_encoder) {
         (None, _) => "the window encoder",
         (Some(_), false) => "the window encoder (--window-encoder)",
-        (Some(_), true) if pulsed::live::streams_here(model, &opts.engine) => {
-            "the encoder streamed"
-        }
-        (Some(_), true) => "the window encoder (the GPU takes whole windows)",
+        (Some(_), true) => "the encoder streamed",
     }
 }
 

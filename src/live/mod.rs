@@ -30,7 +30,7 @@ pub use endpoint::Endpointer;
 #[cfg(feature = "mic")]
 pub use mic::{capture_default_input, MicCapture};
 pub use source::{feed_wav_realtime, FeedReport};
-pub use whisper::{cut_point, streams_here, Cut, Update, WhisperLive, WhisperLiveOptions};
+pub use whisper::{cut_point, Cut, Update, WhisperLive, WhisperLiveOptions};
 
 /// What the inference thread reports.
 #[derive(Debug, Clone)]

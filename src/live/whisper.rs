@@ -9,7 +9,8 @@
 //! final.
 //!
 //! A checkpoint whose encoder attends in chunks (a streaming student) runs
-//! its encoder streamed on the CPU ([`EncoderStream`]): each decoding
+//! its encoder streamed ([`EncoderStream`]; on a GPU its chunk step is
+//! captured): each decoding
 //! encodes only the audio that came since the last, and the stream starts
 //! again where the buffer is cut (its positions count from the buffer's
 //! start).
@@ -67,7 +68,7 @@ pub struct WhisperLiveOptions {
     pub paced: bool,
     /// Decoding of each buffer (word timestamps are always on).
     pub decode: DecodeOptions,
-    /// A chunked checkpoint streams its encoder (on the CPU); `false`
+    /// A chunked checkpoint streams its encoder; `false`
     /// re-encodes the whole buffer at every decoding, as for any other.
     pub stream_encoder: bool,
     /// Where the network runs.
@@ -162,7 +163,7 @@ impl WhisperLive {
             )));
         }
         let net = crate::whisper::network(model, &o.engine)?;
-        let encoder = if o.stream_encoder && streams_here(model, &o.engine) {
+        let encoder = if o.stream_encoder && model.config.encoder_context.is_some() {
             // a stream holds one window
             if o.max_buffer_s > 30.0 {
                 return Err(crate::Error::Other(format!(
@@ -171,7 +172,7 @@ impl WhisperLive {
                 )));
             }
             let padding = o.decode.padding.unwrap_or(net.window_padding());
-            Some((EncoderStream::new(model, padding)?, 0))
+            Some((EncoderStream::new(model, padding, &o.engine)?, 0))
         } else {
             None
         };
@@ -481,12 +482,6 @@ impl WhisperLive {
         self.agreement
             .forget_before(self.buffer_start as f64 / SAMPLE_RATE as f64);
     }
-}
-
-/// Whether `model` streams its encoder on `engine`: a chunked encoder, on
-/// the CPU (the GPU backend takes whole windows only).
-pub fn streams_here(model: &WhisperModel, engine: &Engine) -> bool {
-    model.config.encoder_context.is_some() && matches!(engine, Engine::Cpu)
 }
 
 impl super::LiveEngine for WhisperLive {

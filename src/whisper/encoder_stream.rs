@@ -14,10 +14,11 @@ use super::backend::{forward_backend, AlignmentSource, Chosen, WhisperBackend};
 use super::decode::{AlignedBackend, WindowPadding};
 use super::graphs::{self, HOP};
 use super::{streaming, WhisperModel};
+use crate::engine::Engine;
 use crate::graph::Runner;
 use crate::ops::top_tokens::RowRules;
 use crate::ops::Tensor;
-use crate::pulse::{pulsify, Chunk, StreamingSession};
+use crate::pulse::{pulsify, Chunk, PulsedModel, StreamingSession};
 use crate::{Error, Result};
 
 /// The streamed encoder of one chunked checkpoint, over one stream that
@@ -46,8 +47,13 @@ pub struct EncoderStream {
 
 impl EncoderStream {
     /// The streamed encoder of `model` (whose `config.json` names its
-    /// chunked context), its tail computed for `padding`.
-    pub fn new(model: &WhisperModel, padding: WindowPadding) -> Result<EncoderStream> {
+    /// chunked context), its tail computed for `padding`; the chunk step
+    /// runs on `engine` (on a GPU, captured), the features on the CPU.
+    pub fn new(
+        model: &WhisperModel,
+        padding: WindowPadding,
+        engine: &Engine,
+    ) -> Result<EncoderStream> {
         let (cfg, w) = (&model.config, &model.f32_weights);
         let ctx = streaming::context(cfg)?;
         let (m, d) = (cfg.num_mel_bins, cfg.d_model);
@@ -62,7 +68,7 @@ impl EncoderStream {
         let window = tail.len() / d;
         Ok(EncoderStream {
             features: StreamingSession::new(features)?,
-            encoder: StreamingSession::new(streaming::pulsed_encoder(cfg, w)?)?,
+            encoder: session(streaming::pulsed_encoder(cfg, w)?, engine)?,
             n_mels: m,
             d,
             window,
@@ -187,6 +193,19 @@ impl EncoderStream {
         let mut w = self.frames.clone();
         w.extend_from_slice(&self.tail[self.frames.len()..]);
         w
+    }
+}
+
+/// A session of the pulsed encoder `model` on `engine`.
+fn session(model: PulsedModel, engine: &Engine) -> Result<StreamingSession> {
+    match engine {
+        Engine::Cpu => StreamingSession::new(model),
+        #[cfg(feature = "cuda")]
+        Engine::Gpu { device, options } => {
+            let runner =
+                crate::gpu::GpuRunner::new(device.clone(), model.graph.clone(), None, options)?;
+            StreamingSession::with_runner(model, Box::new(runner))
+        }
     }
 }
 

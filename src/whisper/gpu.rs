@@ -112,6 +112,8 @@ pub(crate) fn decoder_options(options: &GpuRunnerOptions) -> GpuRunnerOptions {
 pub struct GpuRunners {
     dev: Arc<GpuDevice>,
     encoder: Sized,
+    /// Cross-attention keys and values over a streamed encoder's frames.
+    cross: Sized,
     prompt: Sized,
     step: Sized,
     /// The step that chooses its rows' next tokens on the device
@@ -177,6 +179,11 @@ impl NetRunners for GpuRunners {
     fn encoder(&mut self, windows: usize) -> Result<&mut dyn StepRunner> {
         self.ensure_windows(windows)?;
         Ok(self.encoder.get(&self.dev, windows)?)
+    }
+
+    fn cross(&mut self, windows: usize) -> Result<&mut dyn StepRunner> {
+        self.ensure_windows(windows)?;
+        Ok(self.cross.get(&self.dev, windows)?)
     }
 
     fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner> {
@@ -271,6 +278,12 @@ impl WhisperNet<GpuRunners> {
             encoder: Sized::new(
                 "encoder",
                 graphs::encoder(cfg, w)?,
+                options.clone(),
+                ENCODER_RUNNERS,
+            ),
+            cross: Sized::new(
+                "cross",
+                graphs::cross_kv(cfg, w)?,
                 options.clone(),
                 ENCODER_RUNNERS,
             ),
