@@ -10,10 +10,9 @@
 //!
 //! A checkpoint whose encoder attends in chunks (a streaming student) runs
 //! its encoder streamed ([`EncoderStream`]; on a GPU its chunk step is
-//! captured): each decoding
-//! encodes only the audio that came since the last, and the stream starts
-//! again where the buffer is cut (its positions count from the buffer's
-//! start).
+//! captured): each decoding encodes only the audio that came since the
+//! last, and the stream starts again where the buffer is cut (its
+//! positions count from the buffer's start).
 //!
 //! The policy is a plain object fed samples ([`WhisperLive::push`]): the
 //! live thread drives it, and so do `pulsed eval --live` and the tests.
@@ -68,8 +67,8 @@ pub struct WhisperLiveOptions {
     pub paced: bool,
     /// Decoding of each buffer (word timestamps are always on).
     pub decode: DecodeOptions,
-    /// A chunked checkpoint streams its encoder; `false`
-    /// re-encodes the whole buffer at every decoding, as for any other.
+    /// A chunked checkpoint streams its encoder; `false` re-encodes the
+    /// whole buffer at every decoding, as for any other.
     pub stream_encoder: bool,
     /// Where the network runs.
     pub engine: Engine,
