@@ -12,7 +12,9 @@ mod common;
 use std::sync::Arc;
 
 use common::gpu::dev;
-use common::whisper::{check_beams_share_a_window, clip, max_abs_diff, model, window, Golden};
+use common::whisper::{
+    check_beams_share_a_window, chunked_live, clip, max_abs_diff, model, window, Golden,
+};
 use pulsed::asr::metrics::{edit_distance, normalize};
 use pulsed::gpu::memory::capture_allocations;
 use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision};
@@ -588,42 +590,14 @@ fn streamed_encoder_runs_captured_on_the_gpu() {
 #[test]
 fn live_streams_a_chunked_encoder_on_the_gpu() {
     use pulsed::engine::Engine;
-    use pulsed::live::{WhisperLive, WhisperLiveOptions};
     let Some(d) = dev() else { return };
-    let mut m = model();
-    m.config.encoder_context = Some(pulsed::whisper::EncoderContext {
-        chunk: 16,
-        left: 1500,
-        right: 8,
-        right_all_layers: false,
-    });
-    let run = |engine: Engine| {
-        let mut o = WhisperLiveOptions {
-            engine,
-            ..WhisperLiveOptions::default()
-        };
-        o.decode.beam_size = 1;
-        o.decode.temperatures = vec![0.0];
-        let mut live = WhisperLive::new(&m, None, o).unwrap();
-        assert!(live.streams_encoder());
-        let mut updates = Vec::new();
-        for block in clip().chunks(320) {
-            updates.extend(live.push(block).unwrap());
-        }
-        updates.extend(live.finish().unwrap());
-        let partials = updates.iter().filter(|u| !u.is_final).count();
-        let text: Vec<String> = updates
-            .into_iter()
-            .filter(|u| u.is_final)
-            .map(|u| u.text)
-            .collect();
-        (text.join(" "), partials)
-    };
-    let (cpu, _) = run(Engine::Cpu);
-    let (gpu, partials) = run(Engine::Gpu {
+    let (_, cpu, _) = chunked_live(Engine::Cpu, true);
+    let gpu_engine = Engine::Gpu {
         device: d,
         options: GpuRunnerOptions::new(Precision::F32),
-    });
+    };
+    let (streamed, gpu, partials) = chunked_live(gpu_engine, true);
+    assert!(streamed);
     eprintln!("live streamed: cpu {cpu:?}, gpu {gpu:?}, {partials} partial updates");
     assert!(partials > 0);
     let (c, g) = (normalize(&cpu), normalize(&gpu));

@@ -9,6 +9,7 @@ mod common;
 
 use std::path::Path;
 
+use common::whisper::chunked_live;
 use common::{pulsed, temp_dir};
 use pulsed::asr::metrics::{normalize, ErrorCounts};
 use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
@@ -270,48 +271,14 @@ fn eval_live_on_workers_equals_one_worker() {
     assert_eq!(run("3"), one);
 }
 
-/// tiny.en with its encoder restricted to chunks of 16 frames, 8 frames of
-/// look-ahead in the first layer (512.5 ms), fed through the live policy
-/// without VAD in 20 ms blocks; its finals and the partial updates.
-fn chunked_live(stream_encoder: bool) -> (bool, String, usize) {
-    let mut m = pulsed::whisper::WhisperModel::open("whisper-tiny.en").unwrap();
-    m.config.encoder_context = Some(pulsed::whisper::EncoderContext {
-        chunk: 16,
-        left: 1500,
-        right: 8,
-        right_all_layers: false,
-    });
-    let mut opts = WhisperLiveOptions {
-        stream_encoder,
-        ..WhisperLiveOptions::default()
-    };
-    opts.decode.beam_size = 1;
-    opts.decode.temperatures = vec![0.0];
-    let mut live = WhisperLive::new(&m, None, opts).unwrap();
-    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000)
-        .unwrap()
-        .samples;
-    let mut updates = Vec::new();
-    for block in audio.chunks(320) {
-        updates.extend(live.push(block).unwrap());
-    }
-    updates.extend(live.finish().unwrap());
-    let finals: Vec<&str> = updates
-        .iter()
-        .filter(|u| u.is_final)
-        .map(|u| u.text.as_str())
-        .collect();
-    let partials = updates.iter().filter(|u| !u.is_final).count();
-    (live.streams_encoder(), finals.join(" "), partials)
-}
-
 /// A chunked checkpoint streams its encoder live (each decoding reads the
 /// streamed frames and a fixed tail) and ends with the text the window
 /// encoder gives it.
 #[test]
 fn a_chunked_checkpoint_streams_its_encoder_live() {
-    let (streamed, text, partials) = chunked_live(true);
-    let (windowed, window_text, _) = chunked_live(false);
+    use pulsed::engine::Engine;
+    let (streamed, text, partials) = chunked_live(Engine::Cpu, true);
+    let (windowed, window_text, _) = chunked_live(Engine::Cpu, false);
     assert!(streamed && !windowed);
     assert!(partials > 0, "{text:?}");
     assert!(

@@ -81,6 +81,37 @@ fn internal(what: String) -> Error {
     Error::Op(OpError::Other(what))
 }
 
+/// `windows` (each `[rows, cols]` row-major) as one `[windows, rows, cols]`
+/// input named `name`.
+fn stack(windows: &[&[f32]], name: &str, (rows, cols): (usize, usize)) -> Result<Tensor> {
+    if windows.is_empty() {
+        return Err(internal(format!("no {name} window to encode")));
+    }
+    if let Some(w) = windows.iter().find(|w| w.len() != rows * cols) {
+        return Err(Error::Input {
+            name: name.into(),
+            reason: format!("a window has {} values, not {rows} x {cols}", w.len()),
+        });
+    }
+    Ok(Tensor::from_vec(
+        vec![windows.len(), rows, cols],
+        windows.concat(),
+    )?)
+}
+
+/// Gives `cache` each of `layers` decoder layers' cross-attention keys and
+/// values, `runner`'s outputs from `first` on (a key and a value a layer).
+fn keep_cross(cache: &KvCache, layers: usize, runner: &dyn StepRunner, first: usize) -> Result<()> {
+    for l in 0..layers {
+        let (k, v) = (
+            runner.output(first + 2 * l),
+            runner.output(first + 1 + 2 * l),
+        );
+        cache.set_cross(l, k, v)?;
+    }
+    Ok(())
+}
+
 impl<R: NetRunners> WhisperNet<R> {
     /// A network of `cfg` whose graphs `runners` runs; `cache` is the one
     /// their decoder graphs were built over.
@@ -175,45 +206,20 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
-        let (m, f) = (self.cfg.num_mel_bins, self.cfg.window_frames());
-        if windows.is_empty() {
-            return Err(internal("no window to encode".into()));
-        }
-        if let Some(w) = windows.iter().find(|w| w.len() != m * f) {
-            return Err(Error::Input {
-                name: "mel".into(),
-                reason: format!("a window has {} values, not {m} x {f}", w.len()),
-            });
-        }
-        let mel = Tensor::from_vec(vec![windows.len(), m, f], windows.concat())?;
+        let size = (self.cfg.num_mel_bins, self.cfg.window_frames());
+        let mel = stack(windows, "mel", size)?;
         let encoder = self.runners.encoder(windows.len())?;
         encoder.step(&[&mel])?;
-        for l in 0..self.cfg.decoder_layers {
-            let (k, v) = (encoder.output(1 + 2 * l), encoder.output(2 + 2 * l));
-            self.cache.set_cross(l, k, v)?;
-        }
-        Ok(())
+        // output 0 is the encoder's frames, then each layer's keys and values
+        keep_cross(&self.cache, self.cfg.decoder_layers, encoder, 1)
     }
 
     fn encode_frames(&mut self, frames: &[&[f32]]) -> Result<()> {
-        let (n, d) = (self.cfg.max_source_positions, self.cfg.d_model);
-        if frames.is_empty() {
-            return Err(internal("no encoder frames".into()));
-        }
-        if let Some(f) = frames.iter().find(|f| f.len() != n * d) {
-            return Err(Error::Input {
-                name: "encoder".into(),
-                reason: format!("a window has {} values, not {n} x {d}", f.len()),
-            });
-        }
-        let enc = Tensor::from_vec(vec![frames.len(), n, d], frames.concat())?;
+        let size = (self.cfg.max_source_positions, self.cfg.d_model);
+        let enc = stack(frames, "encoder", size)?;
         let cross = self.runners.cross(frames.len())?;
         cross.step(&[&enc])?;
-        for l in 0..self.cfg.decoder_layers {
-            let (k, v) = (cross.output(2 * l), cross.output(1 + 2 * l));
-            self.cache.set_cross(l, k, v)?;
-        }
-        Ok(())
+        keep_cross(&self.cache, self.cfg.decoder_layers, cross, 0)
     }
 
     fn reserve(&mut self, sequences: usize) -> Result<()> {

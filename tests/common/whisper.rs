@@ -102,3 +102,38 @@ pub fn check_beams_share_a_window(w: &mut dyn WhisperBackend) {
         assert!(d < 1e-3, "beam {b} differs from a lone run by {d}");
     }
 }
+
+/// tiny.en with its encoder restricted to chunks of 16 frames, 8 frames of
+/// look-ahead in the first layer (512.5 ms), fed through the live policy on
+/// `engine` without VAD in 20 ms blocks, greedy: whether it streamed its
+/// encoder, its final lines joined and how many partial updates it gave.
+pub fn chunked_live(engine: pulsed::engine::Engine, stream_encoder: bool) -> (bool, String, usize) {
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let mut m = model();
+    m.config.encoder_context = Some(pulsed::whisper::EncoderContext {
+        chunk: 16,
+        left: 1500,
+        right: 8,
+        right_all_layers: false,
+    });
+    let mut opts = WhisperLiveOptions {
+        stream_encoder,
+        engine,
+        ..WhisperLiveOptions::default()
+    };
+    opts.decode.beam_size = 1;
+    opts.decode.temperatures = vec![0.0];
+    let mut live = WhisperLive::new(&m, None, opts).unwrap();
+    let mut updates = Vec::new();
+    for block in clip().chunks(320) {
+        updates.extend(live.push(block).unwrap());
+    }
+    updates.extend(live.finish().unwrap());
+    let finals: Vec<&str> = updates
+        .iter()
+        .filter(|u| u.is_final)
+        .map(|u| u.text.as_str())
+        .collect();
+    let partials = updates.iter().filter(|u| !u.is_final).count();
+    (live.streams_encoder(), finals.join(" "), partials)
+}

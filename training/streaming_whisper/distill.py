@@ -27,6 +27,7 @@ import data  # noqa: E402  (training/data.py: espeak synthesis, AudioSet)
 import synth  # noqa: E402
 from encoder import Encoder, log_mel, mel_filters  # noqa: E402
 from decoder import kl  # noqa: E402
+from folder import pieces  # noqa: E402
 import lora  # noqa: E402
 
 WINDOW = 480000  # 30 s at 16 kHz
@@ -389,15 +390,8 @@ def main():
     if args.lora:
         lora.merge(student)
     # pieces of at most 15 MB: $OUT gives back files of 16 MiB at most
-    shards, size = [{}], 0
-    for k, v in sorted(student.names().items()):
-        t = v.detach().to(torch.float16).cpu().contiguous()
-        if shards[-1] and size + t.numel() * 2 > 15e6:
-            shards.append({})
-            size = 0
-        shards[-1][k] = t
-        size += t.numel() * 2
-    for i, h in enumerate(shards):
+    half = {k: v.detach().to(torch.float16).cpu().contiguous() for k, v in student.names().items()}
+    for i, h in enumerate(pieces(half, 15e6, nbytes=lambda t: t.numel() * t.element_size())):
         save_file(h, os.path.join(args.out, f"student-{i}.safetensors"))
     if args.train_cross:
         save_file({k: v.detach().to(torch.float16).cpu().contiguous() for k, v in sdec.cross_names().items()},

@@ -50,12 +50,13 @@ def write(path, tensors):
             f.write(b)
 
 
-def pieces(tensors, limit):
-    """`tensors` (name -> (dtype, shape, bytes)) in name order, cut into dicts
-    of at most `limit` bytes each (a tensor larger than that alone)."""
+def pieces(tensors, limit, nbytes=lambda v: len(v[2])):
+    """`tensors` (name -> (dtype, shape, bytes), or whatever `nbytes` sizes)
+    in name order, cut into dicts of at most `limit` bytes each (a tensor
+    larger than that alone)."""
     out, size = [{}], 0
     for k in sorted(tensors):
-        n = len(tensors[k][2])
+        n = nbytes(tensors[k])
         if out[-1] and size + n > limit:
             out.append({})
             size = 0
