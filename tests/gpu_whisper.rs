@@ -477,6 +477,7 @@ fn streamed_encoder_runs_captured_on_the_gpu() {
         left: 1500,
         right: 8,
         right_all_layers: false,
+        right_copies: false,
     });
     let (win, frames, prompt, eot) = compare_input(&m);
     let what = |options: GpuRunnerOptions, tolerance, bf16_budget| WhisperCompare {

@@ -49,6 +49,7 @@ fn stream_graph_equals_the_window_encoder() {
         left: 1500,
         right: 8,
         right_all_layers: false,
+        right_copies: false,
     };
     let m = model(ctx);
     let (n_mels, frames) = (m.config.num_mel_bins, 3000);
@@ -95,6 +96,7 @@ fn pulsed_encoder_streams_exactly_and_waits_one_chunk() {
             left: ctx.1,
             right: ctx.2,
             right_all_layers: false,
+            right_copies: false,
         };
         let m = model(ctx);
         let n_mels = m.config.num_mel_bins;
@@ -124,6 +126,7 @@ fn pulsed_encoder_steps_a_chunk() {
         left: 1500,
         right: 8,
         right_all_layers: false,
+        right_copies: false,
     };
     let m = model(ctx);
     let p = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
@@ -195,6 +198,7 @@ fn encoder_stream_gives_the_stream_graphs_frames_then_a_fixed_tail() {
         left: 1500,
         right: 8,
         right_all_layers: false,
+        right_copies: false,
     });
     let (n_mels, d) = (m.config.num_mel_bins, m.config.d_model);
     let audio = clip();
@@ -241,6 +245,7 @@ fn encoder_frames_decode_as_their_window() {
         left: 1500,
         right: 8,
         right_all_layers: false,
+        right_copies: false,
     });
     let n_mels = m.config.num_mel_bins;
     let mut a = CpuWhisper::new(&m).unwrap();

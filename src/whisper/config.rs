@@ -41,7 +41,8 @@ pub struct WhisperConfig {
 /// chunk of `chunk` frames and `left` frames before it; in the first
 /// layer also `right` frames after it. A look-ahead in later layers would
 /// add a whole chunk of latency per layer (a frame past the chunk waits
-/// for its own chunk's end), so it is there only with `right_all_layers`.
+/// for its own chunk's end), so it is there only with `right_all_layers`,
+/// or through copies with `right_copies`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct EncoderContext {
     pub chunk: usize,
@@ -49,12 +50,19 @@ pub struct EncoderContext {
     pub right: usize,
     #[serde(default)]
     pub right_all_layers: bool,
+    /// Every layer sees `right` frames past its chunk at the latency of
+    /// one look-ahead (Emformer's right context): each chunk carries
+    /// copies of the `right` input frames after it through all layers,
+    /// seen by that chunk alone and dropped at the output. A later chunk
+    /// computes those frames again as its own, with its own look-ahead.
+    #[serde(default)]
+    pub right_copies: bool,
 }
 
 impl EncoderContext {
     /// The look-ahead of encoder layer `layer`.
     pub fn right_of(&self, layer: usize) -> usize {
-        if layer == 0 || self.right_all_layers {
+        if layer == 0 || self.right_all_layers || self.right_copies {
             self.right
         } else {
             0
@@ -136,6 +144,9 @@ impl WhisperConfig {
                     max: self.max_source_positions,
                     got: c.chunk,
                 });
+            }
+            if c.right_copies && c.right_all_layers {
+                return Err(WhisperConfigError::LookAhead);
             }
         }
         Ok(())

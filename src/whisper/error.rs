@@ -68,6 +68,11 @@ pub enum WhisperError {
     )]
     NotStreaming,
     #[error(
+        "the checkpoint's encoder carries right-context copies \
+         (`right_copies`), which only the window encoder runs so far"
+    )]
+    CopiesNotStreamed,
+    #[error(
         "this backend encodes whole windows only: it cannot take a streamed \
          encoder's frames"
     )]
@@ -100,4 +105,9 @@ pub enum WhisperConfigError {
     /// A streaming chunk that is empty or longer than the encoder's window.
     #[error("`pulsed_encoder_context.chunk` must be between 1 and {max} frames, got {got}")]
     Chunk { max: usize, got: usize },
+    /// Two ways of giving every layer a look-ahead at once.
+    #[error(
+        "`pulsed_encoder_context` sets both `right_all_layers` and `right_copies`: choose one"
+    )]
+    LookAhead,
 }

@@ -2,15 +2,17 @@
 //! graph builder over weights named as `transformers` names them.
 
 use super::config::EncoderContext;
-use super::WhisperConfig;
+use super::right_copies::CopyLayout;
+use super::{WhisperConfig, WhisperError};
 use crate::graph::{GraphBuilder, OutletId};
 use crate::ops::attention::Attention;
 use crate::ops::chunked_attention::ChunkedAttention;
 use crate::ops::conv::{Conv1d, ConvLayout};
+use crate::ops::gather::Gather;
 use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
 use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
-use crate::ops::shape::{Permute, Reshape};
+use crate::ops::shape::{Permute, Reshape, Slice};
 use crate::ops::{Binary, Tensor, Unary};
 use crate::weights::Weights;
 use crate::Result;
@@ -119,15 +121,32 @@ impl Net<'_> {
 
     /// The encoder's layers and final norm over `x` (positions added), with
     /// the checkpoint's attention: the whole window, or chunks. `window`:
-    /// the frames of a fixed window (chunks then become a mask), or `None`
-    /// for a stream.
+    /// the frames of a fixed window `[B, t, d]` (chunks then become a
+    /// mask), or `None` for a stream.
     pub fn encoder_blocks(
         &mut self,
         mut x: OutletId,
         cfg: &WhisperConfig,
         window: Option<usize>,
     ) -> Result<OutletId> {
+        let copies = cfg
+            .encoder_context
+            .filter(|c| c.right_copies && c.right > 0);
+        let copies = match (copies, window) {
+            (Some(c), Some(t)) => Some(CopyLayout::new(&c, t)),
+            (Some(_), None) => {
+                return Err(crate::Error::Whisper(WhisperError::CopiesNotStreamed));
+            }
+            (None, _) => None,
+        };
         let mut masks: Vec<(usize, OutletId)> = Vec::new();
+        if let Some(layout) = copies {
+            let (rows, mask) = self.copy_rows(&layout)?;
+            x = self
+                .b
+                .op("model.encoder.right_copies", Gather { axis: 1 }, &[x, rows])?;
+            masks.push((layout.right, mask));
+        }
         for l in 0..cfg.encoder_layers {
             let p = format!("model.encoder.layers.{l}");
             let heads = cfg.encoder_attention_heads;
@@ -150,7 +169,33 @@ impl Net<'_> {
                 n.mlp(&p, h, cfg.encoder_ffn_dim)
             })?;
         }
+        if let Some(layout) = copies {
+            let frames = Slice {
+                axis: 1,
+                start: 0,
+                end: Some(layout.t as i64),
+            };
+            x = self
+                .b
+                .op("model.encoder.right_copies.dropped", frames, &[x])?;
+        }
         self.layer_norm("model.encoder.layer_norm", x)
+    }
+
+    /// The rows of a window with right-context copies, as gather indices
+    /// into its frames, and the mask of what each row sees.
+    fn copy_rows(&mut self, layout: &CopyLayout) -> Result<(OutletId, OutletId)> {
+        let rows: Vec<i64> = layout.rows().iter().map(|r| r.0 as i64).collect();
+        let n = rows.len();
+        let rows = self.b.constant(
+            "model.encoder.right_copies.rows",
+            Tensor::from_vec(vec![n], rows)?,
+        )?;
+        let mask = self.b.constant(
+            "model.encoder.attention_mask.copies",
+            Tensor::from_vec(vec![n, n], layout.mask())?,
+        )?;
+        Ok((rows, mask))
     }
 
     /// `fc2(gelu(fc1(x)))` of layer `layer` (a weight prefix).

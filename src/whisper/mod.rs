@@ -20,6 +20,7 @@ pub mod graphs;
 mod layers;
 mod net;
 mod projection;
+pub mod right_copies;
 pub mod streaming;
 pub mod tokenizer;
 

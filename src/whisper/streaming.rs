@@ -101,6 +101,7 @@ mod tests {
             left: 1500,
             right,
             right_all_layers: all,
+            right_copies: false,
         };
         let ms = |c| latency_ms(&cfg(Some(c))).unwrap();
         assert_eq!(ms(ctx(16, 8, false)), 512.5);

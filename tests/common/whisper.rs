@@ -115,6 +115,7 @@ pub fn chunked_live(engine: pulsed::engine::Engine, stream_encoder: bool) -> (bo
         left: 1500,
         right: 8,
         right_all_layers: false,
+        right_copies: false,
     });
     let mut opts = WhisperLiveOptions {
         stream_encoder,

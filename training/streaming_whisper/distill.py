@@ -205,6 +205,9 @@ def main():
     ap.add_argument("--kl-weight", type=float, default=1.0)
     ap.add_argument("--init", default=None, help="dir of student-*.safetensors to start from")
     ap.add_argument("--contexts", default=None, help="chunk:right,... (default: CONTEXTS)")
+    ap.add_argument("--copies", action="store_true",
+                    help="every layer looks `right` frames ahead through right-context copies "
+                         "(pulsed's right_copies): the latency of one look-ahead")
     ap.add_argument("--held-batch", type=int, default=16)
     ap.add_argument("--held-batches", type=int, default=4)
     ap.add_argument("--extra", default=None,
@@ -318,6 +321,9 @@ def main():
     gen.manual_seed(args.seed + state["step"])
     rng = random.Random(args.seed * 7 + 11 + state["step"])
 
+    def with_mode(ctx):
+        return (ctx[0], LEFT, ctx[1]) + (("copies",) if args.copies else ())
+
     def held_loss(ctx):
         hr = random.Random(3)
         hg = torch.Generator(device=device)
@@ -333,7 +339,7 @@ def main():
                 mel = features(wav, lens, filters, args.padding)
                 t_out, _ = teacher(mel)
                 with torch.autocast(device.type, dtype=torch.bfloat16):
-                    s_out, _ = student(mel, (ctx[0], LEFT, ctx[1]))
+                    s_out, _ = student(mel, with_mode(ctx))
                 tot += float(((s_out.float() - t_out) ** 2).mean() / t_out.var())
                 if dec is not None:
                     tok, tmask = token_batch(texts, pack, device)
@@ -354,7 +360,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         ctx = rng.choice(contexts)
-        ctx = (ctx[0], LEFT, ctx[1])
+        ctx = with_mode(ctx)
         with torch.no_grad():
             wav, lens, texts = batch(train, args.batch, gen, rng, device, long_gaps=args.long_gaps)
             mel = features(wav, lens, filters, args.padding)

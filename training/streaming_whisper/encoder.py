@@ -28,6 +28,27 @@ def attention(q, k, v, mask):
     return s.softmax(-1) @ v
 
 
+def copy_rows(t, chunk, left, right, device):
+    """Right-context copies (pulsed's right_copies, src/whisper/right_copies.rs):
+    the source frame of each row (the t frames, then for each chunk copies of
+    the `right` frames after it inside the window) and the [n, n] mask: every
+    row sees its chunk's frames, `left` frames before them and its own
+    chunk's copies."""
+    src, blk = list(range(t)), [i // chunk for i in range(t)]
+    for b in range((t + chunk - 1) // chunk):
+        first = (b + 1) * chunk
+        for i in range(first, min(first + right, t)):
+            src.append(i)
+            blk.append(b)
+    src = torch.tensor(src, device=device)
+    blk = torch.tensor(blk, device=device)
+    start = blk * chunk
+    frame = torch.arange(len(src), device=device) < t
+    sees_frame = frame[None, :] & (src[None, :] >= (start - left)[:, None]) & (src[None, :] < (start + chunk)[:, None])
+    sees_copy = ~frame[None, :] & (blk[None, :] == blk[:, None])
+    return src, sees_frame | sees_copy
+
+
 def layer_mask(t, ctx, layer, device):
     """ctx = (chunk, left, right[, all_layers]): the look-ahead `right` is the
     first layer's only, unless all_layers (then it compounds, a chunk a layer)."""
@@ -71,12 +92,21 @@ class Encoder(nn.Module):
         self.ln_post = nn.LayerNorm(d)
 
     def forward(self, mel, ctx=None):
-        """mel [B, n_mels, 3000]; ctx (chunk, left, right[, all_layers]) or None (whole window).
+        """mel [B, n_mels, 3000]; ctx (chunk, left, right[, all_layers]) or None (whole window);
+        all_layers "copies": right-context copies (copy_rows).
         Returns the output [B, 1500, d] and every layer's output."""
         x = F.gelu(self.conv1(mel))
         x = F.gelu(self.conv2(x)).transpose(1, 2)
         x = x + self.pos[: x.shape[1]]
         hidden = []
+        if ctx is not None and len(ctx) > 3 and ctx[3] == "copies":
+            t = x.shape[1]
+            src, mask = copy_rows(t, ctx[0], ctx[1], ctx[2], x.device)
+            x = x[:, src]
+            for layer in self.layers:
+                x = layer(x, mask)
+                hidden.append(x[:, :t])
+            return self.ln_post(x[:, :t]), hidden
         for i, layer in enumerate(self.layers):
             x = layer(x, None if ctx is None else layer_mask(x.shape[1], ctx, i, x.device))
             hidden.append(x)

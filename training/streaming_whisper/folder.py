@@ -5,13 +5,15 @@
       OUT_DIR/encoder-N.safetensors (the model.encoder.* tensors, in pieces of
       at most 24 MB, so that base's 41 MB reach the GPU machine in two
       carries) + config.json
-  python3 folder.py student MODEL_DIR SHARDS_DIR OUT_DIR CHUNK LEFT RIGHT [PADDING]
+  python3 folder.py student MODEL_DIR SHARDS_DIR OUT_DIR CHUNK LEFT RIGHT [PADDING [copies]]
       a whole Whisper folder: MODEL_DIR's files with the encoder tensors (and,
       from `distill.py --train-cross`, the decoder's cross-attention) taken
       from SHARDS_DIR/student-*.safetensors and config.json telling pulsed the
       encoder's attention context (`pulsed_encoder_context`) and the window
       padding it was distilled with (`pulsed_window_padding`: PADDING, zeros
-      unless said: `distill.py --padding`)
+      unless said: `distill.py --padding`); `copies` for a student of
+      `distill.py --copies` (every layer looks RIGHT ahead through
+      right-context copies)
   python3 folder.py soup OUT_DIR SHARDS_DIR SHARDS_DIR...
       OUT_DIR/student-*.safetensors: the uniform average of several students'
       shards (a "model soup" of runs from one start; the same tensors, each
@@ -74,7 +76,7 @@ def teacher(model, out, limit=24e6):
     shutil.copy(os.path.join(model, "config.json"), out)
 
 
-def student(model, shards, out, chunk, left, right, padding="zeros"):
+def student(model, shards, out, chunk, left, right, padding="zeros", copies=False):
     os.makedirs(out, exist_ok=True)
     t = read(os.path.join(model, "model.safetensors"))
     new = {}
@@ -93,6 +95,8 @@ def student(model, shards, out, chunk, left, right, padding="zeros"):
             shutil.copy(os.path.join(model, f), out)
     cfg = json.load(open(os.path.join(model, "config.json")))
     cfg["pulsed_encoder_context"] = {"chunk": chunk, "left": left, "right": right}
+    if copies:
+        cfg["pulsed_encoder_context"]["right_copies"] = True
     # the padding of the windows it was distilled on (distill.py --padding)
     cfg["pulsed_window_padding"] = padding
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
@@ -121,8 +125,9 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if a[:1] == ["teacher"] and len(a) == 3:
         teacher(a[1], a[2])
-    elif a[:1] == ["student"] and len(a) in (7, 8) and a[7:] in ([], ["zeros"], ["silence"]):
-        student(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]), *a[7:])
+    elif a[:1] == ["student"] and len(a) in (7, 8, 9) and a[7:8] in ([], ["zeros"], ["silence"]) \
+            and a[8:] in ([], ["copies"]):
+        student(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]), *a[7:8], copies=a[8:] == ["copies"])
     elif a[:1] == ["soup"] and len(a) >= 4:
         soup(a[1], a[2:])
     else:
