@@ -15,8 +15,9 @@ pub use fact::{PulsedFact, StreamInfo};
 pub use model::PulsedModel;
 pub use multi_stream::{MultiStreamError, MultiStreamSession, StreamChunk};
 pub use ops::{
-    AffineChunkTrim, Delay, FrameLayout, PulsePad, PulsedChunkedAttention, PulsedLimitedAttention,
-    PulsedLstm, PulsedSameAxisConcat, ReflectPulsePad, StreamPosition, Unfold,
+    AffineChunkTrim, Delay, FrameLayout, PulsePad, PulsedChunkedAttention, PulsedCopiesAttention,
+    PulsedLimitedAttention, PulsedLstm, PulsedRightCopies, PulsedSameAxisConcat, ReflectPulsePad,
+    StreamPosition, Unfold,
 };
 pub use pulsifier::pulsify;
 pub use session::{Chunk, SessionError, StreamingSession};

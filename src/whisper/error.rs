@@ -68,11 +68,6 @@ pub enum WhisperError {
     )]
     NotStreaming,
     #[error(
-        "the checkpoint's encoder carries right-context copies \
-         (`right_copies`), which only the window encoder runs so far"
-    )]
-    CopiesNotStreamed,
-    #[error(
         "this backend encodes whole windows only: it cannot take a streamed \
          encoder's frames"
     )]

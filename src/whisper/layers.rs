@@ -2,16 +2,18 @@
 //! graph builder over weights named as `transformers` names them.
 
 use super::config::EncoderContext;
-use super::right_copies::CopyLayout;
-use super::{WhisperConfig, WhisperError};
+use super::copy_layout::CopyLayout;
+use super::WhisperConfig;
 use crate::graph::{GraphBuilder, OutletId};
 use crate::ops::attention::Attention;
 use crate::ops::chunked_attention::ChunkedAttention;
 use crate::ops::conv::{Conv1d, ConvLayout};
+use crate::ops::copies_attention::CopiesAttention;
 use crate::ops::gather::Gather;
 use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
 use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
+use crate::ops::right_copies::RightCopies;
 use crate::ops::shape::{Permute, Reshape, Slice};
 use crate::ops::{Binary, Tensor, Unary};
 use crate::weights::Weights;
@@ -37,6 +39,9 @@ pub enum SelfAttention<'c> {
     Cached(&'c KvCache, usize),
     /// Restricted to chunks (a streaming encoder), in encoder layer `usize`.
     Chunked(EncoderContext, usize),
+    /// Chunks over frames and their right-context copy slots (a streaming
+    /// encoder with `right_copies`).
+    Copies(EncoderContext),
     /// The same restriction over a window of known length, as a mask (a
     /// `[T, T]` bool constant from [`Net::chunk_mask`]) on whole attention,
     /// which runs as blocked matrix products.
@@ -132,13 +137,10 @@ impl Net<'_> {
         let copies = cfg
             .encoder_context
             .filter(|c| c.right_copies && c.right > 0);
-        let copies = match (copies, window) {
-            (Some(c), Some(t)) => Some(CopyLayout::new(&c, t)),
-            (Some(_), None) => {
-                return Err(crate::Error::Whisper(WhisperError::CopiesNotStreamed));
-            }
-            (None, _) => None,
-        };
+        if let (Some(c), None) = (copies, window) {
+            return self.copies_stream(x, cfg, c);
+        }
+        let copies = copies.zip(window).map(|(c, t)| CopyLayout::new(&c, t));
         let mut masks: Vec<(usize, OutletId)> = Vec::new();
         if let Some(layout) = copies {
             let (rows, mask) = self.copy_rows(&layout)?;
@@ -179,6 +181,46 @@ impl Net<'_> {
                 .b
                 .op("model.encoder.right_copies.dropped", frames, &[x])?;
         }
+        self.layer_norm("model.encoder.layer_norm", x)
+    }
+
+    /// [`Net::encoder_blocks`] over a stream `[T, d]` with right-context
+    /// copies: each frame gets its copy slot (`[T, 2, d]`), every layer
+    /// runs over both, and the slots are dropped before the final norm.
+    fn copies_stream(
+        &mut self,
+        x: OutletId,
+        cfg: &WhisperConfig,
+        c: EncoderContext,
+    ) -> Result<OutletId> {
+        let copies = RightCopies {
+            chunk: c.chunk,
+            right: c.right,
+        };
+        let mut x = self.b.op("model.encoder.right_copies", copies, &[x])?;
+        for l in 0..cfg.encoder_layers {
+            let p = format!("model.encoder.layers.{l}");
+            let heads = cfg.encoder_attention_heads;
+            x = self.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
+                n.self_attention(
+                    &format!("{p}.self_attn"),
+                    h,
+                    heads,
+                    SelfAttention::Copies(c),
+                )
+            })?;
+            x = self.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
+                n.mlp(&p, h, cfg.encoder_ffn_dim)
+            })?;
+        }
+        let frame = self
+            .b
+            .constant("model.encoder.right_copies.frame", Tensor::scalar(0i64))?;
+        let x = self.b.op(
+            "model.encoder.right_copies.dropped",
+            Gather { axis: -2 },
+            &[x, frame],
+        )?;
         self.layer_norm("model.encoder.layer_norm", x)
     }
 
@@ -256,6 +298,15 @@ impl Net<'_> {
                     chunk: c.chunk,
                     left: c.left,
                     right: c.right_of(layer),
+                };
+                self.b.op(&format!("{attn}.attention"), op, &[q, k, v])?
+            }
+            SelfAttention::Copies(c) => {
+                let op = CopiesAttention {
+                    heads,
+                    chunk: c.chunk,
+                    left: c.left,
+                    right: c.right,
                 };
                 self.b.op(&format!("{attn}.attention"), op, &[q, k, v])?
             }

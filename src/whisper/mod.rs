@@ -7,6 +7,7 @@ mod backend;
 #[cfg(feature = "cuda")]
 pub mod compare;
 mod config;
+pub mod copy_layout;
 mod cpu;
 pub mod decode;
 pub mod encoder_stream;
@@ -20,7 +21,6 @@ pub mod graphs;
 mod layers;
 mod net;
 mod projection;
-pub mod right_copies;
 pub mod streaming;
 pub mod tokenizer;
 

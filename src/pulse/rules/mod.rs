@@ -15,6 +15,7 @@ mod attention;
 mod chunked_attention;
 mod concat;
 mod conv;
+mod copies;
 mod lstm;
 mod pad;
 mod range;
@@ -67,6 +68,7 @@ fn rules() -> &'static Rules {
         chunked_attention::register(&mut r);
         concat::register(&mut r);
         conv::register(&mut r);
+        copies::register(&mut r);
         lstm::register(&mut r);
         pad::register(&mut r);
         range::register(&mut r);
