@@ -105,7 +105,7 @@ impl OpState for CopiesState {
         _: &mut Scratch,
     ) -> OpResult<()> {
         let (p, lag) = (self.op.pulse, self.op.lag);
-        let x = inputs.first().ok_or(OpError::InputCount {
+        let x = inputs.first().ok_or_else(|| OpError::InputCount {
             expected: "1".into(),
             got: 0,
         })?;
