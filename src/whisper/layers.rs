@@ -14,7 +14,7 @@ use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
 use crate::ops::matmul::Linear;
 use crate::ops::norm::LayerNorm;
 use crate::ops::right_copies::RightCopies;
-use crate::ops::shape::{Permute, Reshape, Slice};
+use crate::ops::shape::{Permute, Reshape, Slice, Squeeze};
 use crate::ops::{Binary, Tensor, Unary};
 use crate::weights::Weights;
 use crate::Result;
@@ -213,13 +213,19 @@ impl Net<'_> {
                 n.mlp(&p, h, cfg.encoder_ffn_dim)
             })?;
         }
-        let frame = self
+        // a slice and a squeeze, which the GPU runs (a copy and a view)
+        let frames = Slice {
+            axis: 1,
+            start: 0,
+            end: Some(1),
+        };
+        let x = self
             .b
-            .constant("model.encoder.right_copies.frame", Tensor::scalar(0i64))?;
+            .op("model.encoder.right_copies.frames", frames, &[x])?;
         let x = self.b.op(
             "model.encoder.right_copies.dropped",
-            Gather { axis: -2 },
-            &[x, frame],
+            Squeeze { axis: 1 },
+            &[x],
         )?;
         self.layer_norm("model.encoder.layer_norm", x)
     }
