@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::Rules;
 use crate::graph::{Node, OutletId};
 use crate::ops::chunked_attention::ChunkedAttention;
+use crate::ops::{Dim, Op};
 use crate::pulse::pulsifier::{not_streamable, stream, Ctx, Pulsed};
 use crate::pulse::{PulsedChunkedAttention, StreamInfo};
 use crate::Result;
@@ -23,6 +24,28 @@ fn pulsify(
     ins: &[Pulsed],
 ) -> Result<Option<Vec<Pulsed>>> {
     let time = ins[0].1.fact.rank().saturating_sub(2);
+    pulsify_qkv(cx, node, ins, time, |s, len| {
+        let pulsed = PulsedChunkedAttention {
+            attn: op.clone(),
+            pulse: s.pulse,
+            delay: s.delay,
+            lag: PulsedChunkedAttention::lag_for(op, s.pulse, s.delay),
+            len,
+        };
+        (pulsed.lag, pulsed.overlap(), Arc::new(pulsed))
+    })
+}
+
+/// A self-attention over `q, k, v` streaming along `time` (each chunked
+/// attention's rule): `pulsed(stream, len)` gives the pulsed op with how
+/// long its queries wait and how many past rows its keys and values carry.
+pub(super) fn pulsify_qkv(
+    cx: &mut Ctx,
+    node: &Node,
+    ins: &[Pulsed],
+    time: usize,
+    pulsed: impl FnOnce(StreamInfo, Dim) -> (usize, usize, Arc<dyn Op>),
+) -> Result<Option<Vec<Pulsed>>> {
     if ins
         .iter()
         .any(|p| p.1.stream.is_none_or(|s| s.axis != time))
@@ -34,24 +57,17 @@ fn pulsify(
     }
     let ins = cx.align(&node.name, ins)?;
     let s = stream(&node.name, &ins[0])?;
-    let pulsed = PulsedChunkedAttention {
-        attn: op.clone(),
-        pulse: s.pulse,
-        delay: s.delay,
-        lag: PulsedChunkedAttention::lag_for(op, s.pulse, s.delay),
-        len: node.facts[0].shape[time],
-    };
-    let o = pulsed.overlap();
-    let q = cx.delay(&format!("{}.q", node.name), &ins[0], pulsed.lag, 0)?;
-    let k = cx.delay(&format!("{}.k", node.name), &ins[1], 0, o)?;
-    let v = cx.delay(&format!("{}.v", node.name), &ins[2], 0, o)?;
+    let len = node.facts[0].shape[time];
+    let (lag, overlap, op) = pulsed(s, len);
+    let q = cx.delay(&format!("{}.q", node.name), &ins[0], lag, 0)?;
+    let k = cx.delay(&format!("{}.k", node.name), &ins[1], 0, overlap)?;
+    let v = cx.delay(&format!("{}.v", node.name), &ins[2], 0, overlap)?;
     let inputs: Vec<OutletId> = vec![q.0, k.0, v.0];
     let out = Some(StreamInfo {
-        len: node.facts[0].shape[time],
+        len,
         overlap: 0,
-        delay: s.delay + pulsed.lag,
+        delay: s.delay + lag,
         ..s
     });
-    cx.add(&node.name, Arc::new(pulsed), &inputs, &[out])
-        .map(Some)
+    cx.add(&node.name, op, &inputs, &[out]).map(Some)
 }

@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use super::chunked_attention::pulsify_qkv;
 use super::Rules;
-use crate::graph::{Node, OutletId};
+use crate::graph::Node;
 use crate::ops::chunked_attention::ChunkedAttention;
 use crate::ops::copies_attention::CopiesAttention;
 use crate::ops::right_copies::RightCopies;
@@ -20,20 +21,6 @@ pub(super) fn register(r: &mut Rules) {
     r.add::<CopiesAttention>(pulsify_attention);
 }
 
-/// Refuses inputs that do not stream along `axis`.
-fn along(node: &Node, ins: &[Pulsed], axis: usize) -> Result<()> {
-    if ins
-        .iter()
-        .any(|p| p.1.stream.is_none_or(|s| s.axis != axis))
-    {
-        return Err(not_streamable(
-            node,
-            format!("inputs must stream along their time axis {axis}"),
-        ));
-    }
-    Ok(())
-}
-
 fn pulsify_copies(
     cx: &mut Ctx,
     node: &Node,
@@ -41,7 +28,12 @@ fn pulsify_copies(
     ins: &[Pulsed],
 ) -> Result<Option<Vec<Pulsed>>> {
     let time = ins[0].1.fact.rank().saturating_sub(2);
-    along(node, ins, time)?;
+    if ins[0].1.stream.is_none_or(|s| s.axis != time) {
+        return Err(not_streamable(
+            node,
+            format!("the input must stream along its time axis {time}"),
+        ));
+    }
     let s = stream(&node.name, &ins[0])?;
     // a chunk's copies reach as far as a look-ahead of `right` past it
     let reach = ChunkedAttention {
@@ -77,28 +69,14 @@ fn pulsify_attention(
     ins: &[Pulsed],
 ) -> Result<Option<Vec<Pulsed>>> {
     let time = ins[0].1.fact.rank().saturating_sub(3);
-    along(node, ins, time)?;
-    let ins = cx.align(&node.name, ins)?;
-    let s = stream(&node.name, &ins[0])?;
-    let len = node.facts[0].shape[time];
-    let pulsed = PulsedCopiesAttention {
-        attn: op.clone(),
-        pulse: s.pulse,
-        delay: s.delay,
-        lag: PulsedCopiesAttention::lag_for(op, s.pulse, s.delay),
-        len,
-    };
-    let o = pulsed.overlap();
-    let q = cx.delay(&format!("{}.q", node.name), &ins[0], pulsed.lag, 0)?;
-    let k = cx.delay(&format!("{}.k", node.name), &ins[1], 0, o)?;
-    let v = cx.delay(&format!("{}.v", node.name), &ins[2], 0, o)?;
-    let inputs: Vec<OutletId> = vec![q.0, k.0, v.0];
-    let out = Some(StreamInfo {
-        len,
-        overlap: 0,
-        delay: s.delay + pulsed.lag,
-        ..s
-    });
-    cx.add(&node.name, Arc::new(pulsed), &inputs, &[out])
-        .map(Some)
+    pulsify_qkv(cx, node, ins, time, |s, len| {
+        let pulsed = PulsedCopiesAttention {
+            attn: op.clone(),
+            pulse: s.pulse,
+            delay: s.delay,
+            lag: PulsedCopiesAttention::lag_for(op, s.pulse, s.delay),
+            len,
+        };
+        (pulsed.lag, pulsed.overlap(), Arc::new(pulsed))
+    })
 }
