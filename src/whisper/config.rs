@@ -148,6 +148,12 @@ impl WhisperConfig {
             if c.right_copies && c.right_all_layers {
                 return Err(WhisperConfigError::LookAhead);
             }
+            if c.right_copies && c.right > c.chunk {
+                return Err(WhisperConfigError::Copies {
+                    chunk: c.chunk,
+                    right: c.right,
+                });
+            }
         }
         Ok(())
     }
@@ -211,6 +217,25 @@ mod tests {
         assert!(matches!(e, WhisperConfigError::Json(_)), "{e}");
         assert!(e.to_string().contains("d_model"), "{e}");
         assert!(WhisperConfig::parse("{not json").is_err());
+        let ctx = |c: &str| TINY.replace("}", &format!(r#", "pulsed_encoder_context": {c}}}"#));
+        let both = ctx(
+            r#"{"chunk": 8, "left": 16, "right": 6, "right_copies": true, "right_all_layers": true}"#,
+        );
+        assert!(matches!(
+            WhisperConfig::parse(&both),
+            Err(WhisperConfigError::LookAhead)
+        ));
+        let far = ctx(r#"{"chunk": 8, "left": 16, "right": 9, "right_copies": true}"#);
+        let e = WhisperConfig::parse(&far).unwrap_err();
+        assert!(e.to_string().contains("at most its chunk"), "{e}");
+        let ok = ctx(r#"{"chunk": 8, "left": 16, "right": 8, "right_copies": true}"#);
+        assert!(
+            WhisperConfig::parse(&ok)
+                .unwrap()
+                .encoder_context
+                .unwrap()
+                .right_copies
+        );
         let e = WhisperConfig::load(Path::new("/nonexistent/config.json")).unwrap_err();
         assert!(matches!(e, LoadError::Read { .. }), "{e}");
     }

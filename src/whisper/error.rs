@@ -105,4 +105,7 @@ pub enum WhisperConfigError {
         "`pulsed_encoder_context` sets both `right_all_layers` and `right_copies`: choose one"
     )]
     LookAhead,
+    /// Copies of more frames than the next chunk holds.
+    #[error("`pulsed_encoder_context.right` {right} must be at most its chunk {chunk} with `right_copies`")]
+    Copies { chunk: usize, right: usize },
 }
