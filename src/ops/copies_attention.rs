@@ -238,17 +238,7 @@ mod tests {
     use crate::ops::eval_op;
 
     fn rand(shape: &[usize], seed: u64) -> Tensor {
-        let n: usize = shape.iter().product();
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let v: Vec<f32> = (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect();
-        Tensor::from_vec(shape.to_vec(), v).unwrap()
+        crate::ops::shape::test_util::rand_tensor(DType::F32, shape, seed)
     }
 
     /// A row's output changes with exactly the keys it is said to see.
