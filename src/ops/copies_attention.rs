@@ -58,11 +58,11 @@ impl CopiesAttention {
                 self.right, self.chunk
             )));
         }
-        if inputs.iter().any(|f| f.rank() < 3) {
+        if let Some((input, f)) = inputs.iter().enumerate().find(|(_, f)| f.rank() < 3) {
             return Err(OpError::Rank {
-                input: 0,
+                input,
                 expected: "3 or 4".into(),
-                got: inputs.iter().map(|f| f.rank()).min().unwrap_or(0),
+                got: f.rank(),
             });
         }
         // the slot axis taken out, the inputs are a plain self-attention's

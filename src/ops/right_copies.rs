@@ -3,7 +3,7 @@
 //! chunk, the frame one chunk later. So a chunk's slots hold copies of the
 //! `right` frames after it, which [`super::copies_attention::CopiesAttention`]
 //! lets that chunk alone see, in every layer, at the latency of one
-//! look-ahead. Its pulse rule: `pulse/rules/right_copies.rs`.
+//! look-ahead. Its pulse rule: `pulse/rules/copies.rs`.
 
 use super::checks::{float, input_count, rank_at_least};
 use super::{contig, outputs_len, DType, Dim, Op, OpError, OpResult, Scratch, Tensor, TypedFact};
@@ -22,7 +22,7 @@ pub struct RightCopies {
 }
 
 impl RightCopies {
-    pub(crate) fn check_params(&self) -> OpResult<()> {
+    fn check_params(&self) -> OpResult<()> {
         if self.chunk == 0 || self.right > self.chunk {
             return Err(OpError::Param(format!(
                 "right-context copies need 1 <= right {} <= chunk {}",

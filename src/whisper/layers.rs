@@ -127,7 +127,10 @@ impl Net<'_> {
     /// The encoder's layers and final norm over `x` (positions added), with
     /// the checkpoint's attention: the whole window, or chunks. `window`:
     /// the frames of a fixed window `[B, t, d]` (chunks then become a
-    /// mask), or `None` for a stream.
+    /// mask), or `None` for a stream. With right-context copies, the copies
+    /// join the frames before the layers and leave before the final norm:
+    /// a window gathers them as extra rows under one mask, a stream puts
+    /// them in a slot beside each frame (`[T, 2, d]`).
     pub fn encoder_blocks(
         &mut self,
         mut x: OutletId,
@@ -137,23 +140,32 @@ impl Net<'_> {
         let copies = cfg
             .encoder_context
             .filter(|c| c.right_copies && c.right > 0);
-        if let (Some(c), None) = (copies, window) {
-            return self.copies_stream(x, cfg, c);
+        let mut copy_mask = None;
+        if let Some(c) = copies {
+            x = match window {
+                Some(t) => {
+                    let (rows, mask) = self.copy_rows(&CopyLayout::new(&c, t))?;
+                    copy_mask = Some(mask);
+                    let gather = Gather { axis: 1 };
+                    self.b
+                        .op("model.encoder.right_copies", gather, &[x, rows])?
+                }
+                None => {
+                    let op = RightCopies {
+                        chunk: c.chunk,
+                        right: c.right,
+                    };
+                    self.b.op("model.encoder.right_copies", op, &[x])?
+                }
+            };
         }
-        let copies = copies.zip(window).map(|(c, t)| CopyLayout::new(&c, t));
         let mut masks: Vec<(usize, OutletId)> = Vec::new();
-        if let Some(layout) = copies {
-            let (rows, mask) = self.copy_rows(&layout)?;
-            x = self
-                .b
-                .op("model.encoder.right_copies", Gather { axis: 1 }, &[x, rows])?;
-            masks.push((layout.right, mask));
-        }
         for l in 0..cfg.encoder_layers {
             let p = format!("model.encoder.layers.{l}");
             let heads = cfg.encoder_attention_heads;
-            let kind = match (cfg.encoder_context, window) {
-                (Some(c), Some(t)) => {
+            let kind = match (cfg.encoder_context, window, copy_mask) {
+                (_, _, Some(mask)) => SelfAttention::Masked(mask),
+                (Some(c), Some(t), None) => {
                     // the layers after the first share one mask
                     let right = c.right_of(l);
                     if masks.last().is_none_or(|&(r, _)| r != right) {
@@ -161,8 +173,9 @@ impl Net<'_> {
                     }
                     SelfAttention::Masked(masks.last().expect("pushed").1)
                 }
-                (Some(c), None) => SelfAttention::Chunked(c, l),
-                (None, _) => SelfAttention::Whole,
+                (Some(c), None, None) if copies.is_some() => SelfAttention::Copies(c),
+                (Some(c), None, None) => SelfAttention::Chunked(c, l),
+                (None, _, _) => SelfAttention::Whole,
             };
             x = self.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
                 n.self_attention(&format!("{p}.self_attn"), h, heads, kind)
@@ -171,63 +184,30 @@ impl Net<'_> {
                 n.mlp(&p, h, cfg.encoder_ffn_dim)
             })?;
         }
-        if let Some(layout) = copies {
-            let frames = Slice {
-                axis: 1,
-                start: 0,
-                end: Some(layout.t as i64),
-            };
-            x = self
-                .b
-                .op("model.encoder.right_copies.dropped", frames, &[x])?;
+        if copies.is_some() {
+            x = self.drop_copies(x, window)?;
         }
         self.layer_norm("model.encoder.layer_norm", x)
     }
 
-    /// [`Net::encoder_blocks`] over a stream `[T, d]` with right-context
-    /// copies: each frame gets its copy slot (`[T, 2, d]`), every layer
-    /// runs over both, and the slots are dropped before the final norm.
-    fn copies_stream(
-        &mut self,
-        x: OutletId,
-        cfg: &WhisperConfig,
-        c: EncoderContext,
-    ) -> Result<OutletId> {
-        let copies = RightCopies {
-            chunk: c.chunk,
-            right: c.right,
-        };
-        let mut x = self.b.op("model.encoder.right_copies", copies, &[x])?;
-        for l in 0..cfg.encoder_layers {
-            let p = format!("model.encoder.layers.{l}");
-            let heads = cfg.encoder_attention_heads;
-            x = self.residual(&format!("{p}.self_attn_layer_norm"), x, |n, h| {
-                n.self_attention(
-                    &format!("{p}.self_attn"),
-                    h,
-                    heads,
-                    SelfAttention::Copies(c),
-                )
-            })?;
-            x = self.residual(&format!("{p}.final_layer_norm"), x, |n, h| {
-                n.mlp(&p, h, cfg.encoder_ffn_dim)
-            })?;
-        }
-        // a slice and a squeeze, which the GPU runs (a copy and a view)
+    /// The frames of `x` without their copies: a window's first `t` rows,
+    /// or a stream's slot 0 (a slice and a squeeze, which the GPU runs as
+    /// a copy and a view).
+    fn drop_copies(&mut self, x: OutletId, window: Option<usize>) -> Result<OutletId> {
+        let name = "model.encoder.right_copies.dropped";
+        let end = window.map_or(1, |t| t as i64);
         let frames = Slice {
             axis: 1,
             start: 0,
-            end: Some(1),
+            end: Some(end),
         };
+        if window.is_some() {
+            return self.b.op(name, frames, &[x]);
+        }
         let x = self
             .b
             .op("model.encoder.right_copies.frames", frames, &[x])?;
-        let x = self.b.op(
-            "model.encoder.right_copies.dropped",
-            Squeeze { axis: 1 },
-            &[x],
-        )?;
-        self.layer_norm("model.encoder.layer_norm", x)
+        self.b.op(name, Squeeze { axis: 1 }, &[x])
     }
 
     /// The rows of a window with right-context copies, as gather indices
