@@ -1,16 +1,22 @@
-//! GPU attention, LSTM and Unfold against their CPU ops (ignored by default:
-//! run on the GPU machine with `--include-ignored`). Each test returns early,
-//! saying so, when no GPU is usable, unless PULSED_REQUIRE_GPU=1.
+//! GPU attention, right-context copies, LSTM and Unfold against their CPU
+//! ops (ignored by default: run on the GPU machine with
+//! `--include-ignored`). Each test returns early, saying so, when no GPU is
+//! usable, unless PULSED_REQUIRE_GPU=1.
 #![cfg(feature = "cuda")]
 
 use pulsed::gpu::test_util::{assert_within, build_for, compare_op, compare_op_ending};
 use pulsed::gpu::{GpuDevice, Precision};
 use pulsed::ops::attention::Attention;
 use pulsed::ops::chunked_attention::ChunkedAttention;
+use pulsed::ops::copies_attention::CopiesAttention;
 use pulsed::ops::limited_attention::LimitedAttention;
 use pulsed::ops::lstm::Lstm;
+use pulsed::ops::right_copies::RightCopies;
 use pulsed::ops::{DType, Dim, Op, Tensor};
-use pulsed::pulse::{PulsedChunkedAttention, PulsedLimitedAttention, PulsedLstm, Unfold};
+use pulsed::pulse::{
+    PulsedChunkedAttention, PulsedCopiesAttention, PulsedLimitedAttention, PulsedLstm,
+    PulsedRightCopies, Unfold,
+};
 
 fn device() -> Option<GpuDevice> {
     match GpuDevice::open(0) {
@@ -191,6 +197,29 @@ fn batched(steps: &[Vec<Tensor>], batch: usize, seed: u64) -> Vec<Vec<Tensor>> {
         .collect()
 }
 
+/// Compares the pulsed `op` over `steps` at both precisions, alone and in a
+/// batch of 2, with the stream's length `len` known from step `end_at` on.
+fn check_ending(
+    dev: &GpuDevice,
+    name: &str,
+    op: &dyn Op,
+    plain: &[Vec<Tensor>],
+    (end_at, len): (usize, i64),
+    seed: u64,
+) {
+    for (what, steps) in [
+        ("", plain.to_vec()),
+        (" batch 2", batched(plain, 2, seed + 7)),
+    ] {
+        for p in BOTH {
+            let steps: Vec<Vec<Tensor>> = steps.iter().map(|s| at(p, s)).collect();
+            let diffs = compare_op_ending(dev, op, &steps, &[], p, Some((end_at, len)))
+                .unwrap_or_else(|e| panic!("{name}{what} [{p:?}]: {e}"));
+            assert_within(&format!("{name}{what}"), &diffs, p);
+        }
+    }
+}
+
 #[test]
 #[ignore]
 fn pulsed_chunked_attention_streams_and_ends() {
@@ -229,17 +258,7 @@ fn pulsed_chunked_attention_streams_and_ends() {
         let len = (end_at * pulse) as i64 - (delay + lag) as i64 + 2;
         let name =
             format!("pulsed chunked h{heads} d{d} c{chunk} l{left} r{right} p{pulse} delay{delay}");
-        for (what, steps) in [
-            ("", plain.clone()),
-            (" batch 2", batched(&plain, 2, seed + 7)),
-        ] {
-            for p in BOTH {
-                let steps: Vec<Vec<Tensor>> = steps.iter().map(|s| at(p, s)).collect();
-                let diffs = compare_op_ending(&dev, &op, &steps, &[], p, Some((end_at, len)))
-                    .unwrap_or_else(|e| panic!("{name}{what} [{p:?}]: {e}"));
-                assert_within(&format!("{name}{what}"), &diffs, p);
-            }
-        }
+        check_ending(&dev, &name, &op, &plain, (end_at, len), seed);
     }
 }
 
@@ -267,6 +286,167 @@ fn chunked_attention_whole_window() {
             &format!("{name} batch 3"),
             &op,
             &batched(&steps, 3, 9),
+            &[],
+        );
+    }
+}
+
+/// `n` steps of q [rows_q, 2, d], k and v [rows_k, 2, d] (a frame and its
+/// copy slot per row), fresh values each step.
+fn slotted_qkv_steps(
+    n: usize,
+    rows_q: usize,
+    rows_k: usize,
+    d: usize,
+    seed: u64,
+) -> Vec<Vec<Tensor>> {
+    (0..n as u64)
+        .map(|s| {
+            let b = seed * 1000 + s * 3;
+            vec![
+                tensor(&[rows_q, 2, d], b, 1.0),
+                tensor(&[rows_k, 2, d], b + 1, 1.0),
+                tensor(&[rows_k, 2, d], b + 2, 1.0),
+            ]
+        })
+        .collect()
+}
+
+#[test]
+#[ignore]
+fn pulsed_copies_attention_streams_and_ends() {
+    let Some(dev) = device() else { return };
+    // (heads, width, chunk, left, right, pulse, delay, steps): Whisper
+    // tiny's copies context (8 + 6 over a 1500-frame past), pulses of whole
+    // chunks and not (the worst-case lag), copies of a whole chunk, none,
+    // one-frame chunks, no left context, stream starts inside a pulse and
+    // inside a chunk
+    for (heads, d, chunk, left, right, pulse, delay, steps) in [
+        (6, 384, 8, 1500, 6, 8, 3, 4),
+        (2, 48, 4, 7, 2, 8, 0, 12),
+        (2, 48, 4, 7, 2, 8, 5, 12),
+        (3, 30, 3, 5, 3, 4, 2, 12),
+        (1, 16, 1, 3, 1, 1, 0, 12),
+        (4, 64, 8, 20, 0, 16, 11, 8),
+        (2, 32, 5, 0, 4, 3, 1, 14),
+    ] {
+        let attn = CopiesAttention {
+            heads,
+            chunk,
+            left,
+            right,
+        };
+        let lag = PulsedCopiesAttention::lag_for(&attn, pulse, delay);
+        let op = PulsedCopiesAttention {
+            attn,
+            pulse,
+            delay,
+            lag,
+            len: Dim::s(),
+        };
+        let rows_k = pulse + op.overlap();
+        let seed = (heads * 100 + d + delay + chunk) as u64;
+        let plain = slotted_qkv_steps(steps, pulse, rows_k, d, seed);
+        // the stream ends a few frames into the last steps' queries
+        let end_at = steps - 2;
+        let len = (end_at * pulse) as i64 - (delay + lag) as i64 + 2;
+        let name =
+            format!("pulsed copies h{heads} d{d} c{chunk} l{left} r{right} p{pulse} delay{delay}");
+        check_ending(&dev, &name, &op, &plain, (end_at, len), seed);
+    }
+}
+
+#[test]
+#[ignore]
+fn copies_attention_whole_window() {
+    let Some(dev) = device() else { return };
+    for (heads, d, t, chunk, left, right) in [
+        (6, 384, 300, 8, 1500, 6),
+        (2, 48, 37, 4, 7, 2),
+        (3, 30, 50, 5, 0, 5),
+        (2, 16, 23, 6, 4, 0),
+        (1, 8, 1, 3, 2, 1),
+    ] {
+        let op = CopiesAttention {
+            heads,
+            chunk,
+            left,
+            right,
+        };
+        let steps = slotted_qkv_steps(1, t, t, d, (t + chunk) as u64);
+        let name = format!("copies attention h{heads} d{d} t{t} c{chunk} l{left} r{right}");
+        check(&dev, &name, &op, &steps, &[]);
+        check(
+            &dev,
+            &format!("{name} batch 3"),
+            &op,
+            &batched(&steps, 3, 9),
+            &[],
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn pulsed_right_copies_streams_and_ends() {
+    let Some(dev) = device() else { return };
+    // (chunk, right, pulse, delay, width, steps), as the copies attention's
+    for (chunk, right, pulse, delay, d, steps) in [
+        (8, 6, 8, 3, 384, 6),
+        (4, 2, 8, 0, 5, 12),
+        (4, 2, 8, 5, 5, 12),
+        (3, 3, 4, 2, 7, 12),
+        (1, 1, 1, 0, 3, 12),
+        (5, 0, 3, 1, 6, 10),
+        (6, 4, 16, 11, 9, 8),
+    ] {
+        let op = RightCopies { chunk, right };
+        // the lag of its pulse rule: a chunk's copies reach `right` past it
+        let reach = ChunkedAttention {
+            heads: 1,
+            chunk,
+            left: 0,
+            right,
+        };
+        let lag = PulsedChunkedAttention::lag_for(&reach, pulse, delay);
+        let op = PulsedRightCopies {
+            op,
+            pulse,
+            delay,
+            lag,
+            len: Dim::s(),
+        };
+        let seed = (chunk * 100 + right * 10 + pulse + delay) as u64;
+        let plain: Vec<Vec<Tensor>> = (0..steps as u64)
+            .map(|s| vec![tensor(&[pulse + lag, d], seed * 1000 + s, 1.0)])
+            .collect();
+        // the stream ends a chunk into the last steps' rows: their copies
+        // lie past it
+        let end_at = steps - 2;
+        let len = (end_at * pulse) as i64 - (delay + lag) as i64 + chunk as i64;
+        let name = format!("pulsed right copies c{chunk} r{right} p{pulse} delay{delay} d{d}");
+        check_ending(&dev, &name, &op, &plain, (end_at, len), seed);
+    }
+}
+
+#[test]
+#[ignore]
+fn right_copies_whole() {
+    let Some(dev) = device() else { return };
+    for (shape, chunk, right) in [
+        (vec![37, 48], 4, 2),
+        (vec![1, 300, 384], 8, 6),
+        (vec![2, 3, 10, 5], 3, 3),
+        (vec![9, 4], 5, 0),
+        (vec![1, 8], 3, 1),
+    ] {
+        let op = RightCopies { chunk, right };
+        let steps = vec![vec![tensor(&shape, (chunk * 10 + right) as u64, 1.0)]];
+        check(
+            &dev,
+            &format!("right copies {shape:?} c{chunk} r{right}"),
+            &op,
+            &steps,
             &[],
         );
     }

@@ -199,6 +199,116 @@ FLOAT_KERNELS(chunked_attention,
     (q, k, v, out, step, stream_len, tk, width, dh, chunk, left, right, scale, pulse, delay,
      overlap, lag, has_end, ea, eb, ed, ec))
 
+// Attends query row `qrow` (d values) to two spans of keys of `k` and `v`
+// (rows `stride` apart): rows lo..=hi, then rows clo..=chi at `coff`
+// further on, in that order (the CPU's); as attend_row without a mask.
+template <typename T>
+__device__ void attend_spans(const T* qrow, const T* k, const T* v, T* orow, u64 stride, int d,
+                             i64 lo, i64 hi, i64 clo, i64 chi, u64 coff, float scale,
+                             float* sh) {
+    float* red = sh;
+    float* qs = sh + 32;
+    float* sc = qs + d;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int n0 = hi >= lo ? (int)(hi - lo + 1) : 0;
+    const int n = n0 + (chi >= clo ? (int)(chi - clo + 1) : 0);
+    if (n == 0) {
+        for (int c = tid; c < d; c += nt) st(orow, c, 0.0f);
+        return;
+    }
+    auto row = [&](int j) {
+        return j < n0 ? (u64)(lo + j) * stride : (u64)(clo + j - n0) * stride + coff;
+    };
+    for (int c = tid; c < d; c += nt) qs[c] = ld(qrow, c);
+    __syncthreads();
+    const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    for (int j = warp; j < n; j += nw) {
+        const T* kr = k + row(j);
+        float acc = 0.0f;
+        for (int c = lane; c < d; c += 32) acc += qs[c] * ld(kr, c);
+        acc = warp_sum(acc);
+        if (lane == 0) sc[j] = acc * scale;
+    }
+    __syncthreads();
+    float m = NEG_INF;
+    for (int j = tid; j < n; j += nt) m = fmaxf(m, sc[j]);
+    m = block_max(m, red);
+    float sum = 0.0f;
+    for (int j = tid; j < n; j += nt) {
+        float e = expf(sc[j] - m);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, red);  // its barriers publish sc[] too
+    for (int j = tid; j < n; j += nt) sc[j] = sc[j] / sum;
+    __syncthreads();
+    for (int c = tid; c < d; c += nt) {
+        float a0 = 0.0f, a1 = 0.0f;
+        int j = 0;
+        for (; j + 1 < n; j += 2) {
+            a0 += sc[j] * ld(v + row(j), c);
+            a1 += sc[j + 1] * ld(v + row(j + 1), c);
+        }
+        if (j < n) a0 += sc[j] * ld(v + row(j), c);
+        st(orow, c, a0 + a1);
+    }
+}
+
+// CopiesAttention (step == 0) and PulsedCopiesAttention (step = the device
+// step counter), as ops/copies_attention.rs and pulse/ops/copies_attention.rs:
+// q [tq, 2, width], k and v [tk, 2, width], slot 0 a frame and slot 1 its
+// copy. Both slots of the row of frame pos see the frames c - left ..= c +
+// chunk - 1 and the copies in the slots of rows c ..= c + right - 1 whose
+// frame (a chunk later) is before the end, c the first frame of pos's chunk.
+// Whole: tq == tk rows, row i is frame i, the end is tk. Pulsed: rows,
+// positions and the end as chunked_attention_impl's. Block (2 * row + slot,
+// head, sequence); shared as attend_row.
+template <typename T>
+__device__ void copies_attention_impl(const T* q, const T* k, const T* v, T* out,
+                                      const u64* step, const i64* stream_len, i64 tk,
+                                      int width, int dh, i64 chunk, i64 left, i64 right,
+                                      float scale, i64 pulse, i64 delay, i64 overlap, i64 lag,
+                                      int has_end, i64 ea, i64 eb, i64 ed, i64 ec) {
+    extern __shared__ float sh[];
+    const i64 i = blockIdx.x >> 1;
+    const int h = blockIdx.y;
+    const u64 b = blockIdx.z;
+    q += b * gridDim.x * width;
+    out += b * gridDim.x * width;
+    k += b * (u64)tk * 2 * width;
+    v += b * (u64)tk * 2 * width;
+    i64 pos = i, first = 0, end = tk;
+    if (step != 0) {
+        first = (i64)(*step) * pulse - delay - overlap;
+        pos = first + overlap - lag + i;
+        end = stream_end(stream_len, has_end, ea, eb, ed, ec);
+    }
+    i64 lo = 1, hi = 0, clo = 1, chi = 0;
+    if (pos >= 0 && pos < end) {
+        const i64 start = pos / chunk * chunk;  // pos >= 0
+        lo = max(max(start - left, (i64)0) - first, (i64)0);
+        hi = min(min(start + chunk - 1, end - 1) - first, tk - 1);
+        clo = max(start - first, (i64)0);
+        chi = min(min(start + right - 1, end - 1 - chunk) - first, tk - 1);
+    }
+    const u64 row = (u64)blockIdx.x * width + (u64)h * dh;
+    const u64 off = (u64)h * dh;
+    attend_spans(q + row, k + off, v + off, out + row, 2 * (u64)width, dh, lo, hi, clo, chi,
+                 (u64)width, scale, sh);
+}
+
+FLOAT_KERNELS(copies_attention,
+    (const float* q, const float* k, const float* v, float* out, const u64* step,
+     const i64* stream_len, i64 tk, int width, int dh, i64 chunk, i64 left, i64 right,
+     float scale, i64 pulse, i64 delay, i64 overlap, i64 lag, int has_end, i64 ea, i64 eb,
+     i64 ed, i64 ec),
+    (const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, const u64* step,
+     const i64* stream_len, i64 tk, int width, int dh, i64 chunk, i64 left, i64 right,
+     float scale, i64 pulse, i64 delay, i64 overlap, i64 lag, int has_end, i64 ea, i64 eb,
+     i64 ed, i64 ec),
+    (q, k, v, out, step, stream_len, tk, width, dh, chunk, left, right, scale, pulse, delay,
+     overlap, lag, has_end, ea, eb, ed, ec))
+
 // LimitedAttention over a tile small enough for shared memory (a chunk
 // step's few query rows and their window of keys): one block per (head,
 // sequence, group of `rpb` query rows) reads the head's K and V, each

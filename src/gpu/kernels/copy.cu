@@ -81,3 +81,45 @@ __device__ void pad_impl(const T* src, T* dst, u64 n, int rank, const u64* od, c
 
 PAD_KERNEL(float, f32)
 PAD_KERNEL(bf16_t, bf16)
+
+// RightCopies (step == 0) and PulsedRightCopies (step = the device step
+// counter), by element size, as ops/right_copies.rs `fill`: x [outer, have,
+// d] -> out [outer, rows, 2, d]. Slot 0 of row r is x's row r; slot 1 is
+// x's row r + chunk when frame first + r is among the first `right` of its
+// chunk, that row is in x and its frame lies before the end; else zeros.
+// Whole: first 0, the end is rows. Pulsed: first = step * pulse - back; the
+// end once the stream's length is known, at least 0 as the CPU state has it.
+template <typename T>
+__device__ void right_copies_impl(const T* x, T* out, const u64* step, const i64* stream_len,
+                                  u64 outer, u64 rows, u64 have, u64 d, i64 chunk, i64 right,
+                                  i64 pulse, i64 back, int has_end, i64 ea, i64 eb, i64 ed,
+                                  i64 ec) {
+    i64 first = 0, end = (i64)rows;
+    if (step != 0) {
+        first = (i64)(*step) * pulse - back;
+        end = max(stream_end(stream_len, has_end, ea, eb, ed, ec), (i64)0);
+    }
+    GRID_STRIDE(i, outer * rows * 2 * d) {
+        const u64 c = i % d, slot = (i / d) & 1, r = (i / (2 * d)) % rows;
+        const T* xo = x + i / (2 * d * rows) * have * d;
+        const i64 pos = first + (i64)r;
+        const i64 phase = (pos % chunk + chunk) % chunk;
+        const u64 src = slot == 0 ? r : r + (u64)chunk;
+        const bool copy = slot == 0 || (phase < right && src < have && pos + chunk < end);
+        out[i] = copy ? xo[src * d + c] : (T)0;
+    }
+}
+
+#define RIGHT_COPIES(T, SZ)                                                                \
+    extern "C" __global__ void right_copies_##SZ(                                         \
+        const T* x, T* out, const u64* step, const i64* stream_len, u64 outer, u64 rows,  \
+        u64 have, u64 d, i64 chunk, i64 right, i64 pulse, i64 back, int has_end, i64 ea,   \
+        i64 eb, i64 ed, i64 ec) {                                                          \
+        pdl_enter();                                                                       \
+        right_copies_impl<T>(x, out, step, stream_len, outer, rows, have, d, chunk, right, \
+                             pulse, back, has_end, ea, eb, ed, ec);                        \
+    }
+
+RIGHT_COPIES(unsigned short, 2)
+RIGHT_COPIES(unsigned int, 4)
+RIGHT_COPIES(u64, 8)

@@ -3,7 +3,8 @@
 //! the row's window of scores in shared memory, so a streamed Whisper
 //! encoder's chunk step runs, and is captured, on the device. Its state
 //! (the step counter and the stream's end) is the runner's: the keys'
-//! Delays stay separate nodes.
+//! Delays stay separate nodes. `copies_attention.rs` launches its kernel
+//! through the same form.
 
 use cudarc::driver::CudaFunction;
 
@@ -12,6 +13,7 @@ use crate::gpu::op::{expect_io, int, launch, long, Arg, BuildCx, GpuOp, Grid, Io
 use crate::gpu::ops::Builders;
 use crate::gpu::GpuError;
 use crate::ops::chunked_attention::ChunkedAttention;
+use crate::ops::Dim;
 use crate::pulse::PulsedChunkedAttention;
 
 pub(super) fn register(r: &mut Builders) {
@@ -19,26 +21,50 @@ pub(super) fn register(r: &mut Builders) {
     r.add::<ChunkedAttention>(|a, cx| build(a, None, cx));
 }
 
+/// A kernel with `chunked_attention`'s arguments: that one, or
+/// `copies_attention` (whose `attn.right` is its copies).
 #[derive(Debug)]
-struct ChunkedGpu {
-    f: CudaFunction,
-    grid: Grid,
-    attn: ChunkedAttention,
-    tk: i64,
-    width: i32,
-    dh: i32,
-    scale: f32,
+pub(super) struct ChunkedGpu {
+    pub(super) f: CudaFunction,
+    /// The kernel's name, for `describe`.
+    pub(super) kernel: &'static str,
+    pub(super) grid: Grid,
+    pub(super) attn: ChunkedAttention,
+    pub(super) tk: i64,
+    pub(super) width: i32,
+    pub(super) dh: i32,
+    pub(super) scale: f32,
     /// `(pulse, delay, overlap, lag)` of the pulsed form.
-    pulsed: Option<[i64; 4]>,
+    pub(super) pulsed: Option<[i64; 4]>,
     /// The stream's end ([`super::pulse::end_args`]; none in the whole form).
-    end: [Arg; 5],
+    pub(super) end: [Arg; 5],
+}
+
+/// The `pulsed` and `end` of a [`ChunkedGpu`] from a pulsed form's
+/// `(pulse, delay, overlap, lag)` and stream length.
+pub(super) fn stream_args(
+    what: &str,
+    pulsed: Option<([usize; 4], Dim)>,
+) -> Result<(Option<[i64; 4]>, [Arg; 5]), GpuError> {
+    let end = super::pulse::end_args(what, pulsed.map(|(_, len)| len))?;
+    let Some(([pulse, delay, overlap, lag], _)) = pulsed else {
+        return Ok((None, end));
+    };
+    let args = [
+        long("pulse", pulse)?,
+        long("delay", delay)?,
+        long("overlap", overlap)?,
+        long("lag", lag)?,
+    ];
+    Ok((Some(args), end))
 }
 
 impl GpuOp for ChunkedGpu {
     fn describe(&self) -> String {
         format!(
-            "{}chunked_attention {}x{} keys, {} heads of {}, chunk {} left {} right {}",
+            "{}{} {}x{} keys, {} heads of {}, chunk {} left {} right {}",
             if self.pulsed.is_some() { "pulsed " } else { "" },
+            self.kernel,
             self.grid.grid.0,
             self.tk,
             self.attn.heads,
@@ -50,7 +76,7 @@ impl GpuOp for ChunkedGpu {
     }
 
     fn launch(&self, cx: &LaunchCx, io: &Io) -> Result<(), GpuError> {
-        expect_io("chunked attention", io, 3, 1)?;
+        expect_io(self.kernel, io, 3, 1)?;
         if self.grid.grid.0 == 0 || self.grid.grid.2 == 0 {
             return Ok(());
         }
@@ -135,20 +161,15 @@ fn build(
         block: (THREADS, 1, 1),
         shared_bytes: shared_bytes(what, dh, keys)?,
     };
-    let end = super::pulse::end_args(what, pulsed.map(|p| p.len))?;
-    let pulsed = match pulsed {
-        Some(p) => Some([
-            long("pulse", p.pulse)?,
-            long("delay", p.delay)?,
-            long("overlap", p.overlap())?,
-            long("lag", p.lag)?,
-        ]),
-        None => None,
-    };
+    let (pulsed, end) = stream_args(
+        what,
+        pulsed.map(|p| ([p.pulse, p.delay, p.overlap(), p.lag], p.len)),
+    )?;
     Ok(Box::new(ChunkedGpu {
         f: cx
             .lib
             .function("attention", &format!("chunked_attention_{suffix}"))?,
+        kernel: "chunked_attention",
         grid,
         attn: op.clone(),
         tk: long("keys", tk)?,
