@@ -632,3 +632,26 @@ fn live_streams_a_chunked_encoder_on_the_gpu() {
         "cpu {cpu:?} gpu {gpu:?}"
     );
 }
+
+/// Live streams on several threads with one GPU engine (as `eval --live
+/// -j N` runs them): each captures its chunk step on a stream of its own,
+/// so none breaks another's capture, and each gives the lone stream's text.
+#[test]
+fn live_streams_on_threads_share_one_gpu_engine() {
+    use pulsed::engine::Engine;
+    let Some(d) = dev() else { return };
+    let engine = Engine::Gpu {
+        device: d,
+        options: GpuRunnerOptions::new(Precision::F32),
+    };
+    let (_, lone, _) = chunked_live(engine.clone(), true);
+    let texts: Vec<String> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| chunked_live(engine.clone(), true).1))
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for t in &texts {
+        assert_eq!(t, &lone, "a stream beside others differs from the lone one");
+    }
+}

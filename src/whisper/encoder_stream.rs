@@ -18,7 +18,7 @@ use crate::engine::Engine;
 use crate::graph::Runner;
 use crate::ops::top_tokens::RowRules;
 use crate::ops::Tensor;
-use crate::pulse::{pulsify, Chunk, PulsedModel, StreamingSession};
+use crate::pulse::{pulsify, Chunk, StreamingSession};
 use crate::{Error, Result};
 
 /// The streamed encoder of one chunked checkpoint, over one stream that
@@ -68,7 +68,11 @@ impl EncoderStream {
         let window = tail.len() / d;
         Ok(EncoderStream {
             features: StreamingSession::new(features)?,
-            encoder: session(streaming::pulsed_encoder(cfg, w)?, engine)?,
+            // a stream of its own: streams on other threads (eval --live's
+            // workers) would otherwise share one and break each other's capture
+            encoder: engine
+                .lane()?
+                .session(streaming::pulsed_encoder(cfg, w)?.into())?,
             n_mels: m,
             d,
             window,
@@ -193,19 +197,6 @@ impl EncoderStream {
         let mut w = self.frames.clone();
         w.extend_from_slice(&self.tail[self.frames.len()..]);
         w
-    }
-}
-
-/// A session of the pulsed encoder `model` on `engine`.
-fn session(model: PulsedModel, engine: &Engine) -> Result<StreamingSession> {
-    match engine {
-        Engine::Cpu => StreamingSession::new(model),
-        #[cfg(feature = "cuda")]
-        Engine::Gpu { device, options } => {
-            let runner =
-                crate::gpu::GpuRunner::new(device.clone(), model.graph.clone(), None, options)?;
-            StreamingSession::with_runner(model, Box::new(runner))
-        }
     }
 }
 
