@@ -26,8 +26,10 @@ import numpy as np
 
 SR = 16000
 MAX_S = 20.0
-# share-alike prompts of one speaker (asterisk-core-sounds): left out by default
-SKIP = ["asterisk-core-sounds-en-g722"]
+# left out by default, for their copyleft licences: the share-alike prompts of
+# one speaker (asterisk-core-sounds, CC-BY-SA-3.0) and Hedgewars' voice packs
+# (hedgewars-data, GFDL-1.3)
+SKIP = ["asterisk-core-sounds-en-g722", "hedgewars-data"]
 
 
 def normalise(text):
@@ -42,15 +44,23 @@ def read_wav(path):
         return np.frombuffer(w.readframes(w.getnframes()), np.int16)
 
 
-def teacher_segments(pulsed, files):
-    """{file: [(start_s, end_s, text)]} from tiny.en's transcripts."""
-    out = subprocess.run([pulsed, "transcribe", "--model", "whisper-tiny.en", "--format", "jsonl",
-                          "--word-timestamps", "false", *files],
-                         check=True, capture_output=True, text=True).stdout
+def teacher_segments(pulsed, files, cache):
+    """{file: [(start_s, end_s, text)]} from tiny.en's transcripts.
+
+    One `pulsed transcribe` for all files, listed in CACHE/files.txt (thousands
+    of paths); its jsonl goes to CACHE/segments.jsonl with --resume, so a run
+    that stops (tiny.en reads ~2 s of audio a wall second on this box: hours for
+    the 6.6 h set) goes on where it was. A file that fails gets no pieces."""
+    os.makedirs(cache, exist_ok=True)
+    listing, out = os.path.join(cache, "files.txt"), os.path.join(cache, "segments.jsonl")
+    with open(listing, "w") as f:
+        f.write("".join(os.path.abspath(p) + "\n" for p in files))
+    subprocess.run([pulsed, "transcribe", "--model", "whisper-tiny.en", "--format", "jsonl",
+                    "--word-timestamps", "false", "--manifest", listing, "-o", out, "--resume"], check=True)
     segs = {}
-    for line in out.splitlines():
+    for line in open(out):
         r = json.loads(line)
-        segs[r["file"]] = [(s["start"], s["end"], s["text"]) for s in r.get("segments", [])]
+        segs[os.path.abspath(r["file"])] = [(s["start"], s["end"], s["text"]) for s in r.get("segments", [])]
     return segs
 
 
@@ -80,9 +90,11 @@ def main():
             if not any(package.get(os.path.basename(m["audio"]), "").startswith(p) for p in a.skip)]
     audio = {m["audio"]: read_wav(os.path.join(a.realtrain, m["audio"])) for m in keep}
     whole = {m["audio"] for m in keep if m.get("text") and len(audio[m["audio"]]) <= MAX_S * SR}
-    rest = [os.path.join(a.realtrain, m["audio"]) for m in keep if m["audio"] not in whole]
-    segs = teacher_segments(a.pulsed, rest) if rest else {}
     os.makedirs(a.out, exist_ok=True)
+    rest = [os.path.join(a.realtrain, m["audio"]) for m in keep if m["audio"] not in whole]
+    # the teacher's transcripts are kept beside the shards (a folder, which
+    # natural_tts.py's read_store does not look into)
+    segs = teacher_segments(a.pulsed, rest, os.path.join(a.out, "teacher")) if rest else {}
     base = os.path.join(a.out, "real_r000_p0")
     n = skipped = samples = 0
     texts = []
@@ -92,7 +104,7 @@ def main():
             if m["audio"] in whole:
                 pieces = [(0.0, len(x) / SR, m["text"])]
             else:
-                pieces = merged(segs.get(os.path.join(a.realtrain, m["audio"]), []))
+                pieces = merged(segs.get(os.path.abspath(os.path.join(a.realtrain, m["audio"])), []))
             for s, e, t in pieces:
                 text = normalise(t)
                 if not text or re.search(r"\d", t):
