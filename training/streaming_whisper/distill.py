@@ -87,13 +87,42 @@ class Mixture:
     """Utterance sets drawn by weight (espeak, natural TTS, real speech), so
     that a scarce set can make up a set share of every batch."""
 
-    def __init__(self, sets):
+    def __init__(self, sets, balance=None):
         self.sets = [ds for ds, _ in sets]
         self.weights = [w for _, w in sets]
+        # balance: within a set whose utterances name their source, draw a
+        # source by hours ** balance, then one of its utterances, so that one
+        # game's 4.5 h do not make up 80 % of the real speech (None: every
+        # utterance alike)
+        self.sources = [self._sources(ds, balance) for ds in self.sets]
+
+    @staticmethod
+    def _sources(ds, balance):
+        if balance is None or not all("source" in m for m in ds.meta):
+            return None
+        by = {}
+        for i, m in enumerate(ds.meta):
+            by.setdefault(m["source"], []).append(i)
+        idx = list(by.values())
+        hours = [float(ds.len_cpu[ix].sum()) / 16000 / 3600 for ix in idx]
+        return idx, [h ** balance for h in hours]
+
+    def shares(self, k):
+        """Each source's share of set k's draws, largest first (for the log)."""
+        if self.sources[k] is None:
+            return []
+        idx, w = self.sources[k]
+        names = [self.sets[k].meta[ix[0]]["source"] for ix in idx]
+        return sorted(zip(names, [x / sum(w) for x in w]), key=lambda t: -t[1])
 
     def pick(self, rng):
-        ds = rng.choices(self.sets, self.weights)[0]
-        return ds, rng.randrange(len(ds))
+        k = rng.choices(range(len(self.sets)), self.weights)[0]
+        ds = self.sets[k]
+        if self.sources[k] is None:
+            return ds, rng.randrange(len(ds))
+        idx, w = self.sources[k]
+        ix = rng.choices(idx, w)[0]
+        return ds, ix[rng.randrange(len(ix))]
 
 
 def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0):
@@ -213,6 +242,9 @@ def main():
     ap.add_argument("--extra", default=None,
                     help="NAME:SHARE,...: more utterance sets in --work (NAME.npy/.json, e.g. natural_tts.py "
                          "unpack), each drawn for SHARE of the utterances (the rest: espeak)")
+    ap.add_argument("--balance", type=float, default=None,
+                    help="draw each --extra set's sources by hours ** BALANCE (0: sources alike, 1: as their "
+                         "hours), then an utterance of the source; default: every utterance alike")
     ap.add_argument("--freeze-below", type=int, default=0, help="train only layers >= this (0: all + stem)")
     ap.add_argument("--lora", type=int, default=0, help="train low-rank adapters of this rank instead of the "
                                                         "encoder's weights (merged into them when saved)")
@@ -253,7 +285,11 @@ def main():
             rest -= float(share)
         if rest < 0:
             sys.exit("--extra: the shares add up to more than 1")
-        train = Mixture([(train, rest)] + sets)
+        train = Mixture([(train, rest)] + sets, args.balance)
+        for k in range(1, len(train.sets)):
+            top = ", ".join(f"{n} {x:.2f}" for n, x in train.shares(k)[:4])
+            if top:
+                log(f"data: set {k} draws by source (balance {args.balance}): {top}")
 
     cfg = json.load(open(os.path.join(args.teacher, "config.json")))
     import glob

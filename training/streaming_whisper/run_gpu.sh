@@ -13,7 +13,8 @@
 #   [".cache/distill_tts/carry", ".cache/distill_real/carry"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
 #   (a pack in several parts: one call per part, each carrying a directory
-#   .cache/distill_tts/carry that holds that part alone)
+#   .cache/distill_tts/carry that holds that part alone; UNPACK=0 on all
+#   but the last)
 #   call 2, carry [".cache/distill/init"] (or nothing), at once:
 #       bash training/streaming_whisper/run_gpu.sh DEADLINE_S [distill.py args...]
 #   (the sets staged are drawn for SHARES of the utterances, default
@@ -42,7 +43,9 @@ for set in tts:natural real:real; do
   d=.cache/distill_${set%%:*}/carry
   if [ -d $d ]; then
     mkdir -p $W/carry_${set%%:*} && cp -r $d/part* $W/carry_${set%%:*}/
-    python3 training/streaming_whisper/natural_tts.py unpack $W/carry_${set%%:*} $W ${set#*:}
+    # UNPACK=0 on all but a set's last part: decoding hours of Opus each call
+    # costs a minute of device time
+    [ "${UNPACK:-1}" = 0 ] || python3 training/streaming_whisper/natural_tts.py unpack $W/carry_${set%%:*} $W ${set#*:}
   fi
 done
 ls $W/teacher/encoder*.safetensors >/dev/null 2>&1 || { echo "no teacher in $W: the machine is a fresh one, start over with call 1"; exit 3; }
