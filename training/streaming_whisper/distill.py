@@ -221,6 +221,8 @@ def main():
     ap.add_argument("--text", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--state", default=None,
+                    help="dir of the resumable student.pt (default --work): runs side by side share --work's data")
     ap.add_argument("--utts", type=int, default=40000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-4)
@@ -268,6 +270,8 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
+    if args.state:
+        os.makedirs(args.state, exist_ok=True)
     build(args.text, args.work, device, args.utts, args.procs)
     if args.prepare_only:
         log("data built")
@@ -322,7 +326,7 @@ def main():
     # the decoder the student's output is read by: the teacher's own, or a
     # copy whose cross-attention follows the student
     sdec = copy.deepcopy(dec) if args.train_cross else dec
-    ckpt = os.path.join(args.work, "student.pt")
+    ckpt = os.path.join(args.state or args.work, "student.pt")
     state = {"step": 0}
     if os.path.exists(ckpt):
         ck = torch.load(ckpt, map_location=device)

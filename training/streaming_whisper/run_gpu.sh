@@ -60,5 +60,10 @@ for kv in $(echo ${SHARES:-natural:0.4,real:0.08} | tr , ' '); do
   [ -f $W/${kv%%:*}.json ] && extra+=($kv)
 done
 [ ${#extra[@]} -gt 0 ] && set -- --extra $(IFS=,; echo "${extra[*]}") "$@"
+# RUN=NAME: a run of its own (student.pt in $W/run-NAME, output in $OUT/NAME)
+# beside others in one call on the staged data, e.g.
+#   RUN=a run_gpu.sh 545 ... & RUN=b run_gpu.sh 545 ... & wait
+O=$OUT
+[ -n "$RUN" ] && O=$OUT/$RUN && mkdir -p $O && set -- --state $W/run-$RUN "$@"
 python3 training/streaming_whisper/distill.py --teacher $W/teacher --text $W/text \
-  --work $W --out $OUT --deadline $D "$@" 2>&1 | tee $OUT/log.txt
+  --work $W --out $O --deadline $D "$@" 2>&1 | tee $O/log.txt
