@@ -1499,3 +1499,55 @@ fn nodes_kept_in_f32_widen_on_the_gpu_or_run_on_the_cpu() {
         }
     }
 }
+
+/// Gather with constant indices (a window's right-context copies) runs on
+/// the GPU as a copy, bit for bit; indices known only at run time, or out
+/// of range, stay with the CPU op and its error.
+#[test]
+#[ignore]
+fn gather_with_constant_indices_equals_cpu() {
+    let Some(d) = dev() else { return };
+    let idx = |shape: Vec<usize>, v: Vec<i64>| Tensor::from_vec(shape, v).unwrap();
+    // tiny.en's window at chunk 8 +6: 300 frames, then the copies' rows
+    let mut rows: Vec<i64> = (0..300).collect();
+    rows.extend((0..300).filter(|r| r % 8 < 6 && r + 8 < 300).map(|r| r + 8));
+    let cases = [
+        (
+            "copies rows",
+            vec![1, 300, 384],
+            1,
+            idx(vec![rows.len()], rows),
+        ),
+        (
+            "2-d negative indices",
+            vec![5, 7, 3],
+            -1,
+            idx(vec![2, 3], vec![0, -1, 2, -3, 1, 1]),
+        ),
+        ("scalar index", vec![9, 4], 0, idx(vec![], vec![-2])),
+        ("no indices", vec![6, 5], 0, idx(vec![0], vec![])),
+    ];
+    for (name, shape, axis, ix) in cases {
+        let op = pulsed::ops::gather::Gather { axis };
+        for p in [Precision::F32, Precision::Bf16] {
+            let x = rounded(&random(&shape, 70, 1.0), p);
+            let diffs = compare_op(&d, &op, &[vec![x, ix.clone()]], &[false, true], p)
+                .unwrap_or_else(|e| panic!("gather {name} [{p:?}]: {e}"));
+            for diff in &diffs {
+                assert_eq!(diff.max_abs, 0.0, "gather {name} [{p:?}]: {diff:?}");
+            }
+        }
+    }
+    let op = pulsed::ops::gather::Gather { axis: 0 };
+    let x = random(&[4, 3], 71, 1.0);
+    for (consts, ix, why) in [
+        ([false, false], idx(vec![2], vec![0, 3]), "run time"),
+        ([false, true], idx(vec![2], vec![0, 4]), "out of range"),
+        ([false, true], idx(vec![1], vec![-5]), "out of range"),
+    ] {
+        match pulsed::gpu::test_util::build_for(&d, &op, &[&x, &ix], &consts, Precision::F32) {
+            Ok(g) => panic!("gather {ix:?}: expected a fallback, built {}", g.describe()),
+            Err(e) => assert!(e.to_string().contains(why), "gather {ix:?}: {e}"),
+        }
+    }
+}

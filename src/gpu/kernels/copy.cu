@@ -123,3 +123,23 @@ __device__ void right_copies_impl(const T* x, T* out, const u64* step, const i64
 RIGHT_COPIES(unsigned short, 2)
 RIGHT_COPIES(unsigned int, 4)
 RIGHT_COPIES(u64, 8)
+
+// Gather along one axis, by element size: `data [outer, n, inner]` to
+// `out [outer, m, inner]`, row j of each outer block from row idx[j]
+// (negative: from the end). The builder takes constant indices alone and
+// checks them in range, so no launch reads outside `data`.
+#define GATHER_ROWS(T, SZ)                                                                 \
+    extern "C" __global__ void gather_rows_##SZ(const T* data, const i64* idx, T* out,    \
+                                                u64 outer, u64 n, u64 m, u64 inner) {      \
+        pdl_enter();                                                                       \
+        GRID_STRIDE(i, outer * m * inner) {                                                \
+            const u64 c = i % inner, j = (i / inner) % m, o = i / (inner * m);             \
+            const i64 k = idx[j] < 0 ? idx[j] + (i64)n : idx[j];                           \
+            out[i] = data[(o * n + (u64)k) * inner + c];                                   \
+        }                                                                                  \
+    }
+
+GATHER_ROWS(unsigned char, 1)
+GATHER_ROWS(unsigned short, 2)
+GATHER_ROWS(unsigned int, 4)
+GATHER_ROWS(u64, 8)

@@ -10,6 +10,7 @@ pub mod conv;
 pub mod copies_attention;
 pub mod ctc;
 pub mod elementwise;
+pub mod gather;
 pub mod kv_cache;
 pub mod linear;
 pub mod linear_fused;
@@ -72,6 +73,7 @@ fn builders() -> &'static Builders {
         copies_attention::register(&mut r);
         ctc::register(&mut r);
         elementwise::register(&mut r);
+        gather::register(&mut r);
         kv_cache::register(&mut r);
         linear::register(&mut r);
         lstm::register(&mut r);
