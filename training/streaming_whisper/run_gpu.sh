@@ -65,5 +65,6 @@ done
 #   RUN=a run_gpu.sh 545 ... & RUN=b run_gpu.sh 545 ... & wait
 O=$OUT
 [ -n "$RUN" ] && O=$OUT/$RUN && mkdir -p $O && set -- --state $W/run-$RUN "$@"
-python3 training/streaming_whisper/distill.py --teacher $W/teacher --text $W/text \
+# SCRIPT=ctc_head.py: a CTC head over a frozen student instead (same data)
+python3 training/streaming_whisper/${SCRIPT:-distill.py} --teacher $W/teacher --text $W/text \
   --work $W --out $O --deadline $D "$@" 2>&1 | tee $O/log.txt
