@@ -284,3 +284,32 @@ fn encoder_frames_decode_as_their_window() {
     let e = b.encode_frames(&[&enc[1..]]).unwrap_err();
     assert!(e.to_string().contains("1500 x 384"), "{e}");
 }
+
+/// A stream filled to its capacity still finishes (its last chunk's
+/// look-ahead, read from padding, has positions in the window), and takes
+/// no sample more, for first-layer and copies look-ahead.
+#[test]
+fn a_full_stream_finishes_and_takes_no_more() {
+    use pulsed::whisper::decode::WindowPadding;
+    use pulsed::whisper::encoder_stream::EncoderStream;
+    for (ctx, secs) in [
+        (context(8, 1500, 6, true), 29.55),
+        (context(16, 1500, 8, false), 29.19),
+    ] {
+        let m = model(ctx);
+        let mut s =
+            EncoderStream::new(&m, WindowPadding::Zeros, &pulsed::engine::Engine::Cpu).unwrap();
+        assert!(
+            (s.capacity() as f64 / 16_000.0 - secs).abs() < 1e-9,
+            "{}",
+            s.capacity()
+        );
+        let audio: Vec<f32> = clip().iter().cycle().take(s.capacity()).copied().collect();
+        s.push(&audio[..s.capacity() - 1]).unwrap();
+        let e = s.push(&audio[..2]).unwrap_err();
+        assert!(e.to_string().contains("holds 29."), "{e}");
+        s.push(&audio[..1]).unwrap();
+        s.finish().unwrap();
+        assert_eq!(s.frames(), (s.capacity() / 160 + 1).div_ceil(2));
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use pulsed::asr::metrics::{normalize, ErrorCounts};
 use pulsed::asr::partial::{partial_counts, Shown};
 use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
-use pulsed::batch::{self, BatchOptions, Control, Outcome};
+use pulsed::batch::{self, BatchOptions, Control, FileWorker, Outcome};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -41,6 +41,11 @@ pub struct Args {
     /// whole buffer at every decoding instead of streaming the encoder.
     #[arg(long, requires = "live")]
     window_encoder: bool,
+    /// A chunked Whisper checkpoint's CTC head over its streamed encoder
+    /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam
+    /// search with the language-model flags).
+    #[arg(long, conflicts_with = "live")]
+    ctc: bool,
     /// Whisper: where the network runs (default auto: a GPU when one is
     /// usable).
     #[arg(long, value_enum)]
@@ -199,7 +204,15 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         if a.live {
             return run_live(&a, &items, base);
         }
+        if a.ctc {
+            return run_ctc(&a, &items, base);
+        }
         return run_whisper(&a, &items, base);
+    }
+    if a.ctc {
+        return Err(
+            "--ctc is for chunked Whisper checkpoints with a CTC head (--model DIR)".into(),
+        );
     }
     if a.live {
         return Err("--live is for Whisper checkpoints (--model whisper-*)".into());
@@ -251,6 +264,36 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
         engine,
     )?;
     eprintln!("pulsed: whisper {}", job.describe());
+    let make = || job.worker();
+    let warm = |workers: usize, first: &[PathBuf]| job.warm_up(workers, first);
+    run_workers(a, items, base, job.group_files(), &make, Some(&warm))
+}
+
+/// `--ctc`: each file through the streamed encoder and the CTC head.
+fn run_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    let model = a.model.as_deref().unwrap_or(Path::new(""));
+    let engine = a
+        .device
+        .unwrap_or(super::device::Device::Auto)
+        .engine_tf32(a.precision, a.tf32)?;
+    let job = super::ctc::CtcJob::open(model, a.beam, &a.lm, engine)?;
+    eprintln!("pulsed: {}", job.describe());
+    let make = || job.worker();
+    run_workers(a, items, base, 1, &make, None)
+}
+
+/// Each warm-up: the workers and the first files.
+type WarmUp<'a> = dyn Fn(usize, &[PathBuf]) -> Result<(), String> + 'a;
+
+/// The files on parallel workers (`make` builds one), then the rates.
+fn run_workers<W: FileWorker>(
+    a: &Args,
+    items: &[Item],
+    base: &Path,
+    group_files: usize,
+    make: &(dyn Fn() -> pulsed::Result<W> + Sync),
+    warm_up: Option<&WarmUp>,
+) -> Result<ExitCode, String> {
     let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
     let opts = BatchOptions {
         jobs: a.jobs.unwrap_or_else(batch::default_jobs),
@@ -258,11 +301,11 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
         longest_first: true,
         streams: 1,
     };
-    if a.warmup {
+    if let Some(warm_up) = warm_up.filter(|_| a.warmup) {
         let t0 = std::time::Instant::now();
         let workers = opts.jobs.clamp(1, files.len().max(1));
-        let first = &files[..job.group_files().min(files.len())];
-        job.warm_up(workers, first)?;
+        let first = &files[..group_files.min(files.len())];
+        warm_up(workers, first)?;
         eprintln!(
             "pulsed: {workers} workers warmed up on {} files in {:.1} s (not timed)",
             first.len(),
@@ -271,8 +314,7 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
     }
     let mut hyps = vec![String::new(); items.len()];
     let mut failed = Vec::new();
-    let make = || job.worker();
-    let summary = batch::run_whole(&files, opts, &Control::new(), &make, |r| {
+    let summary = batch::run_whole(&files, opts, &Control::new(), make, |r| {
         match r.outcome {
             Outcome::Done { transcript, .. } => hyps[r.index] = transcript.text,
             Outcome::Failed(e) => failed.push(e),

@@ -39,17 +39,19 @@ impl LmArgs {
 
     /// The recogniser with the language model these flags ask for.
     pub fn apply(&self, rec: Recognizer) -> Result<Recognizer, String> {
-        let lm = self.lm(&rec)?;
+        let lm = self.resolve(rec.lm())?;
         Ok(rec.with_lm(lm))
     }
 
-    fn lm(&self, rec: &Recognizer) -> Result<Option<Lm>, String> {
+    /// The language model these flags ask for, over the model's own
+    /// (`default`, with its weights) when they name none.
+    pub fn resolve(&self, default: Option<&Lm>) -> Result<Option<Lm>, String> {
         if self.no_lm {
             return Ok(None);
         }
         let model = match &self.lm {
             Some(p) => Arc::new(WordLm::load(p).map_err(|e| e.to_string())?),
-            None => match rec.lm() {
+            None => match default {
                 Some(lm) => lm.model.clone(),
                 None if self.lm_weight.is_some()
                     || self.word_bonus.is_some()
@@ -64,7 +66,7 @@ impl LmArgs {
                 None => return Ok(None),
             },
         };
-        let d = rec.lm().map_or(LmWeights::default(), |l| l.weights);
+        let d = default.map_or(LmWeights::default(), |l| l.weights);
         Ok(Some(Lm {
             model,
             weights: LmWeights {

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_streamed;
 mod compare;
+mod ctc;
 mod device;
 mod eval;
 mod inspect;

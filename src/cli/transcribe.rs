@@ -55,6 +55,11 @@ pub struct Args {
     whisper: super::whisper::WhisperArgs,
     #[command(flatten)]
     lm: super::lm::LmArgs,
+    /// A chunked Whisper checkpoint's CTC head over its streamed encoder
+    /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam
+    /// search with the language-model flags).
+    #[arg(long)]
+    ctc: bool,
     /// Where the encoder runs (Whisper: the encoder and decoder): a GPU when
     /// one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
@@ -143,7 +148,15 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         return Err("--streams must be at least 1".into());
     }
     if super::whisper::is_whisper(a.model.as_deref()) {
+        if a.ctc {
+            return run_ctc(a, files, several, engine);
+        }
         return run_whisper(a, files, several, engine);
+    }
+    if a.ctc {
+        return Err(
+            "--ctc is for chunked Whisper checkpoints with a CTC head (--model DIR)".into(),
+        );
     }
     let mode = if a.whole {
         Mode::Whole
@@ -358,6 +371,41 @@ fn run_whisper(
         streams: 1,
     };
     eprintln!("pulsed: whisper {}", job.describe());
+    let make = || job.worker();
+    write_results(
+        &a,
+        files,
+        several,
+        16_000,
+        opts,
+        &|_| 1,
+        &|files, opts, control, on| batch::run_whole(files, opts, control, &make, on),
+    )
+}
+
+/// `--ctc`: each file streamed through the encoder and the CTC head.
+fn run_ctc(
+    a: Args,
+    files: Vec<PathBuf>,
+    several: bool,
+    engine: Engine,
+) -> Result<ExitCode, String> {
+    if a.whole || a.streams.is_some() || a.bench {
+        return Err("--whole, --streams and --bench are for the shipped model, not --ctc".into());
+    }
+    let job = super::ctc::CtcJob::open(
+        a.model.as_deref().unwrap_or(Path::new("")),
+        a.beam,
+        &a.lm,
+        engine,
+    )?;
+    let opts = BatchOptions {
+        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
+        chunk_samples: 1 << 16,
+        longest_first: true,
+        streams: 1,
+    };
+    eprintln!("pulsed: {}", job.describe());
     let make = || job.worker();
     write_results(
         &a,

@@ -163,15 +163,17 @@ impl WhisperLive {
         }
         let net = crate::whisper::network(model, &o.engine)?;
         let encoder = if o.stream_encoder && model.config.encoder_context.is_some() {
-            // a stream holds one window
-            if o.max_buffer_s > 30.0 {
+            let padding = o.decode.padding.unwrap_or(net.window_padding());
+            let stream = EncoderStream::new(model, padding, &o.engine)?;
+            // a stream holds one window, less its last look-ahead
+            let holds = stream.capacity() as f64 / SAMPLE_RATE as f64;
+            if o.max_buffer_s > holds {
                 return Err(crate::Error::Other(format!(
-                    "live Whisper: a streamed encoder holds 30 s, so the buffer can too (max buffer {} s)",
+                    "live Whisper: a streamed encoder holds {holds:.2} s, so the buffer can too (max buffer {} s)",
                     o.max_buffer_s
                 )));
             }
-            let padding = o.decode.padding.unwrap_or(net.window_padding());
-            Some((EncoderStream::new(model, padding, &o.engine)?, 0))
+            Some((stream, 0))
         } else {
             None
         };

@@ -31,6 +31,9 @@ pub struct EncoderStream {
     d: usize,
     /// Encoder frames in a window (1500).
     window: usize,
+    /// The samples a stream takes (a little under a window: see
+    /// [`EncoderStream::capacity`]).
+    capacity: usize,
     /// The largest floored log10 mel value so far.
     max: f32,
     /// Encoder frames so far, `[n, d]` row-major.
@@ -55,17 +58,48 @@ impl EncoderStream {
         engine: &Engine,
     ) -> Result<EncoderStream> {
         let (cfg, w) = (&model.config, &model.f32_weights);
+        let (frames, m) = (cfg.window_frames(), cfg.num_mel_bins);
+        let pad = vec![padding.value(&[]); frames * m];
+        let mut whole = Runner::new(streaming::encoder(cfg, w)?)?;
+        whole.step(&[&Tensor::from_vec(vec![frames, m], pad)?])?;
+        let tail = whole.output(0).to_f32_vec();
+        EncoderStream::with_tail(model, padding, engine, tail)
+    }
+
+    /// The same stream for readers of its frames alone (a CTC head): no
+    /// tail, whose whole-window encoder run costs more than a short
+    /// recording's stream; [`EncoderStream::window`] gives the frames.
+    pub fn frames_only(
+        model: &WhisperModel,
+        padding: WindowPadding,
+        engine: &Engine,
+    ) -> Result<EncoderStream> {
+        EncoderStream::with_tail(model, padding, engine, Vec::new())
+    }
+
+    fn with_tail(
+        model: &WhisperModel,
+        padding: WindowPadding,
+        engine: &Engine,
+        tail: Vec<f32>,
+    ) -> Result<EncoderStream> {
+        let (cfg, w) = (&model.config, &model.f32_weights);
         let ctx = streaming::context(cfg)?;
         let (m, d) = (cfg.num_mel_bins, cfg.d_model);
         // a chunk of audio a pulse, so that no encoder frame waits for more
         // audio than its chunk needs
         let features = pulsify(&graphs::log_mel_frames(m)?, 2 * ctx.chunk * HOP)?;
-        let frames = cfg.window_frames();
-        let pad = vec![padding.value(&[]); frames * m];
-        let mut whole = Runner::new(streaming::encoder(cfg, w)?)?;
-        whole.step(&[&Tensor::from_vec(vec![frames, m], pad)?])?;
-        let tail = whole.output(0).to_f32_vec();
-        let window = tail.len() / d;
+        let window = cfg.window_frames() / 2;
+        // finishing computes the last chunk's look-ahead (every further
+        // layer's too with `right_all_layers`) from padding, in whole
+        // pulses: those frames must still have positions in the window
+        let more = if ctx.right_all_layers {
+            (cfg.encoder_layers - 1) * ctx.chunk
+        } else {
+            0
+        };
+        let last = window.saturating_sub(2 * ctx.chunk + ctx.right + more);
+        let capacity = (2 * last).saturating_sub(1) * HOP;
         Ok(EncoderStream {
             features: StreamingSession::new(features)?,
             // a stream of its own: streams on other threads (eval --live's
@@ -76,6 +110,7 @@ impl EncoderStream {
             n_mels: m,
             d,
             window,
+            capacity,
             max: f32::NEG_INFINITY,
             frames: Vec::new(),
             tail,
@@ -106,20 +141,33 @@ impl EncoderStream {
         self.frames.len() / self.d
     }
 
-    /// Takes more samples (16 kHz). A stream holds one window: 30 s.
+    /// Encoder frames `from..to` of this stream, `[to - from, d]` row-major.
+    pub fn frame_rows(&self, from: usize, to: usize) -> &[f32] {
+        &self.frames[from * self.d..to * self.d]
+    }
+
+    /// The samples a stream takes before it must be finished: a window
+    /// (30 s) less the padding its last chunk's look-ahead reads (0.3-0.6 s
+    /// for chunks of 8-16 frames).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Takes more samples (16 kHz), at most [`EncoderStream::capacity`]
+    /// in a stream.
     pub fn push(&mut self, samples: &[f32]) -> Result<()> {
         if self.finished {
             return Err(Error::Other(
                 "streamed encoder: push after finish; reset it first".into(),
             ));
         }
-        let most = self.window * 2 * HOP;
-        if self.samples + samples.len() > most {
+        if self.samples + samples.len() > self.capacity {
             return Err(Error::Input {
                 name: "audio".into(),
                 reason: format!(
-                    "a streamed encoder holds {} s at most (one window); reset it first",
-                    most / 16_000
+                    "a streamed encoder holds {:.2} s at most (one window less its last \
+                     look-ahead); reset it first",
+                    self.capacity as f64 / 16_000.0
                 ),
             });
         }
@@ -192,10 +240,13 @@ impl EncoderStream {
     }
 
     /// What the decoder reads: the frames so far, then the tail from there
-    /// on, `[1500, d]` row-major.
+    /// on, `[1500, d]` row-major (the frames alone for a
+    /// [`EncoderStream::frames_only`] stream).
     pub fn window(&self) -> Vec<f32> {
         let mut w = self.frames.clone();
-        w.extend_from_slice(&self.tail[self.frames.len()..]);
+        if let Some(rest) = self.tail.get(self.frames.len()..) {
+            w.extend_from_slice(rest);
+        }
         w
     }
 }

@@ -9,6 +9,7 @@ pub mod compare;
 mod config;
 pub mod copy_layout;
 mod cpu;
+pub mod ctc;
 pub mod decode;
 pub mod encoder_stream;
 mod error;

@@ -40,22 +40,50 @@ from encoder import Encoder, mel_filters  # noqa: E402
 HELD_EVERY = 50
 
 
-class Heads(nn.Module):
+class MlpHead(nn.Module):
+    """d -> hidden -> GELU -> vocab, named as pulsed's folder reads it."""
+
     def __init__(self, d, vocab, hidden):
         super().__init__()
-        self.linear = nn.Linear(d, vocab)
         self.fc1 = nn.Linear(d, hidden)
         self.fc2 = nn.Linear(hidden, vocab)
 
     def forward(self, x):
-        return {"linear": self.linear(x), "mlp": self.fc2(F.gelu(self.fc1(x)))}
+        return self.fc2(F.gelu(self.fc1(x)))
+
+    def tensors(self):
+        return {"ctc.hidden.weight": self.fc1.weight, "ctc.hidden.bias": self.fc1.bias,
+                "ctc.out.weight": self.fc2.weight, "ctc.out.bias": self.fc2.bias}
+
+    def load(self, tensors):
+        with torch.no_grad():
+            for k, p in self.tensors().items():
+                p.copy_(tensors[k].float())
+        return self
+
+
+class Heads(nn.Module):
+    def __init__(self, d, vocab, hidden):
+        super().__init__()
+        self.linear = nn.Linear(d, vocab)
+        self.mlp = MlpHead(d, vocab, hidden)
+
+    def forward(self, x):
+        return {"linear": self.linear(x), "mlp": self.mlp(x)}
 
     def tensors(self, kind):
         """The head's tensors under the names pulsed's folder reads."""
         if kind == "linear":
             return {"ctc.out.weight": self.linear.weight, "ctc.out.bias": self.linear.bias}
-        return {"ctc.hidden.weight": self.fc1.weight, "ctc.hidden.bias": self.fc1.bias,
-                "ctc.out.weight": self.fc2.weight, "ctc.out.bias": self.fc2.bias}
+        return self.mlp.tensors()
+
+
+def ctc_loss(logits, texts, n_frames):
+    """Mean CTC loss (per target character, as F.ctc_loss's mean) of
+    [B, T, vocab] logits against each window's sentences."""
+    tgt, tgt_len = targets(texts, logits.device)
+    lp = logits.float().log_softmax(-1).transpose(0, 1)
+    return F.ctc_loss(lp, tgt, n_frames, tgt_len, blank=0, zero_infinity=True)
 
 
 def hold_out(mix):
@@ -177,11 +205,9 @@ def main():
         with torch.no_grad():
             wav, lens, texts = batch(mix, args.batch, gen, rng, device)
         x, n_frames = frames(wav, lens)
-        tgt, tgt_len = targets(texts, device)
         loss = 0.0
         for k, logits in heads(x).items():
-            lp = logits.log_softmax(-1).transpose(0, 1)
-            l_k = F.ctc_loss(lp, tgt, n_frames, tgt_len, blank=0, zero_infinity=True)
+            l_k = ctc_loss(logits, texts, n_frames)
             ema[k] = float(l_k) if k not in ema else 0.98 * ema[k] + 0.02 * float(l_k)
             loss = loss + l_k
         opt.zero_grad(set_to_none=True)

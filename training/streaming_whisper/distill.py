@@ -260,6 +260,11 @@ def main():
                     help="with --decoder: the decoder reads the student's frames up to a cut in the audio's "
                          "last chunk and look-ahead, then the student's output for an all-padding window "
                          "(a tail a streamed encoder can cache; see fixed_tail)")
+    ap.add_argument("--ctc-weight", type=float, default=0.0,
+                    help="also train a CTC head (ctc_head.py's MLP) on the student's output, the encoder "
+                         "with it: this weight on its loss (0: no head)")
+    ap.add_argument("--ctc-init", default=None, help="ctc-mlp.safetensors to start the head from")
+    ap.add_argument("--ctc-hidden", type=int, default=1024)
     ap.add_argument("--long-gaps", type=float, default=0.0,
                     help="share of the gaps between a window's utterances that are pauses of 2-8 s")
     args = ap.parse_args()
@@ -351,6 +356,18 @@ def main():
             p.requires_grad_(True)
         params += cross
         log(f"decoder cross-attention learns: {sum(p.numel() for p in cross)} parameters")
+    head = None
+    if args.ctc_weight > 0:
+        from common import TOKENS
+        from ctc_head import MlpHead
+        head = MlpHead(cfg["d_model"], len(TOKENS), args.ctc_hidden).to(device)
+        if args.ctc_init:
+            head.load(load_file(args.ctc_init))
+            log("CTC head starts from", args.ctc_init)
+        if os.path.exists(ckpt) and ck.get("ctc") is not None:
+            head.load_state_dict(ck["ctc"])
+        params += list(head.parameters())
+        log(f"CTC head: weight {args.ctc_weight}")
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
     if os.path.exists(ckpt) and "opt" in ck:
         opt.load_state_dict(ck["opt"])
@@ -419,6 +436,11 @@ def main():
         if dec is not None:
             kl_l = kl(t_logits, s_logits, tmask)
             loss = loss + args.kl_weight * kl_l
+        if head is not None:
+            from ctc_head import ctc_loss
+            n_frames = ((lens + 319) // 320).clamp(max=s_out.shape[1])
+            ctc_l = ctc_loss(head(s_out.float()), texts, n_frames)
+            loss = loss + args.ctc_weight * ctc_l
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -428,11 +450,16 @@ def main():
         ema = main_l if ema is None else 0.98 * ema + 0.02 * main_l
         if step % 100 == 0:
             extra = f" kl {float(kl_l.detach()):.4f}" if dec is not None else ""
+            extra += f" ctc {float(ctc_l.detach()):.4f}" if head is not None else ""
             log(f"step {step} ctx {ctx} lr {lr:.2e} loss {float(loss):.4f} main ema {ema:.4f}{extra} "
                 f"{(time.time() - t_train) / (step + 1 - first):.3f} s/step")
     log("held loss after:", {f"{c}": held_loss(c) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
     torch.save({"model": student.state_dict(), "opt": opt.state_dict(), "state": state,
-                "cross": sdec.state_dict() if args.train_cross else None}, ckpt)
+                "cross": sdec.state_dict() if args.train_cross else None,
+                "ctc": head.state_dict() if head is not None else None}, ckpt)
+    if head is not None:
+        save_file({k: v.detach().float().cpu().contiguous() for k, v in head.tensors().items()},
+                  os.path.join(args.out, "ctc-mlp.safetensors"))
     if args.lora:
         lora.merge(student)
     # pieces of at most 15 MB: $OUT gives back files of 16 MiB at most

@@ -18,6 +18,11 @@
       OUT_DIR/student-*.safetensors: the uniform average of several students'
       shards (a "model soup" of runs from one start; the same tensors, each
       averaged in float32 and stored back in its own dtype)
+  python3 folder.py ctc FOLDER HEAD.safetensors [LM.arpa]
+      adds a CTC head (ctc_head.py's ctc-linear or ctc-mlp) to a student's
+      FOLDER: ctc_head.safetensors, ctc_tokens.txt (the shipped model's
+      characters, which the head was trained on) and, when given, lm.arpa
+      (the word language model `--ctc --beam N` uses by default)
 """
 import glob
 import json
@@ -121,6 +126,19 @@ def soup(out, dirs):
         write(os.path.join(out, shard), mixed)
 
 
+def ctc(folder, head, lm=None):
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        sys.exit(f"{folder}: not a model folder (no config.json)")
+    shutil.copy(head, os.path.join(folder, "ctc_head.safetensors"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(here))
+    from common import TOKENS
+    with open(os.path.join(folder, "ctc_tokens.txt"), "w") as f:
+        f.write("\n".join(TOKENS) + "\n")
+    if lm:
+        shutil.copy(lm, os.path.join(folder, "lm.arpa"))
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a[:1] == ["teacher"] and len(a) == 3:
@@ -128,6 +146,8 @@ if __name__ == "__main__":
     elif a[:1] == ["student"] and len(a) in (7, 8, 9) and a[7:8] in ([], ["zeros"], ["silence"]) \
             and a[8:] in ([], ["copies"]):
         student(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]), *a[7:8], copies=a[8:] == ["copies"])
+    elif a[:1] == ["ctc"] and len(a) in (3, 4):
+        ctc(*a[1:])
     elif a[:1] == ["soup"] and len(a) >= 4:
         soup(a[1], a[2:])
     else:

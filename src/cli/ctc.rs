@@ -1,0 +1,162 @@
+//! `--ctc` on `transcribe` and `eval`: a chunked Whisper checkpoint's CTC
+//! head over its streamed encoder (`pulsed::whisper::ctc`), each file fed
+//! as it is read, greedy or prefix beam search with a word language model.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pulsed::asr::Lm;
+use pulsed::audio::WavStream;
+use pulsed::batch::{Control, FileWorker, Outcome};
+use pulsed::decode::{LmWeights, WordLm};
+use pulsed::engine::Engine;
+use pulsed::whisper::ctc::{CtcDecoding, CtcHead, CtcStream};
+use pulsed::whisper::{streaming, WhisperModel};
+
+/// Samples read from a WAV at a time: 160 ms, a chunk of chunk-8 students.
+const READ: usize = 2560;
+
+/// What every worker shares.
+pub struct CtcJob {
+    model: Arc<WhisperModel>,
+    head: CtcHead,
+    decoding: CtcDecoding,
+    engine: Engine,
+    describe: String,
+}
+
+impl CtcJob {
+    /// The checkpoint `spec` (a folder or short name) with its head;
+    /// `beam` asks for prefix beam search, weighed by the language model
+    /// `lm` resolves (by default the folder's `lm.arpa`, when it has one).
+    pub fn open(
+        spec: &Path,
+        beam: Option<usize>,
+        lm: &super::lm::LmArgs,
+        engine: Engine,
+    ) -> Result<CtcJob, String> {
+        let model = WhisperModel::open(&spec.to_string_lossy()).map_err(|e| e.to_string())?;
+        if !CtcHead::present(&model.dir) {
+            return Err(format!(
+                "--ctc: {} has no CTC head ({}; training/streaming_whisper/folder.py ctc adds one)",
+                model.dir.display(),
+                pulsed::whisper::ctc::HEAD_FILE
+            ));
+        }
+        let latency = streaming::latency_ms(&model.config).map_err(|e| format!("--ctc: {e}"))?;
+        let head = CtcHead::open(&model.dir, model.config.d_model).map_err(|e| e.to_string())?;
+        let (decoding, how) = match beam {
+            None => (CtcDecoding::Greedy, "greedy".to_string()),
+            Some(0) => return Err("--beam must be at least 1".into()),
+            Some(width) => {
+                let own = folder_lm(&model.dir)?;
+                let lm = lm.resolve(own.as_ref())?;
+                let how = match &lm {
+                    Some(l) => format!(
+                        "beam {width} + word LM (weight {}, bonus {})",
+                        l.weights.weight, l.weights.word_bonus
+                    ),
+                    None => format!("beam {width}, no LM"),
+                };
+                let scorer = lm
+                    .map(|l| l.scorer(head.tokens()))
+                    .transpose()
+                    .map_err(|e| e.to_string())?;
+                (CtcDecoding::Beam { width, lm: scorer }, how)
+            }
+        };
+        let describe = format!(
+            "{}: CTC head over the streamed encoder ({latency} ms), {how}, on the {}",
+            model.dir.display(),
+            engine.name()
+        );
+        Ok(CtcJob {
+            model: Arc::new(model),
+            head,
+            decoding,
+            engine,
+            describe,
+        })
+    }
+
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    pub fn worker(&self) -> pulsed::Result<CtcWorker> {
+        Ok(CtcWorker {
+            model: self.model.clone(),
+            head: self.head.clone(),
+            decoding: self.decoding.clone(),
+            engine: self.engine.clone(),
+        })
+    }
+}
+
+/// The folder's `lm.arpa`, with the shipped model's weights.
+fn folder_lm(dir: &Path) -> Result<Option<Lm>, String> {
+    let p = dir.join("lm.arpa");
+    if !p.is_file() {
+        return Ok(None);
+    }
+    let model = WordLm::load(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(Some(Lm {
+        model: Arc::new(model),
+        weights: LmWeights::default(),
+    }))
+}
+
+/// One worker: a stream per file.
+pub struct CtcWorker {
+    model: Arc<WhisperModel>,
+    head: CtcHead,
+    decoding: CtcDecoding,
+    engine: Engine,
+}
+
+impl CtcWorker {
+    fn run(
+        &self,
+        path: &Path,
+        control: &Control,
+        progress: &mut dyn FnMut(f64),
+    ) -> Result<Option<Outcome>, String> {
+        let mut wav = WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
+        let duration_s = wav.source_duration_s();
+        let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+        let mut stream =
+            CtcStream::new(&self.model, &self.head, self.decoding.clone(), &self.engine)
+                .map_err(in_file)?;
+        let mut samples = 0usize;
+        while let Some(chunk) = wav.next_chunk(READ).map_err(|e| e.to_string())? {
+            if control.is_stopped() {
+                return Ok(None);
+            }
+            samples += chunk.len();
+            stream.push(&chunk).map_err(in_file)?;
+            progress(samples as f64 / 16_000.0);
+        }
+        let mut transcript = stream.finish().map_err(in_file)?;
+        transcript.duration_s = duration_s;
+        Ok(Some(Outcome::Done {
+            transcript,
+            duration_s,
+            extra: Default::default(),
+        }))
+    }
+}
+
+impl FileWorker for CtcWorker {
+    fn transcribe(
+        &mut self,
+        path: &Path,
+        control: &Control,
+        progress: &mut dyn FnMut(f64),
+    ) -> Outcome {
+        match self.run(path, control, progress) {
+            Ok(Some(o)) => o,
+            Ok(None) => Outcome::Cancelled,
+            Err(e) => Outcome::Failed(e),
+        }
+    }
+}
