@@ -364,22 +364,31 @@ fn run_whisper(
         &a.whisper,
         engine,
     )?;
+    eprintln!("pulsed: whisper {}", job.describe());
+    whole_files(&a, files, several, &|| job.worker())
+}
+
+/// Whole recordings on `-j` workers, each made by `make`, longest first.
+fn whole_files<W: batch::FileWorker>(
+    a: &Args,
+    files: Vec<PathBuf>,
+    several: bool,
+    make: &(dyn Fn() -> pulsed::Result<W> + Sync),
+) -> Result<ExitCode, String> {
     let opts = BatchOptions {
         jobs: a.jobs.unwrap_or_else(batch::default_jobs),
         chunk_samples: 1 << 16,
         longest_first: true,
         streams: 1,
     };
-    eprintln!("pulsed: whisper {}", job.describe());
-    let make = || job.worker();
     write_results(
-        &a,
+        a,
         files,
         several,
         16_000,
         opts,
         &|_| 1,
-        &|files, opts, control, on| batch::run_whole(files, opts, control, &make, on),
+        &|files, opts, control, on| batch::run_whole(files, opts, control, make, on),
     )
 }
 
@@ -399,23 +408,8 @@ fn run_ctc(
         &a.lm,
         engine,
     )?;
-    let opts = BatchOptions {
-        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
-        chunk_samples: 1 << 16,
-        longest_first: true,
-        streams: 1,
-    };
     eprintln!("pulsed: {}", job.describe());
-    let make = || job.worker();
-    write_results(
-        &a,
-        files,
-        several,
-        16_000,
-        opts,
-        &|_| 1,
-        &|files, opts, control, on| batch::run_whole(files, opts, control, &make, on),
-    )
+    whole_files(&a, files, several, &|| job.worker())
 }
 
 /// How the workers ran: "16 workers x 32 streams", or with those that fell
