@@ -215,3 +215,65 @@ fn ctc_without_a_head_or_a_whisper_model_is_refused_in_one_line() {
         );
     }
 }
+
+/// `mic --ctc`'s engine: partial lines while the audio comes, and with no
+/// end of speech before the stream ends, one final line: the recording's
+/// offline transcript.
+#[test]
+fn live_ctc_gives_partials_then_the_offline_text() {
+    use pulsed::live::{LiveEvent, LiveOptions, LiveTranscriber};
+    let dir = folder("ctc-live", Some(true));
+    let m = WhisperModel::open_dir(&dir).unwrap();
+    let head = CtcHead::open(&dir, m.config.d_model).unwrap();
+    let audio = clip();
+    let want = ctc::transcribe(&m, &head, CtcDecoding::Greedy, &Engine::Cpu, &audio).unwrap();
+    let stream = CtcStream::new(&m, &head, CtcDecoding::Greedy, &Engine::Cpu).unwrap();
+    let opts = LiveOptions {
+        end_silence_s: 1e6,
+        ..LiveOptions::default()
+    };
+    let (mut lt, mut input) = LiveTranscriber::start_ctc(stream, opts).unwrap();
+    for c in audio.chunks(320) {
+        assert!(input.write_waiting(c));
+    }
+    lt.finish();
+    let events: Vec<LiveEvent> = lt.events().try_iter().collect();
+    let partials = events
+        .iter()
+        .filter(|e| matches!(e, LiveEvent::Partial { .. }))
+        .count();
+    let finals: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            LiveEvent::Final { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(partials > 3, "{events:?}");
+    assert_eq!(finals, vec![want.text.as_str()]);
+}
+
+#[test]
+fn mic_ctc_reads_a_wav_through_the_head() {
+    let dir = folder("ctc-mic", Some(false));
+    let wav = root().join("fixtures/whisper/librivox_dev00.wav");
+    let (code, out, err) = pulsed(&[
+        "mic",
+        "--ctc",
+        "--model",
+        dir.to_str().unwrap(),
+        "--input",
+        wav.to_str().unwrap(),
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "stdout {out} stderr {err}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "final", "{out}");
+    let (code, _, err) = pulsed(&["mic", "--ctc", "--input", wav.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.trim().lines().count() == 1 && err.contains("--ctc is for"),
+        "{err}"
+    );
+}

@@ -83,6 +83,11 @@ impl CtcJob {
         &self.describe
     }
 
+    /// A fresh stream (the live path's).
+    pub fn stream(&self) -> pulsed::Result<CtcStream> {
+        CtcStream::new(&self.model, &self.head, self.decoding.clone(), &self.engine)
+    }
+
     pub fn worker(&self) -> pulsed::Result<CtcWorker> {
         Ok(CtcWorker {
             model: self.model.clone(),

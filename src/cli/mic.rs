@@ -68,6 +68,12 @@ pub struct Args {
     /// buffer at every decoding instead of streaming the encoder.
     #[arg(long)]
     window_encoder: bool,
+    /// A chunked Whisper checkpoint's CTC head over its streamed encoder
+    /// instead of the Whisper decoder: text after every chunk, a final line
+    /// after `--end-silence` of blanks (greedy; `--beam N` with the
+    /// language-model flags).
+    #[arg(long)]
+    ctc: bool,
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: super::device::Device,
@@ -86,7 +92,15 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         return Err(format!("pulsed mic writes text or jsonl, not {}", a.format));
     }
     if super::whisper::is_whisper(a.model.as_deref()) {
+        if a.ctc {
+            return run_ctc(a);
+        }
         return run_whisper(a);
+    }
+    if a.ctc {
+        return Err(
+            "--ctc is for chunked Whisper checkpoints with a CTC head (--model DIR)".into(),
+        );
     }
     let opts = RecognizerOptions {
         mode: Mode::Streamed { pulse: a.pulse },
@@ -106,6 +120,21 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     };
     let (lt, input) = LiveTranscriber::start(rec, live).map_err(|e| e.to_string())?;
     drive(lt, input, rate, &a, false)
+}
+
+/// `--ctc`: the checkpoint's CTC head over its streamed encoder.
+fn run_ctc(a: Args) -> Result<ExitCode, String> {
+    let engine = a.device.engine_tf32(a.precision, a.tf32)?;
+    let model = a.model.clone().unwrap_or_default();
+    let job = super::ctc::CtcJob::open(&model, a.beam, &a.lm, engine)?;
+    eprintln!("pulsed: live {}", job.describe());
+    let stream = job.stream().map_err(|e| e.to_string())?;
+    let live = LiveOptions {
+        end_silence_s: a.end_silence,
+        ..LiveOptions::default()
+    };
+    let (lt, input) = LiveTranscriber::start_ctc(stream, live).map_err(|e| e.to_string())?;
+    drive(lt, input, 16_000, &a, false)
 }
 
 /// `--model whisper-*`: the checkpoint under the LocalAgreement policy.

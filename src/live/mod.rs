@@ -6,6 +6,7 @@
 
 mod agreement;
 mod conformer;
+mod ctc;
 mod endpoint;
 #[cfg(feature = "mic")]
 mod mic;
@@ -149,6 +150,17 @@ impl LiveTranscriber {
     pub fn start(rec: Arc<Recognizer>, opts: LiveOptions) -> Result<(LiveTranscriber, AudioInput)> {
         let engine = conformer::Conformer::new(&rec, &opts)?;
         LiveTranscriber::spawn(Box::new(engine), rec.sample_rate(), opts.buffer_s)
+    }
+
+    /// Starts the inference thread over a chunked checkpoint's CTC head
+    /// (`stream`): partial text after every chunk, a final line when the
+    /// head's blanks last `opts.end_silence_s`; feed 16 kHz mono.
+    pub fn start_ctc(
+        stream: crate::whisper::ctc::CtcStream,
+        opts: LiveOptions,
+    ) -> Result<(LiveTranscriber, AudioInput)> {
+        let engine = ctc::CtcLive::new(stream, &opts);
+        LiveTranscriber::spawn(Box::new(engine), 16_000, opts.buffer_s)
     }
 
     /// Starts the inference thread over a Whisper policy (its VAD and

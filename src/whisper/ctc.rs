@@ -202,11 +202,31 @@ impl CtcStream {
 
     /// The recording ended: its last frames read, the whole transcript.
     pub fn finish(mut self) -> Result<Transcript> {
-        self.encoder.finish()?;
-        self.read_frames()?;
-        let last = self.window_transcript()?;
-        self.done.push(last);
+        self.cut()?;
         Ok(join(self.done.iter()))
+    }
+
+    /// Ends the window in progress here (an end of speech): its last
+    /// frames read from padding, its text kept, and the audio after it
+    /// streamed in a new window from a fresh start.
+    pub fn cut(&mut self) -> Result<()> {
+        if self.encoder.samples() > 0 {
+            self.end_window()?;
+        }
+        Ok(())
+    }
+
+    /// Encoder frames of the window in progress so far.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// The last frame of this window that gave a character (not a blank).
+    pub fn last_token_frame(&self) -> Option<usize> {
+        match &self.search {
+            Search::Greedy(g) => g.spans().last().map(|s| s.last_frame),
+            Search::Beam(b) => b.best().and_then(|h| h.spans.last().map(|s| s.last_frame)),
+        }
     }
 
     fn timing(&self) -> FrameTiming {
