@@ -277,3 +277,38 @@ fn mic_ctc_reads_a_wav_through_the_head() {
         "{err}"
     );
 }
+
+/// `eval --live --ctc`: the live policy over a manifest, with partial and
+/// final rates and the commit latency.
+#[test]
+fn eval_live_ctc_reports_partial_and_final_lines() {
+    let dir = folder("ctc-eval-live", Some(false));
+    let m = temp_dir("ctc-eval-live-manifest");
+    std::fs::copy(
+        root().join("fixtures/whisper/librivox_dev00.wav"),
+        m.join("a.wav"),
+    )
+    .unwrap();
+    let manifest = m.join("m.jsonl");
+    std::fs::write(
+        &manifest,
+        "{\"file\": \"a.wav\", \"text\": \"he was not an ill disposed young man\"}\n",
+    )
+    .unwrap();
+    let (code, out, err) = pulsed(&[
+        "eval",
+        manifest.to_str().unwrap(),
+        "--model",
+        dir.to_str().unwrap(),
+        "--ctc",
+        "--live",
+        "-j",
+        "1",
+    ]);
+    assert_eq!(code, 0, "stdout {out} stderr {err}");
+    assert!(
+        out.contains("partial lines") && out.contains("final lines"),
+        "{out}"
+    );
+    assert!(out.contains("all: CER"), "{out}");
+}

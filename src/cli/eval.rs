@@ -43,8 +43,9 @@ pub struct Args {
     window_encoder: bool,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam
-    /// search with the language-model flags).
-    #[arg(long, conflicts_with = "live")]
+    /// search with the language-model flags); with --live, `mic --ctc`'s
+    /// policy (a final line after 0.6 s of blanks).
+    #[arg(long)]
     ctc: bool,
     /// Whisper: where the network runs (default auto: a GPU when one is
     /// usable).
@@ -201,6 +202,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let items = read_manifest(&a.manifest)?;
     let base = a.manifest.parent().unwrap_or(Path::new("."));
     if super::whisper::is_whisper(a.model.as_deref()) {
+        if a.live && a.ctc {
+            return run_live_ctc(&a, &items, base);
+        }
         if a.live {
             return run_live(&a, &items, base);
         }
@@ -369,6 +373,35 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         opts.decode.beam_size,
         encoder_mode(&model, &opts)
     );
+    live_files(a, items, base, &|path: &Path| {
+        live_file(&model, &vad, &opts, path)
+    })
+}
+
+/// `--live --ctc`: each file through the CTC head's live policy, fed in
+/// 20 ms blocks as if compute were free.
+fn run_live_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    let model = a.model.as_deref().unwrap_or(Path::new(""));
+    let engine = a
+        .device
+        .unwrap_or(super::device::Device::Auto)
+        .engine_tf32(a.precision, a.tf32)?;
+    let job = super::ctc::CtcJob::open(model, a.beam, &a.lm, engine)?;
+    eprintln!("pulsed: live {}", job.describe());
+    live_files(a, items, base, &|path: &Path| live_file_ctc(&job, path))
+}
+
+/// One file's live result.
+type LiveRun<'a> = dyn Fn(&Path) -> Result<LiveFile, String> + Sync + 'a;
+
+/// The files through `run_file` on `-j` threads, then latency, partial and
+/// final rates.
+fn live_files(
+    a: &Args,
+    items: &[Item],
+    base: &Path,
+    run_file: &LiveRun,
+) -> Result<ExitCode, String> {
     let t0 = std::time::Instant::now();
     let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
     let jobs = a
@@ -388,7 +421,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
                         let Some(path) = files.get(i) else {
                             return out;
                         };
-                        let r = live_file(&model, &vad, &opts, path);
+                        let r = run_file(path);
                         if r.is_err() {
                             // no more files once one fails
                             next.store(files.len(), std::sync::atomic::Ordering::Relaxed);
@@ -516,6 +549,49 @@ fn live_file(
         finals,
         shown,
     })
+}
+
+fn live_file_ctc(job: &super::ctc::CtcJob, path: &Path) -> Result<LiveFile, String> {
+    use pulsed::live::{CtcLive, LiveEvent};
+    let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+    let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
+    let mut live = CtcLive::new(job.stream().map_err(in_file)?, 0.6);
+    let mut events = Vec::new();
+    let mut taken = 0usize;
+    for block in audio.samples.chunks(320) {
+        taken += block.len();
+        let at_s = taken as f64 / 16_000.0;
+        let got = live.push_samples(block).map_err(in_file)?;
+        events.extend(got.into_iter().map(|e| (at_s, e)));
+    }
+    let end = live.end().map_err(in_file)?;
+    events.extend(end.into_iter().map(|e| (audio.duration_s, e)));
+    let mut f = LiveFile {
+        text: String::new(),
+        latencies: Vec::new(),
+        audio_s: audio.duration_s,
+        finals: Vec::new(),
+        shown: Vec::new(),
+    };
+    let mut lines: Vec<String> = Vec::new();
+    for (at_s, e) in events {
+        match e {
+            LiveEvent::Partial { text, .. } => f.shown.push(Shown {
+                at_s,
+                text: format!("{} {text}", lines.join(" ")),
+            }),
+            LiveEvent::Final { text, words, .. } => {
+                lines.push(text);
+                for w in words {
+                    f.latencies.push(at_s - w.end_s);
+                    f.finals.push((w.text, w.end_s));
+                }
+            }
+            _ => {}
+        }
+    }
+    f.text = lines.join(" ");
+    Ok(f)
 }
 
 /// A bar of files done, on a terminal only.

@@ -12,19 +12,40 @@ use crate::Result;
 /// Whisper's encoder frame: 20 ms.
 const FRAME_S: f64 = 0.02;
 
-pub(super) struct CtcLive {
+/// The policy, also driven directly (`eval --live --ctc` feeds files
+/// through it at the stream's own pace, as if compute were free).
+pub struct CtcLive {
     stream: CtcStream,
     endpointer: Endpointer,
     last_partial: String,
 }
 
 impl CtcLive {
-    pub(super) fn new(stream: CtcStream, opts: &LiveOptions) -> CtcLive {
+    /// Over `stream`, an utterance ending after `end_silence_s` of blanks.
+    pub fn new(stream: CtcStream, end_silence_s: f64) -> CtcLive {
         CtcLive {
             stream,
-            endpointer: Endpointer::new((opts.end_silence_s / FRAME_S).ceil() as usize),
+            endpointer: Endpointer::new((end_silence_s / FRAME_S).ceil() as usize),
             last_partial: String::new(),
         }
+    }
+
+    pub(super) fn with_options(stream: CtcStream, opts: &LiveOptions) -> CtcLive {
+        CtcLive::new(stream, opts.end_silence_s)
+    }
+
+    /// Takes samples (16 kHz); the partial and final lines they caused.
+    pub fn push_samples(&mut self, samples: &[f32]) -> Result<Vec<LiveEvent>> {
+        let mut events = Vec::new();
+        self.push(samples, &mut events)?;
+        Ok(events)
+    }
+
+    /// The stream ended: the utterance in progress as a final line.
+    pub fn end(&mut self) -> Result<Vec<LiveEvent>> {
+        let mut events = Vec::new();
+        self.finish(&mut events)?;
+        Ok(events)
     }
 
     /// Sends the uncommitted words as partial text, or as final text at an

@@ -27,6 +27,7 @@ use crate::decode::Word;
 use crate::{Error, Result};
 
 pub use agreement::{word_key, LocalAgreement};
+pub use ctc::CtcLive;
 pub use endpoint::Endpointer;
 #[cfg(feature = "mic")]
 pub use mic::{capture_default_input, MicCapture};
@@ -159,7 +160,7 @@ impl LiveTranscriber {
         stream: crate::whisper::ctc::CtcStream,
         opts: LiveOptions,
     ) -> Result<(LiveTranscriber, AudioInput)> {
-        let engine = ctc::CtcLive::new(stream, &opts);
+        let engine = ctc::CtcLive::with_options(stream, &opts);
         LiveTranscriber::spawn(Box::new(engine), 16_000, opts.buffer_s)
     }
 
