@@ -273,14 +273,20 @@ fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String
     run_workers(a, items, base, job.group_files(), &make, Some(&warm))
 }
 
-/// `--ctc`: each file through the streamed encoder and the CTC head.
-fn run_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+/// The checkpoint and CTC head `--model`, `--beam`, the LM flags and
+/// `--device` name.
+fn ctc_job(a: &Args) -> Result<super::ctc::CtcJob, String> {
     let model = a.model.as_deref().unwrap_or(Path::new(""));
     let engine = a
         .device
         .unwrap_or(super::device::Device::Auto)
         .engine_tf32(a.precision, a.tf32)?;
-    let job = super::ctc::CtcJob::open(model, a.beam, &a.lm, engine)?;
+    super::ctc::CtcJob::open(model, a.beam, &a.lm, engine)
+}
+
+/// `--ctc`: each file through the streamed encoder and the CTC head.
+fn run_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    let job = ctc_job(a)?;
     eprintln!("pulsed: {}", job.describe());
     let make = || job.worker();
     run_workers(a, items, base, 1, &make, None)
@@ -381,12 +387,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
 /// `--live --ctc`: each file through the CTC head's live policy, fed in
 /// 20 ms blocks as if compute were free.
 fn run_live_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
-    let model = a.model.as_deref().unwrap_or(Path::new(""));
-    let engine = a
-        .device
-        .unwrap_or(super::device::Device::Auto)
-        .engine_tf32(a.precision, a.tf32)?;
-    let job = super::ctc::CtcJob::open(model, a.beam, &a.lm, engine)?;
+    let job = ctc_job(a)?;
     eprintln!("pulsed: live {}", job.describe());
     live_files(a, items, base, &|path: &Path| live_file_ctc(&job, path))
 }
