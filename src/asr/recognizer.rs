@@ -79,6 +79,18 @@ pub struct Lm {
 }
 
 impl Lm {
+    /// The ARPA model at `path` with the shipped model's weights.
+    pub fn load(path: &Path) -> Result<Lm> {
+        let model = WordLm::load(path).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Ok(Lm {
+            model: Arc::new(model),
+            weights: LmWeights::default(),
+        })
+    }
+
     /// The scorer beam search over `tokens` uses.
     pub fn scorer(&self, tokens: &Tokens) -> Result<Arc<LmScorer>> {
         Ok(Arc::new(LmScorer::new(
@@ -138,13 +150,7 @@ impl Recognizer {
         };
         // beam search uses the model's language model when it ships one
         let lm = match (options.decoding, model.lm_path()) {
-            (Decoding::Beam { .. }, Some(p)) => Some(Lm {
-                model: Arc::new(WordLm::load(&p).map_err(|e| Error::File {
-                    path: p.clone(),
-                    reason: e.to_string(),
-                })?),
-                weights: LmWeights::default(),
-            }),
+            (Decoding::Beam { .. }, Some(p)) => Some(Lm::load(&p)?),
             _ => None,
         };
         Ok(Recognizer {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use pulsed::asr::Lm;
 use pulsed::audio::WavStream;
 use pulsed::batch::{Control, FileWorker, Outcome};
-use pulsed::decode::{LmWeights, WordLm};
 use pulsed::engine::Engine;
 use pulsed::whisper::ctc::{CtcDecoding, CtcHead, CtcStream};
 use pulsed::whisper::{streaming, WhisperModel};
@@ -104,11 +103,7 @@ fn folder_lm(dir: &Path) -> Result<Option<Lm>, String> {
     if !p.is_file() {
         return Ok(None);
     }
-    let model = WordLm::load(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    Ok(Some(Lm {
-        model: Arc::new(model),
-        weights: LmWeights::default(),
-    }))
+    Lm::load(&p).map(Some).map_err(|e| e.to_string())
 }
 
 /// One worker: a stream per file.

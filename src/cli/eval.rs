@@ -505,51 +505,26 @@ fn live_file(
     let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
     let mut live =
         pulsed::live::WhisperLive::new(model, Some(vad), opts.clone()).map_err(in_file)?;
-    // each update with the stream time it came at
-    let mut updates = Vec::new();
-    let mut taken = 0usize;
-    for block in audio.samples.chunks(320) {
-        taken += block.len();
-        let at_s = taken as f64 / 16_000.0;
-        updates.extend(
-            live.push(block)
-                .map_err(in_file)?
-                .into_iter()
-                .map(|u| (at_s, u)),
-        );
-    }
-    let end_s = audio.duration_s;
-    updates.extend(
-        live.finish()
-            .map_err(in_file)?
-            .into_iter()
-            .map(|u| (end_s, u)),
-    );
-    let (mut text, mut latencies, mut finals, mut shown) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (at_s, u) in &updates {
-        if !u.is_final {
-            // what the user sees: the final lines so far, then this one
-            let before: String = text.join(" ");
-            shown.push(Shown {
-                at_s: *at_s,
-                text: format!("{before} {}", u.text),
-            });
-            continue;
+    let updates = feed(&audio, |block| {
+        match block {
+            Some(b) => live.push(b),
+            None => live.finish(),
         }
-        text.push(u.text.clone());
-        for (w, at) in u.words.iter().zip(&u.committed_at_s) {
-            latencies.push(at - w.end_s);
-            finals.push((w.text.clone(), w.end_s));
-        }
-    }
-    Ok(LiveFile {
-        text: text.join(" "),
-        latencies,
-        audio_s: audio.duration_s,
-        finals,
-        shown,
-    })
+        .map_err(in_file)
+    })?;
+    let said = updates.into_iter().map(|(at_s, u)| {
+        let line = if u.is_final {
+            let words = u.words.iter().zip(&u.committed_at_s);
+            let words = words
+                .map(|(w, at)| (w.text.clone(), w.end_s, *at))
+                .collect();
+            Said::Final(u.text, words)
+        } else {
+            Said::Partial(u.text)
+        };
+        (at_s, line)
+    });
+    Ok(LiveFile::from_said(audio.duration_s, said))
 }
 
 fn live_file_ctc(job: &super::ctc::CtcJob, path: &Path) -> Result<LiveFile, String> {
@@ -557,42 +532,81 @@ fn live_file_ctc(job: &super::ctc::CtcJob, path: &Path) -> Result<LiveFile, Stri
     let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
     let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
     let mut live = CtcLive::new(job.stream().map_err(in_file)?, 0.6);
-    let mut events = Vec::new();
+    let events = feed(&audio, |block| {
+        match block {
+            Some(b) => live.push_samples(b),
+            None => live.end(),
+        }
+        .map_err(in_file)
+    })?;
+    let said = events.into_iter().filter_map(|(at_s, e)| {
+        let line = match e {
+            LiveEvent::Partial { text, .. } => Said::Partial(text),
+            LiveEvent::Final { text, words, .. } => {
+                let words = words.into_iter().map(|w| (w.text, w.end_s, at_s)).collect();
+                Said::Final(text, words)
+            }
+            _ => return None,
+        };
+        Some((at_s, line))
+    });
+    Ok(LiveFile::from_said(audio.duration_s, said))
+}
+
+/// A recording through a live policy in 20 ms blocks (`step(Some(block))`),
+/// then its end (`step(None)`): what the policy gave, each with the stream
+/// time it came at.
+fn feed<E>(
+    audio: &pulsed::audio::Audio,
+    mut step: impl FnMut(Option<&[f32]>) -> Result<Vec<E>, String>,
+) -> Result<Vec<(f64, E)>, String> {
+    let mut out = Vec::new();
     let mut taken = 0usize;
     for block in audio.samples.chunks(320) {
         taken += block.len();
         let at_s = taken as f64 / 16_000.0;
-        let got = live.push_samples(block).map_err(in_file)?;
-        events.extend(got.into_iter().map(|e| (at_s, e)));
+        out.extend(step(Some(block))?.into_iter().map(|e| (at_s, e)));
     }
-    let end = live.end().map_err(in_file)?;
-    events.extend(end.into_iter().map(|e| (audio.duration_s, e)));
-    let mut f = LiveFile {
-        text: String::new(),
-        latencies: Vec::new(),
-        audio_s: audio.duration_s,
-        finals: Vec::new(),
-        shown: Vec::new(),
-    };
-    let mut lines: Vec<String> = Vec::new();
-    for (at_s, e) in events {
-        match e {
-            LiveEvent::Partial { text, .. } => f.shown.push(Shown {
-                at_s,
-                text: format!("{} {text}", lines.join(" ")),
-            }),
-            LiveEvent::Final { text, words, .. } => {
-                lines.push(text);
-                for w in words {
-                    f.latencies.push(at_s - w.end_s);
-                    f.finals.push((w.text, w.end_s));
+    let end_s = audio.duration_s;
+    out.extend(step(None)?.into_iter().map(|e| (end_s, e)));
+    Ok(out)
+}
+
+/// A line a live policy gave: partial text, or a final line with each
+/// word's end and the stream time that committed it.
+enum Said {
+    Partial(String),
+    Final(String, Vec<(String, f64, f64)>),
+}
+
+impl LiveFile {
+    fn from_said(audio_s: f64, said: impl Iterator<Item = (f64, Said)>) -> LiveFile {
+        let (mut text, mut latencies, mut finals, mut shown) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (at_s, line) in said {
+            match line {
+                // what the user sees: the final lines so far, then this one
+                Said::Partial(t) => shown.push(Shown {
+                    at_s,
+                    text: format!("{} {t}", text.join(" ")),
+                }),
+                Said::Final(t, words) => {
+                    text.push(t);
+                    for (w, end_s, at) in words {
+                        latencies.push(at - end_s);
+                        finals.push((w, end_s));
+                    }
                 }
             }
-            _ => {}
+        }
+        LiveFile {
+            text: text.join(" "),
+            latencies,
+            audio_s,
+            finals,
+            shown,
         }
     }
-    f.text = lines.join(" ");
-    Ok(f)
 }
 
 /// A bar of files done, on a terminal only.

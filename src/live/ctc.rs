@@ -6,11 +6,8 @@
 use std::time::Instant;
 
 use super::{Endpointer, LiveEngine, LiveEvent, LiveOptions};
-use crate::whisper::ctc::CtcStream;
+use crate::whisper::ctc::{CtcStream, FRAME_S};
 use crate::Result;
-
-/// Whisper's encoder frame: 20 ms.
-const FRAME_S: f64 = 0.02;
 
 /// The policy, also driven directly (`eval --live --ctc` feeds files
 /// through it at the stream's own pace, as if compute were free).

@@ -12,14 +12,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::decode::WindowPadding;
 use super::encoder_stream::EncoderStream;
 use super::graphs::HOP;
+use super::layers::Net;
 use super::WhisperModel;
 use crate::decode::{BeamSearch, FrameTiming, GreedyDecoder, LmScorer, Tokens, Transcript};
 use crate::engine::Engine;
 use crate::graph::{Graph, GraphBuilder, Runner};
-use crate::ops::matmul::Linear;
 use crate::ops::softmax::LogSoftmax;
 use crate::ops::{DType, Dim, Tensor, TypedFact, Unary};
 use crate::weights::Weights;
@@ -31,7 +30,7 @@ pub const HEAD_FILE: &str = "ctc_head.safetensors";
 pub const TOKENS_FILE: &str = "ctc_tokens.txt";
 
 /// Whisper's encoder frame: 20 ms.
-const FRAME_S: f64 = 2.0 * HOP as f64 / 16_000.0;
+pub const FRAME_S: f64 = 2.0 * HOP as f64 / 16_000.0;
 
 /// A loaded head: its graph (`frames [S, d]` to `log_probs [S, vocab]`) and
 /// its characters.
@@ -81,31 +80,19 @@ fn head_graph(w: &Weights, d: usize, vocab: usize) -> Result<Graph> {
         "frames",
         TypedFact::new(DType::F32, [Dim::s(), Dim::n(d as i64)]),
     )?;
+    let mut n = Net { b: &mut b, w, d };
     let mut fan_in = d;
     if let Some(h) = w.tensor("ctc.hidden.weight") {
         let hidden = h.shape().first().copied().unwrap_or(0);
-        x = linear(&mut b, w, "ctc.hidden", x, (d, hidden))?;
-        x = b.op("ctc.hidden.gelu", Unary::Gelu, &[x])?;
+        x = n.linear("ctc.hidden", x, (d, hidden), true)?;
+        x = n.b.op("ctc.hidden.gelu", Unary::Gelu, &[x])?;
         fan_in = hidden;
     }
-    let logits = linear(&mut b, w, "ctc.out", x, (fan_in, vocab))?;
-    let logp = b.op("ctc.log_probs", LogSoftmax { axis: -1 }, &[logits])?;
+    let logits = n.linear("ctc.out", x, (fan_in, vocab), true)?;
+    let logp =
+        n.b.op("ctc.log_probs", LogSoftmax { axis: -1 }, &[logits])?;
     b.output("log_probs", logp);
     b.build()
-}
-
-fn linear(
-    b: &mut GraphBuilder,
-    w: &Weights,
-    name: &str,
-    x: crate::graph::OutletId,
-    (fan_in, fan_out): (usize, usize),
-) -> Result<crate::graph::OutletId> {
-    let weight = format!("{name}.weight");
-    let bias = format!("{name}.bias");
-    let wt = b.constant(&weight, w.f32(&weight, &[fan_out, fan_in])?)?;
-    let bt = b.constant(&bias, w.f32(&bias, &[fan_out])?)?;
-    b.op(name, Linear, &[x, wt, bt])
 }
 
 /// How the head's log-probs become text.
@@ -128,8 +115,9 @@ enum Search {
 
 /// A recording through the streamed encoder and the head, text as the
 /// frames come. A stream holds one window (a little under 30 s): longer
-/// audio is cut into windows, each streamed from a fresh start (the encoder's positions count
-/// from a stream's start), and the text goes on across the cut.
+/// audio is cut into windows, each streamed from a fresh start (the
+/// encoder's positions count from a stream's start), and the text goes on
+/// across the cut.
 pub struct CtcStream {
     encoder: EncoderStream,
     head: Runner,
@@ -154,8 +142,7 @@ impl CtcStream {
         decoding: CtcDecoding,
         engine: &Engine,
     ) -> Result<CtcStream> {
-        let padding: WindowPadding = model.config.padding();
-        let encoder = EncoderStream::frames_only(model, padding, engine)?;
+        let encoder = EncoderStream::frames_only(model, model.config.padding(), engine)?;
         let window_samples = encoder.capacity();
         let tokens = head.tokens.clone();
         let search = new_search(&tokens, &decoding, 0.0)?;
@@ -190,13 +177,7 @@ impl CtcStream {
 
     /// The text so far (the best hypothesis for beam search).
     pub fn partial(&self) -> Result<Transcript> {
-        let current = match &self.search {
-            Search::Greedy(g) => g.partial(),
-            Search::Beam(b) => match b.best() {
-                Some(h) => h.transcript(&self.tokens, self.timing(), b.frames())?,
-                None => Transcript::default(),
-            },
-        };
+        let current = self.current()?;
         Ok(join(self.done.iter().chain(std::iter::once(&current))))
     }
 
@@ -229,8 +210,16 @@ impl CtcStream {
         }
     }
 
-    fn timing(&self) -> FrameTiming {
-        FrameTiming::new(FRAME_S).with_offset(self.offset_s)
+    /// This window's text so far (the best hypothesis for beam search).
+    fn current(&self) -> Result<Transcript> {
+        let t = match &self.search {
+            Search::Greedy(g) => g.partial(),
+            Search::Beam(b) => match b.best() {
+                Some(h) => h.transcript(&self.tokens, timing(self.offset_s), b.frames())?,
+                None => Transcript::default(),
+            },
+        };
+        Ok(t)
     }
 
     fn read_frames(&mut self) -> Result<()> {
@@ -242,31 +231,20 @@ impl CtcStream {
         let d = rows.len() / (n - self.frames);
         let x = Tensor::from_vec(vec![n - self.frames, d], rows.to_vec())?;
         self.head.step(&[&x])?;
-        let logp = self.head.output(0).to_f32_vec();
+        let logp = self.head.output(0).as_slice::<f32>()?;
         match &mut self.search {
-            Search::Greedy(g) => g.push_log_probs(self.frames, &logp),
-            Search::Beam(b) => b.push(&logp),
+            Search::Greedy(g) => g.push_log_probs(self.frames, logp),
+            Search::Beam(b) => b.push(logp),
         }?;
         self.frames = n;
         Ok(())
-    }
-
-    fn window_transcript(&self) -> Result<Transcript> {
-        let t = match &self.search {
-            Search::Greedy(g) => g.partial(),
-            Search::Beam(b) => match b.finish().into_iter().next() {
-                Some(h) => h.transcript(&self.tokens, self.timing(), b.frames())?,
-                None => Transcript::default(),
-            },
-        };
-        Ok(t)
     }
 
     /// A full window: its text kept, the encoder and the search afresh.
     fn end_window(&mut self) -> Result<()> {
         self.encoder.finish()?;
         self.read_frames()?;
-        let t = self.window_transcript()?;
+        let t = self.current()?;
         self.done.push(t);
         self.offset_s += self.encoder.samples() as f64 / 16_000.0;
         self.encoder.reset();
@@ -276,10 +254,16 @@ impl CtcStream {
     }
 }
 
+/// Frame times of a window starting `offset_s` into the recording.
+fn timing(offset_s: f64) -> FrameTiming {
+    FrameTiming::new(FRAME_S).with_offset(offset_s)
+}
+
 fn new_search(tokens: &Tokens, decoding: &CtcDecoding, offset_s: f64) -> Result<Search> {
-    let timing = FrameTiming::new(FRAME_S).with_offset(offset_s);
     let s = match decoding {
-        CtcDecoding::Greedy => Search::Greedy(GreedyDecoder::new(tokens.clone(), timing)?),
+        CtcDecoding::Greedy => {
+            Search::Greedy(GreedyDecoder::new(tokens.clone(), timing(offset_s))?)
+        }
         CtcDecoding::Beam { width, lm } => Search::Beam(Box::new(BeamSearch::new(
             tokens.len(),
             tokens.blank(),
