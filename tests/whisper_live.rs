@@ -68,33 +68,64 @@ fn words_of(line: &Value) -> Vec<String> {
 fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
     let c = clip();
     // padded as faster-whisper pads, to compare with its text
-    let (code, out, err) = mic(&c, &["--format", "jsonl", "--padding", "zeros"]);
+    for agreed in [false, true] {
+        let mut args = vec!["--format", "jsonl", "--padding", "zeros"];
+        if agreed {
+            args.push("--agreed-final");
+        }
+        let (code, out, err) = mic(&c, &args);
+        assert_eq!(code, 0, "{err}");
+        let events = lines(&out);
+        let finals: Vec<&Value> = events.iter().filter(|e| e["type"] == "final").collect();
+        let text: Vec<&str> = finals.iter().map(|f| f["text"].as_str().unwrap()).collect();
+        let text = text.join(" ");
+        assert!(
+            word_errors(&offline_text(), &text) <= 1,
+            "live {text:?} vs offline {:?}",
+            offline_text()
+        );
+        assert!(events.iter().any(|e| e["type"] == "partial"), "{out}");
+        // what a partial gave as committed stays, word for word, in every
+        // later partial line of its utterance, and with --agreed-final in
+        // its final line too (else the second pass may revise it)
+        for (i, e) in events.iter().enumerate() {
+            let Some(stable) = e["stable"].as_u64() else {
+                continue;
+            };
+            let committed = &words_of(e)[..stable as usize];
+            for later in &events[i + 1..] {
+                let last = later["type"] == "final";
+                if !last || agreed {
+                    assert!(words_of(later).starts_with(committed), "{e} then {later}");
+                }
+                if last {
+                    break;
+                }
+            }
+        }
+        assert!(err.contains("latency: not measured"), "{err}");
+    }
+}
+
+/// The final line is the second pass: the utterance's buffer decoded whole,
+/// so without VAD (one utterance, shorter than a buffer) it is, word for
+/// word, what `pulsed transcribe` gives for the same audio and settings.
+#[test]
+fn the_final_line_is_the_utterance_decoded_whole() {
+    let c = clip();
+    let settings = ["--beam", "1", "--no-fallback", "--padding", "zeros"];
+    let mut args = vec!["--no-vad", "--format", "jsonl"];
+    args.extend_from_slice(&settings);
+    let (code, out, err) = mic(&c, &args);
     assert_eq!(code, 0, "{err}");
     let events = lines(&out);
     let finals: Vec<&Value> = events.iter().filter(|e| e["type"] == "final").collect();
-    let text: Vec<&str> = finals.iter().map(|f| f["text"].as_str().unwrap()).collect();
-    let text = text.join(" ");
-    assert!(
-        word_errors(&offline_text(), &text) <= 1,
-        "live {text:?} vs offline {:?}",
-        offline_text()
-    );
-    assert!(events.iter().any(|e| e["type"] == "partial"), "{out}");
-    // what a partial gave as committed stays, word for word, in every
-    // later line of its utterance
-    for (i, e) in events.iter().enumerate() {
-        let Some(stable) = e["stable"].as_u64() else {
-            continue;
-        };
-        let committed = &words_of(e)[..stable as usize];
-        for later in &events[i + 1..] {
-            assert!(words_of(later).starts_with(committed), "{e} then {later}");
-            if later["type"] == "final" {
-                break;
-            }
-        }
-    }
-    assert!(err.contains("latency: not measured"), "{err}");
+    assert_eq!(finals.len(), 1, "{out}");
+    let mut args = vec!["transcribe", "--model", "whisper-tiny.en", c.as_str()];
+    args.extend_from_slice(&settings);
+    let (code, offline, err) = pulsed(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(finals[0]["text"].as_str().unwrap(), offline.trim());
 }
 
 #[test]
@@ -118,6 +149,69 @@ fn at_real_time_pace_each_final_word_has_a_latency() {
 /// The clip, 2 s of silence, the clip again, through the policy itself:
 /// the VAD ends the first utterance in the silence, so there are two
 /// finals, each the clip's text, the second timed after the pause.
+/// One utterance (no VAD) far longer than the buffer (the clip, then five
+/// held-out espeak sentences): the buffer is cut several times, and the
+/// final line, the words committed before the last cut and the second pass
+/// over the rest, holds each sentence once, as the agreed words do.
+#[test]
+fn a_long_utterance_is_cut_and_its_final_line_loses_no_word() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join(CLIP)];
+    let mut reference = offline_text();
+    let heldout = root.join("fixtures/asr/heldout");
+    let manifest = std::fs::read_to_string(heldout.join("manifest.jsonl")).unwrap();
+    for line in manifest.lines().take(5) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        files.push(heldout.join(v["file"].as_str().unwrap()));
+        reference = format!("{reference} {}", v["text"].as_str().unwrap());
+    }
+    let mut stream = Vec::new();
+    for f in &files {
+        stream.extend(pulsed::audio::load_wav(f, 16_000).unwrap().samples);
+        stream.extend(std::iter::repeat_n(0.0, 8_000));
+    }
+    let run = |agreed_final: bool| {
+        let mut opts = WhisperLiveOptions {
+            trim_s: 5.0,
+            max_buffer_s: 8.0,
+            agreed_final,
+            ..WhisperLiveOptions::default()
+        };
+        opts.decode.beam_size = 1;
+        opts.decode.temperatures = vec![0.0];
+        let mut live = WhisperLive::open("whisper-tiny.en", None, opts).unwrap();
+        let mut updates: Vec<Update> = Vec::new();
+        let mut longest = 0.0f64;
+        for block in stream.chunks(1000) {
+            updates.extend(live.push(block).unwrap());
+            longest = longest.max(live.buffer_s());
+        }
+        updates.extend(live.finish().unwrap());
+        assert!(longest < 8.0 + 1.5, "the buffer grew to {longest} s");
+        let finals: Vec<Update> = updates.into_iter().filter(|u| u.is_final).collect();
+        assert_eq!(finals.len(), 1, "{finals:?}");
+        finals.into_iter().next().unwrap()
+    };
+    let second = run(false);
+    let agreed = run(true);
+    let n = normalize(&reference).split_whitespace().count();
+    // espeak voices read poorly: a bound that only a lost sentence breaks
+    assert!(
+        word_errors(&reference, &second.text) * 3 < n * 2,
+        "{:?}",
+        second.text
+    );
+    assert!(
+        word_errors(&agreed.text, &second.text) <= 3,
+        "second pass {:?} vs agreed {:?}",
+        second.text,
+        agreed.text
+    );
+    let w = &second.words;
+    assert!(w.windows(2).all(|p| p[1].end_s >= p[0].end_s), "{w:?}");
+    assert_eq!(second.committed_at_s.len(), w.len());
+}
+
 #[test]
 fn the_vad_cuts_utterances_and_each_becomes_final() {
     let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000)

@@ -41,6 +41,10 @@ pub struct Args {
     /// whole buffer at every decoding instead of streaming the encoder.
     #[arg(long, requires = "live")]
     window_encoder: bool,
+    /// With --live: at the end of speech keep the words agreed on meanwhile
+    /// instead of the buffer decoded once more as the final line.
+    #[arg(long, requires = "live")]
+    agreed_final: bool,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam
     /// search with the language-model flags); with --live, `mic --ctc`'s
@@ -362,6 +366,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
             .unwrap_or(super::device::Device::Auto)
             .engine_tf32(a.precision, a.tf32)?,
         stream_encoder: !a.window_encoder,
+        agreed_final: a.agreed_final,
         ..WhisperLiveOptions::default()
     };
     if let Some(b) = a.beam {
@@ -372,12 +377,17 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     }
     opts.decode.padding = a.whisper.padding.map(Into::into);
     eprintln!(
-        "pulsed: live whisper {} on {}, step {} s, beam {}, {}",
+        "pulsed: live whisper {} on {}, step {} s, beam {}, {}, final line {}",
         model.dir.display(),
         super::device::describe(&opts.engine),
         opts.step_s,
         opts.decode.beam_size,
-        encoder_mode(&model, &opts)
+        encoder_mode(&model, &opts),
+        if opts.agreed_final {
+            "as agreed"
+        } else {
+            "decoded again"
+        }
     );
     live_files(a, items, base, &|path: &Path| {
         live_file(&model, &vad, &opts, path)

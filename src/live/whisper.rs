@@ -5,8 +5,11 @@
 //! consecutive hypotheses agree on; once the buffer is longer than
 //! `trim_s` it is cut at the end of a segment whose words are all
 //! committed. Silero VAD skips silence and cuts utterances: at the end of
-//! speech the buffer is decoded once more and its whole hypothesis becomes
-//! final.
+//! speech the buffer is decoded once more, as a whole (route 2's second
+//! pass, as WeNet's U2 rescores at an endpoint): that hypothesis replaces
+//! the words agreed on in the buffer and becomes the final line, with the
+//! words committed before the buffer's last cut. The agreed words are what
+//! the partial lines show meanwhile; `agreed_final` keeps them instead.
 //!
 //! A checkpoint whose encoder attends in chunks (a streaming student) runs
 //! its encoder streamed ([`EncoderStream`]; on a GPU its chunk step is
@@ -42,6 +45,9 @@ const HISTORY_WORDS: usize = 100;
 /// many a second of audio heard (speech runs at 3-5 tokens a second).
 const PARTIAL_TOKENS_BASE: usize = 16;
 const PARTIAL_TOKENS_PER_S: f64 = 8.0;
+/// How long after the VAD's end of speech a word of the final decoding may
+/// start (word times run late by a few tenths of a second).
+const WORD_AFTER_SPEECH_S: f64 = 0.3;
 /// Audio a streamed encoder must have heard before a partial decoding.
 const PARTIAL_MIN_HEARD_S: f64 = 1.0;
 
@@ -72,6 +78,10 @@ pub struct WhisperLiveOptions {
     pub stream_encoder: bool,
     /// Where the network runs.
     pub engine: Engine,
+    /// The final line keeps the words agreed on while the utterance went
+    /// on (and adds the rest), instead of the end-of-speech decoding of the
+    /// whole buffer replacing them.
+    pub agreed_final: bool,
 }
 
 impl Default for WhisperLiveOptions {
@@ -87,6 +97,7 @@ impl Default for WhisperLiveOptions {
             decode: DecodeOptions::default(),
             stream_encoder: true,
             engine: Engine::Cpu,
+            agreed_final: false,
         }
     }
 }
@@ -104,7 +115,7 @@ pub struct Update {
     /// The utterance ended.
     pub is_final: bool,
     /// For each committed word, the stream position (seconds of audio
-    /// taken) when it was committed.
+    /// taken) when it was committed (in a final line: when it became final).
     pub committed_at_s: Vec<f64>,
 }
 
@@ -309,13 +320,27 @@ impl WhisperLive {
         }))
     }
 
-    /// Decodes what is new, makes the whole hypothesis final and starts
-    /// waiting for the next utterance.
+    /// Decodes the buffer once more and makes the utterance final (see
+    /// [`WhisperLiveOptions::agreed_final`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
-        if self.since_decode > 0 {
-            let (hypothesis, _) = self.decode(true)?;
-            let committed = self.agreement.commit(hypothesis);
-            self.keep(committed);
+        let second_pass = !self.o.agreed_final && !self.buffer.is_empty();
+        if second_pass || self.since_decode > 0 {
+            let (mut hypothesis, _) = self.decode(true)?;
+            // a decoding into the silence after speech may go on with words
+            // the audio does not hold (squeezed to no time at the buffer's
+            // end, often the prompt's words again): those starting well
+            // after the VAD's end of speech are left out
+            if let Some(end) = self.speech_end_s() {
+                hypothesis.retain(|w| w.start_s <= end + WORD_AFTER_SPEECH_S);
+            }
+            if second_pass && !hypothesis.is_empty() {
+                self.replace_buffered(hypothesis);
+            } else {
+                // agreed mode, or the decoding left out as silence or a
+                // loop: what was agreed stays
+                let committed = self.agreement.commit(hypothesis);
+                self.keep(committed);
+            }
         }
         let rest = self.agreement.commit_all();
         self.keep(rest);
@@ -339,6 +364,37 @@ impl WhisperLive {
             is_final: true,
             committed_at_s,
         }))
+    }
+
+    /// The second pass: the words committed inside the buffer (and in the
+    /// prompt's history) give way to `hypothesis`, the buffer decoded whole;
+    /// those before its last cut stay.
+    fn replace_buffered(&mut self, hypothesis: Vec<Word>) {
+        // a cut falls at a segment's end, where its last word ends
+        let start_s = self.buffer_start as f64 / SAMPLE_RATE as f64 + 1e-3;
+        let sealed = self
+            .utterance
+            .iter()
+            .take_while(|w| w.end_s <= start_s)
+            .count();
+        let replaced = self.utterance.len() - sealed;
+        self.utterance.truncate(sealed);
+        self.committed_at.truncate(sealed);
+        let h = self.history.len();
+        self.history.truncate(h - replaced.min(h));
+        self.agreement = LocalAgreement::new();
+        self.keep(hypothesis);
+    }
+
+    /// Where the VAD heard the utterance's speech end (stream seconds), if
+    /// it has ended.
+    fn speech_end_s(&self) -> Option<f64> {
+        let (_, seg) = self.vad.as_ref()?;
+        if seg.in_speech() {
+            return None;
+        }
+        let end = seg.speech_end()?;
+        (end >= self.buffer_start).then(|| end as f64 / SAMPLE_RATE as f64)
     }
 
     /// Adds newly committed words to the utterance and the prompt history.

@@ -68,6 +68,8 @@ pub struct Segmenter {
     temp_end: Option<u64>,
     /// A closed segment (start padded) whose end padding waits on the next one.
     pending: Option<Segment>,
+    /// Where the last speech ended (raw, before padding).
+    speech_end: Option<u64>,
 }
 
 impl Segmenter {
@@ -83,12 +85,20 @@ impl Segmenter {
             start: None,
             temp_end: None,
             pending: None,
+            speech_end: None,
         }
     }
 
     /// Whether the last probabilities put us in speech (for live endpointing).
     pub fn in_speech(&self) -> bool {
         self.start.is_some()
+    }
+
+    /// The sample where the last speech ended (its last probability above
+    /// the threshold, before padding), once enough silence followed it;
+    /// `None` before any.
+    pub fn speech_end(&self) -> Option<u64> {
+        self.speech_end
     }
 
     /// Takes the next chunk's probability; returns segments now final.
@@ -106,6 +116,7 @@ impl Segmenter {
             if (cur - t) as f64 >= self.min_silence {
                 self.start = None;
                 self.temp_end = None;
+                self.speech_end = Some(t);
                 if (t - start) as f64 > self.min_speech {
                     self.close(Segment { start, end: t }, &mut out);
                 }
@@ -296,9 +307,12 @@ mod tests {
             got.extend(s.push(0.9));
         }
         assert!(s.in_speech());
+        assert_eq!(s.speech_end(), None);
         for _ in 0..10 {
             got.extend(s.push(0.0));
         }
+        // the first silent chunk's start
+        assert_eq!(s.speech_end(), Some(20 * 512));
         assert_eq!(
             got,
             vec![Segment {
