@@ -68,10 +68,10 @@ fn words_of(line: &Value) -> Vec<String> {
 fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
     let c = clip();
     // padded as faster-whisper pads, to compare with its text
-    for agreed in [false, true] {
+    for second_pass in [false, true] {
         let mut args = vec!["--format", "jsonl", "--padding", "zeros"];
-        if agreed {
-            args.push("--agreed-final");
+        if second_pass {
+            args.push("--second-pass");
         }
         let (code, out, err) = mic(&c, &args);
         assert_eq!(code, 0, "{err}");
@@ -86,8 +86,8 @@ fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
         );
         assert!(events.iter().any(|e| e["type"] == "partial"), "{out}");
         // what a partial gave as committed stays, word for word, in every
-        // later partial line of its utterance, and with --agreed-final in
-        // its final line too (else the second pass may revise it)
+        // later line of its utterance (the second pass may revise it in the
+        // final line)
         for (i, e) in events.iter().enumerate() {
             let Some(stable) = e["stable"].as_u64() else {
                 continue;
@@ -95,7 +95,7 @@ fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
             let committed = &words_of(e)[..stable as usize];
             for later in &events[i + 1..] {
                 let last = later["type"] == "final";
-                if !last || agreed {
+                if !last || !second_pass {
                     assert!(words_of(later).starts_with(committed), "{e} then {later}");
                 }
                 if last {
@@ -107,14 +107,14 @@ fn mic_with_whisper_gives_the_offline_text_and_keeps_committed_words() {
     }
 }
 
-/// The final line is the second pass: the utterance's buffer decoded whole,
-/// so without VAD (one utterance, shorter than a buffer) it is, word for
-/// word, what `pulsed transcribe` gives for the same audio and settings.
+/// With `--second-pass` the final line is the utterance's buffer decoded
+/// whole, so without VAD (one utterance, shorter than a buffer) it is, word
+/// for word, what `pulsed transcribe` gives for the same audio and settings.
 #[test]
 fn the_final_line_is_the_utterance_decoded_whole() {
     let c = clip();
     let settings = ["--beam", "1", "--no-fallback", "--padding", "zeros"];
-    let mut args = vec!["--no-vad", "--format", "jsonl"];
+    let mut args = vec!["--no-vad", "--second-pass", "--format", "jsonl"];
     args.extend_from_slice(&settings);
     let (code, out, err) = mic(&c, &args);
     assert_eq!(code, 0, "{err}");
@@ -151,8 +151,8 @@ fn at_real_time_pace_each_final_word_has_a_latency() {
 /// finals, each the clip's text, the second timed after the pause.
 /// One utterance (no VAD) far longer than the buffer (the clip, then five
 /// held-out espeak sentences): the buffer is cut several times, and the
-/// final line, the words committed before the last cut and the second pass
-/// over the rest, holds each sentence once, as the agreed words do.
+/// final line of a second pass, the words committed before the last cut and
+/// the rest decoded again, holds each sentence once, as the agreed line does.
 #[test]
 fn a_long_utterance_is_cut_and_its_final_line_loses_no_word() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -170,11 +170,11 @@ fn a_long_utterance_is_cut_and_its_final_line_loses_no_word() {
         stream.extend(pulsed::audio::load_wav(f, 16_000).unwrap().samples);
         stream.extend(std::iter::repeat_n(0.0, 8_000));
     }
-    let run = |agreed_final: bool| {
+    let run = |second_pass: bool| {
         let mut opts = WhisperLiveOptions {
             trim_s: 5.0,
             max_buffer_s: 8.0,
-            agreed_final,
+            second_pass,
             ..WhisperLiveOptions::default()
         };
         opts.decode.beam_size = 1;
@@ -192,8 +192,8 @@ fn a_long_utterance_is_cut_and_its_final_line_loses_no_word() {
         assert_eq!(finals.len(), 1, "{finals:?}");
         finals.into_iter().next().unwrap()
     };
-    let second = run(false);
-    let agreed = run(true);
+    let second = run(true);
+    let agreed = run(false);
     let n = normalize(&reference).split_whitespace().count();
     // espeak voices read poorly: a bound that only a lost sentence breaks
     assert!(
@@ -243,6 +243,10 @@ fn the_vad_cuts_utterances_and_each_becomes_final() {
         }
     }
     assert!(finals[1].words[0].start_s > clip_s + 1.0, "{:?}", finals[1]);
+    // no word of the first line in the pause (a decoding into silence can
+    // go on with words the audio does not hold; they are left out)
+    let last = finals[0].words.last().unwrap();
+    assert!(last.start_s < clip_s + 0.3, "{:?}", finals[0]);
 }
 
 /// Without the VAD the whole file is one utterance: one final line, the

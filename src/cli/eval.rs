@@ -41,10 +41,10 @@ pub struct Args {
     /// whole buffer at every decoding instead of streaming the encoder.
     #[arg(long, requires = "live")]
     window_encoder: bool,
-    /// With --live: at the end of speech keep the words agreed on meanwhile
-    /// instead of the buffer decoded once more as the final line.
+    /// With --live: at each end of speech the buffer decoded once more, as
+    /// a whole, replaces the words agreed on meanwhile as the final line.
     #[arg(long, requires = "live")]
-    agreed_final: bool,
+    second_pass: bool,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam
     /// search with the language-model flags); with --live, `mic --ctc`'s
@@ -366,7 +366,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
             .unwrap_or(super::device::Device::Auto)
             .engine_tf32(a.precision, a.tf32)?,
         stream_encoder: !a.window_encoder,
-        agreed_final: a.agreed_final,
+        second_pass: a.second_pass,
         ..WhisperLiveOptions::default()
     };
     if let Some(b) = a.beam {
@@ -383,10 +383,10 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         opts.step_s,
         opts.decode.beam_size,
         encoder_mode(&model, &opts),
-        if opts.agreed_final {
-            "as agreed"
+        if opts.second_pass {
+            "a second pass"
         } else {
-            "decoded again"
+            "as agreed"
         }
     );
     live_files(a, items, base, &|path: &Path| {

@@ -68,11 +68,11 @@ pub struct Args {
     /// buffer at every decoding instead of streaming the encoder.
     #[arg(long)]
     window_encoder: bool,
-    /// Whisper: at the end of speech keep the words agreed on meanwhile
-    /// (and add the rest) instead of the final line being the buffer
-    /// decoded once more, as a whole.
+    /// Whisper: at each end of speech the buffer decoded once more, as a
+    /// whole, replaces the words agreed on meanwhile as the final line
+    /// (committed words of the partial lines may change).
     #[arg(long)]
-    agreed_final: bool,
+    second_pass: bool,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder: text after every chunk, a final line
     /// after `--end-silence` of blanks (greedy; `--beam N` with the
@@ -179,7 +179,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         decode,
         engine: a.device.engine_tf32(a.precision, a.tf32)?,
         stream_encoder: !a.window_encoder,
-        agreed_final: a.agreed_final,
+        second_pass: a.second_pass,
         ..WhisperLiveOptions::default()
     };
     let live = WhisperLive::open(spec, vad.as_ref(), opts).map_err(|e| e.to_string())?;

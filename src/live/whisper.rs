@@ -5,11 +5,10 @@
 //! consecutive hypotheses agree on; once the buffer is longer than
 //! `trim_s` it is cut at the end of a segment whose words are all
 //! committed. Silero VAD skips silence and cuts utterances: at the end of
-//! speech the buffer is decoded once more, as a whole (route 2's second
-//! pass, as WeNet's U2 rescores at an endpoint): that hypothesis replaces
-//! the words agreed on in the buffer and becomes the final line, with the
-//! words committed before the buffer's last cut. The agreed words are what
-//! the partial lines show meanwhile; `agreed_final` keeps them instead.
+//! speech the buffer is decoded once more and its hypothesis completes the
+//! final line. With `second_pass` (route 2, as WeNet's U2 rescores at an
+//! endpoint) that decoding of the whole buffer replaces the words agreed on
+//! in it instead, so the partial lines' committed words may change.
 //!
 //! A checkpoint whose encoder attends in chunks (a streaming student) runs
 //! its encoder streamed ([`EncoderStream`]; on a GPU its chunk step is
@@ -78,10 +77,9 @@ pub struct WhisperLiveOptions {
     pub stream_encoder: bool,
     /// Where the network runs.
     pub engine: Engine,
-    /// The final line keeps the words agreed on while the utterance went
-    /// on (and adds the rest), instead of the end-of-speech decoding of the
-    /// whole buffer replacing them.
-    pub agreed_final: bool,
+    /// At the end of speech the buffer's decoding replaces the words agreed
+    /// on in it (those before its last cut stay), instead of adding to them.
+    pub second_pass: bool,
 }
 
 impl Default for WhisperLiveOptions {
@@ -97,7 +95,7 @@ impl Default for WhisperLiveOptions {
             decode: DecodeOptions::default(),
             stream_encoder: true,
             engine: Engine::Cpu,
-            agreed_final: false,
+            second_pass: false,
         }
     }
 }
@@ -321,9 +319,9 @@ impl WhisperLive {
     }
 
     /// Decodes the buffer once more and makes the utterance final (see
-    /// [`WhisperLiveOptions::agreed_final`]); then waits for the next one.
+    /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
-        let second_pass = !self.o.agreed_final && !self.buffer.is_empty();
+        let second_pass = self.o.second_pass && !self.buffer.is_empty();
         if second_pass || self.since_decode > 0 {
             let (mut hypothesis, _) = self.decode(true)?;
             // a decoding into the silence after speech may go on with words
@@ -336,8 +334,8 @@ impl WhisperLive {
             if second_pass && !hypothesis.is_empty() {
                 self.replace_buffered(hypothesis);
             } else {
-                // agreed mode, or the decoding left out as silence or a
-                // loop: what was agreed stays
+                // the decoding completes what was agreed (or, a second
+                // pass that gave nothing usable, leaves it as it is)
                 let committed = self.agreement.commit(hypothesis);
                 self.keep(committed);
             }
