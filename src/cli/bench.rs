@@ -59,7 +59,7 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         model.config.d_model,
         file.display(),
         audio.duration_s,
-        super::transcribe::cpu_model()
+        super::transcribe_bench::cpu_model()
     );
     let window = whisper_times("cpu", &mut w, &audio.samples, a.reps)?;
     use super::device::Precision as P;

@@ -10,6 +10,7 @@ mod inspect;
 mod lm;
 mod mic;
 mod transcribe;
+mod transcribe_bench;
 mod vad;
 mod whisper;
 
