@@ -348,12 +348,16 @@ fn eval_live_on_workers_equals_one_worker() {
             "--device",
             "cpu",
             "--live",
+            "--language",
+            "en",
             "-j",
             jobs,
             "--hyp-out",
             hyp.to_str().unwrap(),
         ]);
         assert_eq!(code, 0, "{err}");
+        // the decoding options the policy runs with take --language
+        assert!(err.contains("language en"), "{err}");
         assert!(out.contains("latency from a word's end"), "{out}");
         assert!(err.contains(&format!("({jobs} workers)")), "{err}");
         // rates of the partial lines, then of the final ones

@@ -376,12 +376,15 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         opts.decode.temperatures = vec![0.0];
     }
     opts.decode.padding = a.whisper.padding.map(Into::into);
+    opts.decode.language = a.whisper.language.clone();
+    opts.decode.task = a.whisper.task.into();
     eprintln!(
-        "pulsed: live whisper {} on {}, step {} s, beam {}, {}, final line {}",
+        "pulsed: live whisper {} on {}, step {} s, beam {}, language {}, {}, final line {}",
         model.dir.display(),
         super::device::describe(&opts.engine),
         opts.step_s,
         opts.decode.beam_size,
+        opts.decode.language.as_deref().unwrap_or("detected"),
         encoder_mode(&model, &opts),
         if opts.second_pass {
             "a second pass"

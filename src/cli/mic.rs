@@ -60,6 +60,10 @@ pub struct Args {
     /// bounded, for slow machines.
     #[arg(long)]
     no_fallback: bool,
+    /// Whisper: spoken language code (e.g. `en`, `de`); a multilingual
+    /// checkpoint detects it at every decoding when absent.
+    #[arg(long)]
+    language: Option<String>,
     /// Whisper: what fills a window after the buffer's end (see
     /// `transcribe --padding`); default: the checkpoint's, else silence.
     #[arg(long, value_enum)]
@@ -168,6 +172,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         decode.temperatures = vec![0.0];
     }
     decode.padding = a.padding.map(Into::into);
+    decode.language = a.language.clone();
     let opts = WhisperLiveOptions {
         step_s: a.step,
         trim_s: a.trim,

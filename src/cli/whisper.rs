@@ -92,6 +92,15 @@ pub enum TaskArg {
     Translate,
 }
 
+impl From<TaskArg> for Task {
+    fn from(t: TaskArg) -> Task {
+        match t {
+            TaskArg::Transcribe => Task::Transcribe,
+            TaskArg::Translate => Task::Translate,
+        }
+    }
+}
+
 /// Whether `--model` names a Whisper checkpoint.
 pub fn is_whisper(model: Option<&Path>) -> bool {
     model
@@ -149,10 +158,7 @@ impl WhisperJob {
             opts.beam_size = b;
         }
         opts.language = a.language.clone();
-        opts.task = match a.task {
-            TaskArg::Transcribe => Task::Transcribe,
-            TaskArg::Translate => Task::Translate,
-        };
+        opts.task = a.task.into();
         opts.initial_prompt = a.initial_prompt.clone().map(InitialPrompt::Text);
         if a.no_fallback {
             opts.temperatures = vec![0.0];
