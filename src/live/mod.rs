@@ -12,6 +12,7 @@ mod endpoint;
 mod mic;
 mod source;
 mod whisper;
+mod whisper_buffer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,7 +33,8 @@ pub use endpoint::Endpointer;
 #[cfg(feature = "mic")]
 pub use mic::{capture_default_input, MicCapture};
 pub use source::{feed_wav_realtime, FeedReport};
-pub use whisper::{cut_point, Cut, Update, WhisperLive, WhisperLiveOptions};
+pub use whisper::{Update, WhisperLive, WhisperLiveOptions};
+pub use whisper_buffer::{cut_point, Cut};
 
 /// What the inference thread reports.
 #[derive(Debug, Clone)]
