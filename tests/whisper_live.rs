@@ -296,6 +296,28 @@ fn bad_input_is_refused_in_one_line() {
     assert_eq!(errors.len(), 1, "{err}");
     assert!(errors[0].contains("bad.wav"), "{err}");
 
+    // mic and eval --live read the decoding flags as transcribe does
+    let m = d.join("manifest.jsonl");
+    let line = serde_json::json!({"file": c, "text": "he was not"});
+    std::fs::write(&m, format!("{line}\n")).unwrap();
+    let refusals = [
+        mic(&c, &["--beam", "0"]),
+        pulsed(&[
+            "eval",
+            m.to_str().unwrap(),
+            "--model",
+            "whisper-tiny.en",
+            "--live",
+            "--beam",
+            "0",
+        ]),
+    ];
+    for (code, _, err) in refusals {
+        assert_ne!(code, 0);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("--beam must be at least 1"), "{err}");
+    }
+
     // without a usable GPU, --device cuda is refused in one line
     #[cfg(feature = "cuda")]
     let gpu = pulsed::gpu::GpuDevice::shared().is_ok();

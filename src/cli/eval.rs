@@ -369,15 +369,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         second_pass: a.second_pass,
         ..WhisperLiveOptions::default()
     };
-    if let Some(b) = a.beam {
-        opts.decode.beam_size = b.max(1);
-    }
-    if a.whisper.no_fallback {
-        opts.decode.temperatures = vec![0.0];
-    }
-    opts.decode.padding = a.whisper.padding.map(Into::into);
-    opts.decode.language = a.whisper.language.clone();
-    opts.decode.task = a.whisper.task.into();
+    a.whisper.decode_flags(a.beam).apply(&mut opts.decode)?;
     eprintln!(
         "pulsed: live whisper {} on {}, step {} s, beam {}, language {}, {}, final line {}",
         model.dir.display(),

@@ -64,6 +64,9 @@ pub struct Args {
     /// checkpoint detects it at every decoding when absent.
     #[arg(long)]
     language: Option<String>,
+    /// Whisper: transcribe, or translate into English.
+    #[arg(long, value_enum, default_value = "transcribe")]
+    task: super::whisper::TaskArg,
     /// Whisper: what fills a window after the buffer's end (see
     /// `transcribe --padding`); default: the checkpoint's, else silence.
     #[arg(long, value_enum)]
@@ -163,16 +166,14 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         })?)
     };
     let mut decode = pulsed::whisper::decode::DecodeOptions::default();
-    match a.beam {
-        Some(0) => return Err("--beam must be at least 1".into()),
-        Some(b) => decode.beam_size = b,
-        None => {}
+    super::whisper::DecodeFlags {
+        beam: a.beam,
+        language: a.language.as_deref(),
+        task: a.task,
+        no_fallback: a.no_fallback,
+        padding: a.padding,
     }
-    if a.no_fallback {
-        decode.temperatures = vec![0.0];
-    }
-    decode.padding = a.padding.map(Into::into);
-    decode.language = a.language.clone();
+    .apply(&mut decode)?;
     let opts = WhisperLiveOptions {
         step_s: a.step,
         trim_s: a.trim,

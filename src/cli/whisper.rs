@@ -71,6 +71,18 @@ pub struct WhisperArgs {
     pub padding: Option<PaddingArg>,
 }
 
+impl WhisperArgs {
+    pub fn decode_flags(&self, beam: Option<usize>) -> DecodeFlags<'_> {
+        DecodeFlags {
+            beam,
+            language: self.language.as_deref(),
+            task: self.task,
+            no_fallback: self.no_fallback,
+            padding: self.padding,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PaddingArg {
     Silence,
@@ -98,6 +110,33 @@ impl From<TaskArg> for Task {
             TaskArg::Transcribe => Task::Transcribe,
             TaskArg::Translate => Task::Translate,
         }
+    }
+}
+
+/// The decoding flags `transcribe`, `eval` and `mic` share, applied to
+/// `opts` (`beam`: `None` keeps its width; 0 is refused).
+pub struct DecodeFlags<'a> {
+    pub beam: Option<usize>,
+    pub language: Option<&'a str>,
+    pub task: TaskArg,
+    pub no_fallback: bool,
+    pub padding: Option<PaddingArg>,
+}
+
+impl DecodeFlags<'_> {
+    pub fn apply(&self, opts: &mut DecodeOptions) -> Result<(), String> {
+        match self.beam {
+            Some(0) => return Err("--beam must be at least 1".into()),
+            Some(b) => opts.beam_size = b,
+            None => {}
+        }
+        opts.language = self.language.map(str::to_string);
+        opts.task = self.task.into();
+        if self.no_fallback {
+            opts.temperatures = vec![0.0];
+        }
+        opts.padding = self.padding.map(WindowPadding::from);
+        Ok(())
     }
 }
 
@@ -151,23 +190,12 @@ impl WhisperJob {
         } else {
             DecodeOptions::default()
         };
-        if let Some(b) = beam {
-            if b == 0 {
-                return Err("--beam must be at least 1".into());
-            }
-            opts.beam_size = b;
-        }
-        opts.language = a.language.clone();
-        opts.task = a.task.into();
+        a.decode_flags(beam).apply(&mut opts)?;
         opts.initial_prompt = a.initial_prompt.clone().map(InitialPrompt::Text);
-        if a.no_fallback {
-            opts.temperatures = vec![0.0];
-        }
         if !a.vad {
             opts.condition_on_previous_text = !a.no_condition;
         }
         opts.without_timestamps |= a.without_timestamps;
-        opts.padding = a.padding.map(WindowPadding::from);
         let on_cpu = matches!(engine, Engine::Cpu);
         let batch_size = match a.batch_size {
             Some(0) => return Err("--batch-size must be at least 1".into()),
