@@ -8,29 +8,34 @@
 #   there: bash scripts/whisper/gpu_stage.sh take    (in every call: keeps the carried part)
 #          bash scripts/whisper/gpu_stage.sh join    (after the last part: the folder in
 #          $XDG_CACHE_HOME/pulsed/models, so `--model whisper-tiny.en` finds it)
+# NAME may also be a folder (a student built by folder.py: joined there under
+# its base name); GPUW=DIR keeps the parts elsewhere than .cache/gpuw, so two
+# folders can be split side by side (the same GPUW in every call).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STAGE=/tmp/pulsed-stage
+PARTS=${GPUW:-.cache/gpuw}
 case "${1:-}" in
 split)
     name=${2:?model name}; mb=${3:-34}
     src=${XDG_CACHE_HOME:-$HOME/.cache}/pulsed/models/$name
+    [ -d "$name" ] && src=$name && name=$(basename "$name")
     [ -s "$src/model.safetensors" ] || { echo "gpu_stage.sh: no $src (bash scripts/fetch_whisper.sh $name)" >&2; exit 1; }
-    rm -rf .cache/gpuw && mkdir -p .cache/gpuw
-    split -b "${mb}000000" -d -a 1 "$src/model.safetensors" .cache/gpuw/weights.
+    rm -rf $PARTS && mkdir -p $PARTS
+    split -b "${mb}000000" -d -a 1 "$src/model.safetensors" $PARTS/weights.
     n=0
-    for p in .cache/gpuw/weights.*; do mkdir -p .cache/gpuw/part$n && mv "$p" .cache/gpuw/part$n/; n=$((n + 1)); done
-    last=.cache/gpuw/part$((n - 1))
+    for p in $PARTS/weights.*; do mkdir -p $PARTS/part$n && mv "$p" $PARTS/part$n/; n=$((n + 1)); done
+    last=$PARTS/part$((n - 1))
     cp "$src"/*.json "$last/"
     (cd "$src" && sha256sum model.safetensors) >"$last/SHA256"
     echo "$name" >"$last/NAME"
-    du -sh .cache/gpuw/part*
+    du -sh $PARTS/part*
     ;;
 take)
     mkdir -p $STAGE
     found=0
-    for d in .cache/gpuw/part*; do [ -d "$d" ] && cp "$d"/* $STAGE/ && found=1; done
-    [ $found = 1 ] || { echo "gpu_stage.sh: no part carried (.cache/gpuw/part*)" >&2; exit 1; }
+    for d in $PARTS/part*; do [ -d "$d" ] && cp "$d"/* $STAGE/ && found=1; done
+    [ $found = 1 ] || { echo "gpu_stage.sh: no part carried ($PARTS/part*)" >&2; exit 1; }
     ls -la $STAGE
     ;;
 join)
