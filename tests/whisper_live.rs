@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use common::whisper::chunked_live;
+use common::whisper::{chunked_live, chunked_live_run};
 use common::{pulsed, temp_dir};
 use pulsed::asr::metrics::{normalize, ErrorCounts};
 use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
@@ -33,6 +33,27 @@ fn offline_text() -> String {
         .as_str()
         .unwrap()
         .to_string()
+}
+
+/// The clip, then the first `n` held-out espeak sentences, each followed by
+/// 0.5 s of silence; and the text they say.
+fn clip_and_sentences(n: usize) -> (Vec<f32>, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join(CLIP)];
+    let mut reference = offline_text();
+    let heldout = root.join("fixtures/asr/heldout");
+    let manifest = std::fs::read_to_string(heldout.join("manifest.jsonl")).unwrap();
+    for line in manifest.lines().take(n) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        files.push(heldout.join(v["file"].as_str().unwrap()));
+        reference = format!("{reference} {}", v["text"].as_str().unwrap());
+    }
+    let mut stream = Vec::new();
+    for f in &files {
+        stream.extend(pulsed::audio::load_wav(f, 16_000).unwrap().samples);
+        stream.extend(std::iter::repeat_n(0.0, 8_000));
+    }
+    (stream, reference)
 }
 
 fn word_errors(reference: &str, hypothesis: &str) -> usize {
@@ -146,35 +167,18 @@ fn at_real_time_pace_each_final_word_has_a_latency() {
     );
 }
 
-/// The clip, 2 s of silence, the clip again, through the policy itself:
-/// the VAD ends the first utterance in the silence, so there are two
-/// finals, each the clip's text, the second timed after the pause.
 /// One utterance (no VAD) far longer than the buffer (the clip, then five
 /// held-out espeak sentences): the buffer is cut several times, and the
 /// final line of a second pass, the words committed before the last cut and
 /// the rest decoded again, holds each sentence once, as the agreed line does.
 #[test]
 fn a_long_utterance_is_cut_and_its_final_line_loses_no_word() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = vec![root.join(CLIP)];
-    let mut reference = offline_text();
-    let heldout = root.join("fixtures/asr/heldout");
-    let manifest = std::fs::read_to_string(heldout.join("manifest.jsonl")).unwrap();
-    for line in manifest.lines().take(5) {
-        let v: Value = serde_json::from_str(line).unwrap();
-        files.push(heldout.join(v["file"].as_str().unwrap()));
-        reference = format!("{reference} {}", v["text"].as_str().unwrap());
-    }
-    let mut stream = Vec::new();
-    for f in &files {
-        stream.extend(pulsed::audio::load_wav(f, 16_000).unwrap().samples);
-        stream.extend(std::iter::repeat_n(0.0, 8_000));
-    }
+    let (stream, reference) = clip_and_sentences(5);
     let run = |second_pass: bool| {
         let mut opts = WhisperLiveOptions {
             trim_s: 5.0,
             max_buffer_s: 8.0,
-            second_pass,
+            second_pass: Some(second_pass),
             ..WhisperLiveOptions::default()
         };
         opts.decode.beam_size = 1;
@@ -410,4 +414,45 @@ fn a_chunked_checkpoint_streams_its_encoder_live() {
         "streamed {text:?} vs window {window_text:?}"
     );
     assert!(word_errors(&offline_text(), &text) <= 3, "{text:?}");
+}
+
+/// Where the encoder streams, each final line is the second pass unless
+/// asked otherwise; a whole-window checkpoint keeps the agreed words.
+#[test]
+fn a_streamed_encoder_ends_each_utterance_with_a_second_pass() {
+    use pulsed::engine::Engine;
+    // one utterance (no VAD) long enough for words to be agreed on before
+    // its end
+    let (audio, _) = clip_and_sentences(2);
+    let final_of = |second_pass: Option<bool>, stream_encoder: bool| {
+        let (live, updates) = chunked_live_run(Engine::Cpu, &audio, |o| {
+            o.second_pass = second_pass;
+            o.stream_encoder = stream_encoder;
+        });
+        let last = updates
+            .into_iter()
+            .rfind(|u| u.is_final)
+            .expect("a final line");
+        (live.second_pass(), last)
+    };
+    let (on, default) = final_of(None, true);
+    let (_, second) = final_of(Some(true), true);
+    let (off, agreed) = final_of(Some(false), true);
+    assert!(on && !off);
+    assert_eq!(default, second);
+    // agreed words keep the stream position that committed them; the second
+    // pass commits the whole line at the utterance's end
+    let end = audio.len() as f64 / 16_000.0;
+    assert!(
+        agreed.committed_at_s.iter().any(|&t| t < end - 1.0),
+        "{agreed:?}"
+    );
+    assert!(
+        default.committed_at_s.iter().all(|&t| t > end - 1.0),
+        "{default:?}"
+    );
+    let (windowed, _) = final_of(None, false);
+    assert!(!windowed);
+    let tiny = WhisperLive::open("whisper-tiny.en", None, WhisperLiveOptions::default()).unwrap();
+    assert!(!tiny.second_pass());
 }

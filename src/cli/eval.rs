@@ -43,8 +43,10 @@ pub struct Args {
     window_encoder: bool,
     /// With --live: at each end of speech the buffer decoded once more, as
     /// a whole, replaces the words agreed on meanwhile as the final line.
-    #[arg(long, requires = "live")]
-    second_pass: bool,
+    /// Default: on where the encoder streams (a chunked checkpoint);
+    /// `--second-pass=false` keeps the agreed words.
+    #[arg(long, requires = "live", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    second_pass: Option<bool>,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam
     /// search with the language-model flags); with --live, `mic --ctc`'s
@@ -378,7 +380,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         opts.decode.beam_size,
         opts.decode.language.as_deref().unwrap_or("detected"),
         encoder_mode(&model, &opts),
-        if opts.second_pass {
+        if opts.second_pass_when(model.config.encoder_context.is_some() && opts.stream_encoder) {
             "a second pass"
         } else {
             "as agreed"

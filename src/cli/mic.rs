@@ -77,9 +77,11 @@ pub struct Args {
     window_encoder: bool,
     /// Whisper: at each end of speech the buffer decoded once more, as a
     /// whole, replaces the words agreed on meanwhile as the final line
-    /// (committed words of the partial lines may change).
-    #[arg(long)]
-    second_pass: bool,
+    /// (committed words of the partial lines may change). Default: on where
+    /// the encoder streams (a chunked checkpoint); `--second-pass=false`
+    /// keeps the agreed words.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    second_pass: Option<bool>,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder: text after every chunk, a final line
     /// after `--end-silence` of blanks (greedy; `--beam N` with the

@@ -6,9 +6,11 @@
 //! `trim_s` it is cut at the end of a segment whose words are all
 //! committed. Silero VAD skips silence and cuts utterances: at the end of
 //! speech the buffer is decoded once more and its hypothesis completes the
-//! final line. With `second_pass` (route 2, as WeNet's U2 rescores at an
+//! final line. With a second pass (route 2, as WeNet's U2 rescores at an
 //! endpoint) that decoding of the whole buffer replaces the words agreed on
-//! in it instead, so the partial lines' committed words may change.
+//! in it instead, so the partial lines' committed words may change; it is
+//! the default where the encoder streams (see
+//! [`WhisperLiveOptions::second_pass`]).
 //!
 //! A checkpoint whose encoder attends in chunks (a streaming student) runs
 //! its encoder streamed ([`EncoderStream`]; on a GPU its chunk step is
@@ -80,7 +82,19 @@ pub struct WhisperLiveOptions {
     pub engine: Engine,
     /// At the end of speech the buffer's decoding replaces the words agreed
     /// on in it (those before its last cut stay), instead of adding to them.
-    pub second_pass: bool,
+    /// `None`: where the encoder streams. There the partial decodings read a
+    /// fixed tail past the last streamed frame, and words agreed on early
+    /// stay wrong (realdev: x2 at 8 +6 and 16 +14, bc2 and bc3 at 16 +14,
+    /// the final lines 0, 7, 3 and 13 words better with it); a whole-window checkpoint's agreed words
+    /// were better (tiny.en: 3 words), so it keeps them.
+    pub second_pass: Option<bool>,
+}
+
+impl WhisperLiveOptions {
+    /// [`Self::second_pass`] for a policy whose encoder streams or not.
+    pub fn second_pass_when(&self, streams_encoder: bool) -> bool {
+        self.second_pass.unwrap_or(streams_encoder)
+    }
 }
 
 impl Default for WhisperLiveOptions {
@@ -96,7 +110,7 @@ impl Default for WhisperLiveOptions {
             decode: DecodeOptions::default(),
             stream_encoder: true,
             engine: Engine::Cpu,
-            second_pass: false,
+            second_pass: None,
         }
     }
 }
@@ -222,6 +236,12 @@ impl WhisperLive {
         self.encoder.is_some()
     }
 
+    /// Whether each final line is the buffer decoded whole
+    /// ([`WhisperLiveOptions::second_pass`], resolved).
+    pub fn second_pass(&self) -> bool {
+        self.o.second_pass_when(self.streams_encoder())
+    }
+
     /// Seconds of audio in the rolling buffer.
     pub fn buffer_s(&self) -> f64 {
         self.buffer.len() as f64 / SAMPLE_RATE as f64
@@ -322,7 +342,7 @@ impl WhisperLive {
     /// Decodes the buffer once more and makes the utterance final (see
     /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
-        let second_pass = self.o.second_pass && !self.buffer.is_empty();
+        let second_pass = self.second_pass() && !self.buffer.is_empty();
         let last = if second_pass || self.since_decode > 0 {
             let (mut hypothesis, _) = self.decode(true)?;
             // a decoding into the silence after speech may go on with words

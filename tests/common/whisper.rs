@@ -105,9 +105,31 @@ pub fn check_beams_share_a_window(w: &mut dyn WhisperBackend) {
 
 /// tiny.en with its encoder restricted to chunks of 16 frames, 8 frames of
 /// look-ahead in the first layer (512.5 ms), fed through the live policy on
-/// `engine` without VAD in 20 ms blocks, greedy: whether it streamed its
-/// encoder, its final lines joined and how many partial updates it gave.
+/// `engine` without VAD in 20 ms blocks, greedy, the final line as agreed
+/// (the encoder is what this compares; `whisper_live` tests the final
+/// line's policy): whether it streamed its encoder, its final lines joined
+/// and how many partial updates it gave.
 pub fn chunked_live(engine: pulsed::engine::Engine, stream_encoder: bool) -> (bool, String, usize) {
+    let (live, updates) = chunked_live_run(engine, &clip(), |o| {
+        o.stream_encoder = stream_encoder;
+        o.second_pass = Some(false);
+    });
+    let finals: Vec<&str> = updates
+        .iter()
+        .filter(|u| u.is_final)
+        .map(|u| u.text.as_str())
+        .collect();
+    let partials = updates.iter().filter(|u| !u.is_final).count();
+    (live.streams_encoder(), finals.join(" "), partials)
+}
+
+/// [`chunked_live`]'s run over `audio` with the options `set` leaves: the
+/// policy after it and every update it gave.
+pub fn chunked_live_run(
+    engine: pulsed::engine::Engine,
+    audio: &[f32],
+    set: impl FnOnce(&mut pulsed::live::WhisperLiveOptions),
+) -> (pulsed::live::WhisperLive, Vec<pulsed::live::Update>) {
     use pulsed::live::{WhisperLive, WhisperLiveOptions};
     let mut m = model();
     m.config.encoder_context = Some(pulsed::whisper::EncoderContext {
@@ -118,23 +140,17 @@ pub fn chunked_live(engine: pulsed::engine::Engine, stream_encoder: bool) -> (bo
         right_copies: false,
     });
     let mut opts = WhisperLiveOptions {
-        stream_encoder,
         engine,
         ..WhisperLiveOptions::default()
     };
     opts.decode.beam_size = 1;
     opts.decode.temperatures = vec![0.0];
+    set(&mut opts);
     let mut live = WhisperLive::new(&m, None, opts).unwrap();
     let mut updates = Vec::new();
-    for block in clip().chunks(320) {
+    for block in audio.chunks(320) {
         updates.extend(live.push(block).unwrap());
     }
     updates.extend(live.finish().unwrap());
-    let finals: Vec<&str> = updates
-        .iter()
-        .filter(|u| u.is_final)
-        .map(|u| u.text.as_str())
-        .collect();
-    let partials = updates.iter().filter(|u| !u.is_final).count();
-    (live.streams_encoder(), finals.join(" "), partials)
+    (live, updates)
 }
