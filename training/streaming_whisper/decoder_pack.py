@@ -6,13 +6,19 @@ already tokenised into that sub-vocabulary. The KL between teacher and
 student is then taken over the sub-vocabulary (renormalised), which holds
 nearly all of the probability on teacher-forced training text.
 
-usage: python3 decoder_pack.py MODEL_DIR TEXT_DIR OUT_DIR [MORE.txt ...]
-  MODEL_DIR: a pulsed Whisper folder (tiny.en); TEXT_DIR: train.txt and
+usage: python3 decoder_pack.py [--part-mb MB] MODEL_DIR TEXT_DIR OUT_DIR [MORE.txt ...]
+  MODEL_DIR: a pulsed Whisper folder (tiny.en, or base: its prompt then
+  names English and the task); TEXT_DIR: train.txt and
   heldout.txt from training/text_prep.py; MORE: further sentences, one a
   line (the pseudo-labels of real_speech.py's segments); needs the
   `tokenizers` package.
-Writes OUT_DIR/decoder.safetensors, OUT_DIR/texts.json.
+Writes OUT_DIR/decoder.safetensors, OUT_DIR/texts.json. With --part-mb,
+also the same cut for the GPU machine's carries: OUT_DIR/p0, p1, ... each
+one piece of decoder.safetensors (at most MB megabytes), the last with
+texts.json and the whole file's sha256 (run_gpu.sh DEC=OUT_DIR/pN joins
+them).
 """
+import hashlib
 import json
 import os
 import sys
@@ -27,7 +33,10 @@ def main(model, text_dir, out, *more):
     os.makedirs(out, exist_ok=True)
     gen = json.load(open(os.path.join(model, "generation_config.json")))
     tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
-    prompt = [gen["decoder_start_token_id"], gen["no_timestamps_token_id"]]
+    # a multilingual checkpoint (base) is distilled on English: its prompt
+    # names the language and the task, as `pulsed --language en` decodes
+    lang = [gen["lang_to_id"]["<|en|>"], gen["task_to_id"]["transcribe"]] if gen.get("is_multilingual") else []
+    prompt = [gen["decoder_start_token_id"], *lang, gen["no_timestamps_token_id"]]
     eot = gen["eos_token_id"]
     texts = {}
     for name in [os.path.join(text_dir, "train.txt"), os.path.join(text_dir, "heldout.txt"), *more]:
@@ -51,7 +60,27 @@ def main(model, text_dir, out, *more):
     print(f"{len(texts)} sentences, {len(used)} of {shape[0]} tokens, decoder {size / 1e6:.1f} MB")
 
 
+def cut(out, part_mb):
+    whole = open(os.path.join(out, "decoder.safetensors"), "rb").read()
+    step = int(part_mb * 1e6)
+    pieces = [whole[i:i + step] for i in range(0, len(whole), step)]
+    for n, piece in enumerate(pieces):
+        d = os.path.join(out, f"p{n}")
+        os.makedirs(d, exist_ok=True)
+        open(os.path.join(d, f"decoder.safetensors.part{n:02d}"), "wb").write(piece)
+    last = os.path.join(out, f"p{len(pieces) - 1}")
+    open(os.path.join(last, "decoder.sha256"), "w").write(hashlib.sha256(whole).hexdigest())
+    open(os.path.join(last, "texts.json"), "wb").write(open(os.path.join(out, "texts.json"), "rb").read())
+    print(f"{len(pieces)} pieces: {', '.join(f'p{n}' for n in range(len(pieces)))}")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 4:
+    args = sys.argv[1:]
+    part_mb = None
+    if args[:1] == ["--part-mb"]:
+        part_mb, args = float(args[1]), args[2:]
+    if len(args) < 3:
         sys.exit(__doc__)
-    main(*sys.argv[1:])
+    main(*args)
+    if part_mb:
+        cut(args[2], part_mb)

@@ -9,6 +9,7 @@
 #   config.json in the first)
 #   (to distil through the decoder too) carry [".cache/distill_dec"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
+#   (a pack in pieces: one call per piece, carry [DIR/pN], DEC=DIR/pN)
 #   (natural and real speech, natural_tts.py pack / real_segments.py) carry
 #   [".cache/distill_tts/carry", ".cache/distill_real/carry"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
@@ -33,8 +34,21 @@ export ESPEAK_LD_PATH=$L:$W/es/lib/x86_64-linux-gnu:$L/pulseaudio ESPEAK_LIB=$L/
 # (base) comes in pieces, each call carrying some of its files
 T=${TEACHER:-.cache/distill/teacher}
 [ -d $T ] && mkdir -p $W/teacher && cp $T/* $W/teacher/
-# decoder_pack.py's output (33 + 4 MB): a call of its own when the carry is short
-[ -d .cache/distill_dec ] && cp -r .cache/distill_dec $W/dec
+# decoder_pack.py's output (tiny.en's 33 + 4 MB: a call of its own when the
+# carry is short). DEC=DIR: its files accumulate in $W/dec, so a pack cut
+# into pieces (decoder_pack.py --part-mb: base's is 68 MB) comes in several
+# calls, each carrying one piece's directory; the pieces are joined once
+# their checksum holds
+D0=${DEC:-.cache/distill_dec}
+[ -d $D0 ] && mkdir -p $W/dec && cp $D0/* $W/dec/
+if [ ! -f $W/dec/decoder.safetensors ] && [ -f $W/dec/decoder.sha256 ]; then
+  cat $W/dec/decoder.safetensors.part* > $W/dec/joined 2>/dev/null
+  if [ "$(sha256sum < $W/dec/joined | cut -d' ' -f1)" = "$(cat $W/dec/decoder.sha256)" ]; then
+    mv $W/dec/joined $W/dec/decoder.safetensors && rm $W/dec/decoder.safetensors.part*
+  else
+    rm -f $W/dec/joined; echo "decoder pack: pieces so far $(ls $W/dec)"
+  fi
+fi
 # Opus parts decoded into AudioSets (natural_tts.py unpack: numpy and the
 # libsndfile inside the carried wheel)
 # (parts accumulate in $W/carry_*, so a set too big for one carry comes in
