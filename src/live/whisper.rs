@@ -469,6 +469,11 @@ impl WhisperLive {
             let most = PARTIAL_TOKENS_BASE
                 + (heard as f64 / SAMPLE_RATE as f64 * PARTIAL_TOKENS_PER_S) as usize;
             opts.max_new_tokens = Some(opts.max_new_tokens.map_or(most, |m| m.min(most)));
+            // a window after the first is not streamed: the window encoder
+            // (on the CPU the slow, masked one) would encode it at every
+            // step; its few seconds wait for the next step (measured on
+            // dev03: 17 of 26 partial decodings started one)
+            opts.max_windows = Some(1);
         }
         transcribe(
             network,

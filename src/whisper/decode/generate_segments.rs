@@ -121,7 +121,12 @@ impl Run<'_> {
         cur: &mut Cursor<'_>,
         on_segment: &mut dyn FnMut(Segment) -> Result<()>,
     ) -> Result<()> {
-        while self.step(network, cur, None, on_segment)? {}
+        let mut windows = 0;
+        while self.opts.max_windows.is_none_or(|m| windows < m)
+            && self.step(network, cur, None, on_segment)?
+        {
+            windows += 1;
+        }
         Ok(())
     }
 

@@ -77,6 +77,9 @@ pub struct DecodeOptions {
     /// `start, end, start, end...` seconds to decode; empty: everything.
     /// An odd count ends at the end of the recording.
     pub clip_timestamps: Vec<f64>,
+    /// Decode at most this many windows, leaving the rest of the recording
+    /// (after the last segment of the last window) undecoded; `None`: all.
+    pub max_windows: Option<usize>,
     /// A language is taken once its probability is above this.
     pub language_detection_threshold: f64,
     /// Windows tried for language detection.
@@ -121,6 +124,7 @@ impl Default for DecodeOptions {
             multilingual: false,
             max_new_tokens: None,
             clip_timestamps: Vec::new(),
+            max_windows: None,
             language_detection_threshold: 0.5,
             language_detection_segments: 1,
             hallucination_silence_threshold: None,

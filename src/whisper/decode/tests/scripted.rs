@@ -118,6 +118,27 @@ fn a_lone_final_timestamp_moves_to_the_next_window() {
     assert_eq!(prompts[0][1..], previous[..]);
 }
 
+/// `max_windows` stops after that many windows: their segments only, and
+/// no later window encoded.
+#[test]
+fn max_windows_leaves_the_rest_undecoded() {
+    let Some(tok) = local_tokenizer() else { return };
+    let sp = *tok.special();
+    let tb = sp.timestamp_begin;
+    let plan = vec![tb, 18435, tb + 100, tb + 100, 995, tb + 250, sp.eot];
+    let audio = vec![0.0; 65 * 16_000];
+    for (most, spans_then) in [(1, 2), (2, 4)] {
+        let mut b = planned(&tok, plan.clone(), 10.0, None);
+        let opts = DecodeOptions {
+            max_windows: Some(most),
+            ..DecodeOptions::default()
+        };
+        let (segs, _) = run(&mut b, &tok, &audio, &opts);
+        assert_eq!(segs.len(), spans_then, "{:?}", spans(&segs));
+        assert_eq!(b.encoded_log.len(), most);
+    }
+}
+
 #[test]
 fn an_unfinished_segment_is_dropped_and_decoded_again() {
     let Some(tok) = local_tokenizer() else { return };
