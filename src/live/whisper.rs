@@ -471,8 +471,8 @@ impl WhisperLive {
             opts.max_new_tokens = Some(opts.max_new_tokens.map_or(most, |m| m.min(most)));
             // a window after the first is not streamed: the window encoder
             // (on the CPU the slow, masked one) would encode it at every
-            // step; its few seconds wait for the next step (measured on
-            // dev03: 17 of 26 partial decodings started one)
+            // step; its few seconds wait for the next step (on realdev's
+            // dev03 x2's partial decodings started one 17 times)
             opts.max_windows = Some(1);
         }
         transcribe(
