@@ -75,15 +75,19 @@ fn spans(segments: &[Segment]) -> Vec<(f64, f64)> {
     segments.iter().map(|s| (s.start, s.end)).collect()
 }
 
+/// <0.00> Hello <2.00><2.00> world <5.00> end: two segments, then the next
+/// window (a lone final timestamp means nothing more was said).
+fn two_segments(tok: &WhisperTokenizer) -> Vec<u32> {
+    let sp = *tok.special();
+    let tb = sp.timestamp_begin;
+    vec![tb, 18435, tb + 100, tb + 100, 995, tb + 250, sp.eot]
+}
+
 #[test]
 fn a_lone_final_timestamp_moves_to_the_next_window() {
     let Some(tok) = local_tokenizer() else { return };
     let sp = *tok.special();
-    let tb = sp.timestamp_begin;
-    // <0.00> Hello <2.00><2.00> world <5.00> end: two segments, then the
-    // next window (a lone final timestamp means nothing more was said).
-    let plan = vec![tb, 18435, tb + 100, tb + 100, 995, tb + 250, sp.eot];
-    let mut b = planned(&tok, plan, 10.0, None);
+    let mut b = planned(&tok, two_segments(&tok), 10.0, None);
     let audio = vec![0.0; 65 * 16_000];
     let (segs, info) = run(&mut b, &tok, &audio, &DecodeOptions::default());
     assert_eq!(info.language, "en");
@@ -123,12 +127,9 @@ fn a_lone_final_timestamp_moves_to_the_next_window() {
 #[test]
 fn max_windows_leaves_the_rest_undecoded() {
     let Some(tok) = local_tokenizer() else { return };
-    let sp = *tok.special();
-    let tb = sp.timestamp_begin;
-    let plan = vec![tb, 18435, tb + 100, tb + 100, 995, tb + 250, sp.eot];
     let audio = vec![0.0; 65 * 16_000];
     for (most, spans_then) in [(1, 2), (2, 4)] {
-        let mut b = planned(&tok, plan.clone(), 10.0, None);
+        let mut b = planned(&tok, two_segments(&tok), 10.0, None);
         let opts = DecodeOptions {
             max_windows: Some(most),
             ..DecodeOptions::default()
