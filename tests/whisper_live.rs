@@ -304,22 +304,27 @@ fn bad_input_is_refused_in_one_line() {
     let m = d.join("manifest.jsonl");
     let line = serde_json::json!({"file": c, "text": "he was not"});
     std::fs::write(&m, format!("{line}\n")).unwrap();
-    let refusals = [
-        mic(&c, &["--beam", "0"]),
-        pulsed(&[
+    let live_eval = |flags: &[&str]| {
+        let mut args = vec![
             "eval",
             m.to_str().unwrap(),
             "--model",
             "whisper-tiny.en",
             "--live",
-            "--beam",
-            "0",
-        ]),
-    ];
+        ];
+        args.extend_from_slice(flags);
+        pulsed(&args)
+    };
+    let refusals = [mic(&c, &["--beam", "0"]), live_eval(&["--beam", "0"])];
     for (code, _, err) in refusals {
         assert_ne!(code, 0);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains("--beam must be at least 1"), "{err}");
+    }
+    for (code, _, err) in [mic(&c, &["--trim", "0"]), live_eval(&["--trim=-1"])] {
+        assert_ne!(code, 0);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("0 < trim"), "{err}");
     }
 
     // without a usable GPU, --device cuda is refused in one line

@@ -47,6 +47,10 @@ pub struct Args {
     /// `--second-pass=false` keeps the agreed words.
     #[arg(long, requires = "live", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     second_pass: Option<bool>,
+    /// With --live: a buffer longer than this (seconds) is cut at the end
+    /// of a committed segment (`pulsed mic --trim`).
+    #[arg(long, requires = "live", default_value_t = 15.0)]
+    trim: f64,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam
     /// search with the language-model flags); with --live, `mic --ctc`'s
@@ -370,17 +374,20 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         stream_encoder: !a.window_encoder,
         second_pass: a.second_pass,
         ..WhisperLiveOptions::default()
-    };
-    a.whisper.decode_flags(a.beam).apply(&mut opts.decode)?;
+    }
+    .with_trim(a.trim);
+    a.whisper.decode.apply(a.beam, &mut opts.decode)?;
+    opts.check().map_err(|e| e.to_string())?;
     eprintln!(
-        "pulsed: live whisper {} on {}, step {} s, beam {}, language {}, {}, final line {}",
+        "pulsed: live whisper {} on {}, step {} s, trim {} s, beam {}, language {}, {}, final line {}",
         model.dir.display(),
         super::device::describe(&opts.engine),
         opts.step_s,
+        opts.trim_s,
         opts.decode.beam_size,
         opts.decode.language.as_deref().unwrap_or("detected"),
         encoder_mode(&model, &opts),
-        if opts.second_pass_when(model.config.encoder_context.is_some() && opts.stream_encoder) {
+        if opts.second_pass_for(&model) {
             "a second pass"
         } else {
             "as agreed"
@@ -482,10 +489,12 @@ pub(super) fn encoder_mode(
     model: &pulsed::whisper::WhisperModel,
     opts: &pulsed::live::WhisperLiveOptions,
 ) -> &'static str {
-    match (&model.config.encoder_context, opts.stream_encoder) {
-        (None, _) => "the window encoder",
-        (Some(_), false) => "the window encoder (--window-encoder)",
-        (Some(_), true) => "the encoder streamed",
+    if opts.streams_encoder(model) {
+        "the encoder streamed"
+    } else if model.config.encoder_context.is_some() {
+        "the window encoder (--window-encoder)"
+    } else {
+        "the window encoder"
     }
 }
 

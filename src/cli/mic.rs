@@ -55,22 +55,8 @@ pub struct Args {
     /// committed segment.
     #[arg(long, default_value_t = 15.0)]
     trim: f64,
-    /// Whisper: decode at temperature 0 only (no fallback to sampling when
-    /// a decoding is too repetitive or unlikely): each step's time is
-    /// bounded, for slow machines.
-    #[arg(long)]
-    no_fallback: bool,
-    /// Whisper: spoken language code (e.g. `en`, `de`); a multilingual
-    /// checkpoint detects it at every decoding when absent.
-    #[arg(long)]
-    language: Option<String>,
-    /// Whisper: transcribe, or translate into English.
-    #[arg(long, value_enum, default_value = "transcribe")]
-    task: super::whisper::TaskArg,
-    /// Whisper: what fills a window after the buffer's end (see
-    /// `transcribe --padding`); default: the checkpoint's, else silence.
-    #[arg(long, value_enum)]
-    padding: Option<super::whisper::PaddingArg>,
+    #[command(flatten)]
+    decode: super::whisper::DecodeArgs,
     /// Whisper with a chunked (streaming) checkpoint: re-encode the whole
     /// buffer at every decoding instead of streaming the encoder.
     #[arg(long)]
@@ -168,18 +154,9 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         })?)
     };
     let mut decode = pulsed::whisper::decode::DecodeOptions::default();
-    super::whisper::DecodeFlags {
-        beam: a.beam,
-        language: a.language.as_deref(),
-        task: a.task,
-        no_fallback: a.no_fallback,
-        padding: a.padding,
-    }
-    .apply(&mut decode)?;
+    a.decode.apply(a.beam, &mut decode)?;
     let opts = WhisperLiveOptions {
         step_s: a.step,
-        trim_s: a.trim,
-        max_buffer_s: a.trim.max(25.0),
         end_silence_s: a.end_silence,
         // a file fed as fast as possible is decoded at every step, as if
         // compute were free; live audio is decoded where it stands
@@ -189,7 +166,8 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         stream_encoder: !a.window_encoder,
         second_pass: a.second_pass,
         ..WhisperLiveOptions::default()
-    };
+    }
+    .with_trim(a.trim);
     let live = WhisperLive::open(spec, vad.as_ref(), opts).map_err(|e| e.to_string())?;
     let rate = live.sample_rate();
     let buffer = LiveOptions {

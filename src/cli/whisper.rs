@@ -25,20 +25,11 @@ use pulsed::output::Format;
 /// Whisper's own knobs on `transcribe` (ignored by the shipped model).
 #[derive(clap::Args, Debug, Clone)]
 pub struct WhisperArgs {
-    /// Whisper: spoken language code (e.g. `en`, `de`); detected when absent
-    /// (multilingual checkpoints).
-    #[arg(long)]
-    pub language: Option<String>,
-    /// Whisper: transcribe, or translate into English.
-    #[arg(long, value_enum, default_value = "transcribe")]
-    pub task: TaskArg,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
     /// Whisper: text the first window is conditioned on (names, spellings).
     #[arg(long)]
     pub initial_prompt: Option<String>,
-    /// Whisper: decode at temperature 0 only (no fallback to sampling when a
-    /// window's text is too repetitive or unlikely).
-    #[arg(long)]
-    pub no_fallback: bool,
     /// Whisper: do not condition a window on the text before it.
     #[arg(long)]
     pub no_condition: bool,
@@ -62,25 +53,6 @@ pub struct WhisperArgs {
     /// recording's text does not depend on it.
     #[arg(long)]
     pub batch_size: Option<usize>,
-    /// Whisper: what fills a window after the recording's end: `silence`
-    /// (what Whisper was trained on, and transformers' way) or `zeros`
-    /// (faster-whisper's, to reproduce its output). Default: what the
-    /// checkpoint asks for (`pulsed_window_padding` in its config.json),
-    /// else silence.
-    #[arg(long, value_enum)]
-    pub padding: Option<PaddingArg>,
-}
-
-impl WhisperArgs {
-    pub fn decode_flags(&self, beam: Option<usize>) -> DecodeFlags<'_> {
-        DecodeFlags {
-            beam,
-            language: self.language.as_deref(),
-            task: self.task,
-            no_fallback: self.no_fallback,
-            padding: self.padding,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -113,24 +85,40 @@ impl From<TaskArg> for Task {
     }
 }
 
-/// The decoding flags `transcribe`, `eval` and `mic` share, applied to
-/// `opts` (`beam`: `None` keeps its width; 0 is refused).
-pub struct DecodeFlags<'a> {
-    pub beam: Option<usize>,
-    pub language: Option<&'a str>,
+/// The decoding flags `transcribe`, `eval` and `mic` share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DecodeArgs {
+    /// Whisper: spoken language code (e.g. `en`, `de`); detected when absent
+    /// (multilingual checkpoints; live, at every decoding).
+    #[arg(long)]
+    pub language: Option<String>,
+    /// Whisper: transcribe, or translate into English.
+    #[arg(long, value_enum, default_value = "transcribe")]
     pub task: TaskArg,
+    /// Whisper: decode at temperature 0 only (no fallback to sampling when a
+    /// window's text is too repetitive or unlikely): each decoding's time is
+    /// bounded, for slow machines.
+    #[arg(long)]
     pub no_fallback: bool,
+    /// Whisper: what fills a window after the audio's end: `silence`
+    /// (what Whisper was trained on, and transformers' way) or `zeros`
+    /// (faster-whisper's, to reproduce its output). Default: what the
+    /// checkpoint asks for (`pulsed_window_padding` in its config.json),
+    /// else silence.
+    #[arg(long, value_enum)]
     pub padding: Option<PaddingArg>,
 }
 
-impl DecodeFlags<'_> {
-    pub fn apply(&self, opts: &mut DecodeOptions) -> Result<(), String> {
-        match self.beam {
+impl DecodeArgs {
+    /// The flags applied to `opts`, with `beam` (`None` keeps its width; 0
+    /// is refused).
+    pub fn apply(&self, beam: Option<usize>, opts: &mut DecodeOptions) -> Result<(), String> {
+        match beam {
             Some(0) => return Err("--beam must be at least 1".into()),
             Some(b) => opts.beam_size = b,
             None => {}
         }
-        opts.language = self.language.map(str::to_string);
+        opts.language = self.language.clone();
         opts.task = self.task.into();
         if self.no_fallback {
             opts.temperatures = vec![0.0];
@@ -190,7 +178,7 @@ impl WhisperJob {
         } else {
             DecodeOptions::default()
         };
-        a.decode_flags(beam).apply(&mut opts)?;
+        a.decode.apply(beam, &mut opts)?;
         opts.initial_prompt = a.initial_prompt.clone().map(InitialPrompt::Text);
         if !a.vad {
             opts.condition_on_previous_text = !a.no_condition;

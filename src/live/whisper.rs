@@ -91,8 +91,38 @@ pub struct WhisperLiveOptions {
 }
 
 impl WhisperLiveOptions {
-    /// [`Self::second_pass`] for a policy whose encoder streams or not.
-    pub fn second_pass_when(&self, streams_encoder: bool) -> bool {
+    /// Whether a policy over `model` streams its encoder: a chunked
+    /// checkpoint does unless [`Self::stream_encoder`] is off.
+    pub fn streams_encoder(&self, model: &WhisperModel) -> bool {
+        self.stream_encoder && model.config.encoder_context.is_some()
+    }
+
+    /// Refuses steps and cuts the policy cannot run with.
+    pub fn check(&self) -> Result<()> {
+        if self.step_s > 0.0 && self.trim_s > 0.0 && self.max_buffer_s >= self.trim_s {
+            return Ok(());
+        }
+        Err(crate::Error::Other(format!(
+            "live Whisper: needs step > 0 and 0 < trim <= max buffer (got step {} s, trim {} s, max {} s)",
+            self.step_s, self.trim_s, self.max_buffer_s
+        )))
+    }
+
+    /// Cuts the buffer past `trim_s` (the hard limit rises with it).
+    pub fn with_trim(self, trim_s: f64) -> Self {
+        WhisperLiveOptions {
+            trim_s,
+            max_buffer_s: self.max_buffer_s.max(trim_s),
+            ..self
+        }
+    }
+
+    /// [`Self::second_pass`], resolved for a policy over `model`.
+    pub fn second_pass_for(&self, model: &WhisperModel) -> bool {
+        self.second_pass_when(self.streams_encoder(model))
+    }
+
+    fn second_pass_when(&self, streams_encoder: bool) -> bool {
         self.second_pass.unwrap_or(streams_encoder)
     }
 }
@@ -179,14 +209,9 @@ impl WhisperLive {
             }
             None => None,
         };
-        if !(o.step_s > 0.0 && o.trim_s > 0.0 && o.max_buffer_s >= o.trim_s) {
-            return Err(crate::Error::Other(format!(
-                "live Whisper: needs step > 0 and 0 < trim <= max buffer (got step {} s, trim {} s, max {} s)",
-                o.step_s, o.trim_s, o.max_buffer_s
-            )));
-        }
+        o.check()?;
         let net = crate::whisper::network(model, &o.engine)?;
-        let encoder = if o.stream_encoder && model.config.encoder_context.is_some() {
+        let encoder = if o.streams_encoder(model) {
             let padding = o.decode.padding.unwrap_or(net.window_padding());
             let stream = EncoderStream::new(model, padding, &o.engine)?;
             // a stream holds one window, less its last look-ahead
@@ -606,5 +631,23 @@ impl Update {
                 at,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WhisperLiveOptions;
+
+    #[test]
+    fn a_trim_past_the_hard_limit_raises_it() {
+        let o = WhisperLiveOptions::default();
+        let longer = o.clone().with_trim(o.max_buffer_s + 3.0);
+        assert_eq!(longer.trim_s, o.max_buffer_s + 3.0);
+        assert_eq!(longer.max_buffer_s, longer.trim_s);
+        let shorter = o.clone().with_trim(5.0);
+        assert_eq!(
+            (shorter.trim_s, shorter.max_buffer_s),
+            (5.0, o.max_buffer_s)
+        );
     }
 }
