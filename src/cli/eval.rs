@@ -378,6 +378,14 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     .with_trim(a.trim);
     a.whisper.decode.apply(a.beam, &mut opts.decode)?;
     opts.check().map_err(|e| e.to_string())?;
+    let multilingual = pulsed::whisper::GenerationConfig::load(&model.dir)
+        .map_err(|e| e.to_string())?
+        .is_multilingual;
+    let language = match (&opts.decode.language, multilingual) {
+        (Some(l), _) => l.as_str(),
+        (None, true) => "detected",
+        (None, false) => "English only",
+    };
     eprintln!(
         "pulsed: live whisper {} on {}, step {} s, trim {} s, beam {}, language {}, {}, final line {}",
         model.dir.display(),
@@ -385,7 +393,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         opts.step_s,
         opts.trim_s,
         opts.decode.beam_size,
-        opts.decode.language.as_deref().unwrap_or("detected"),
+        language,
         encoder_mode(&model, &opts),
         if opts.second_pass_for(&model) {
             "a second pass"
