@@ -461,3 +461,35 @@ fn a_streamed_encoder_ends_each_utterance_with_a_second_pass() {
     let tiny = WhisperLive::open("whisper-tiny.en", None, WhisperLiveOptions::default()).unwrap();
     assert!(!tiny.second_pass());
 }
+
+/// Where the second pass makes the final lines, partial decodings are
+/// greedy (they are only shown): the final line is what beam search gives.
+#[test]
+fn partial_decodings_are_greedy_where_a_second_pass_makes_the_final_line() {
+    use pulsed::engine::Engine;
+    let (audio, _) = clip_and_sentences(2);
+    let run = |second_pass: Option<bool>, greedy_partials: Option<bool>| {
+        let (live, updates) = chunked_live_run(Engine::Cpu, &audio, |o| {
+            o.second_pass = second_pass;
+            o.greedy_partials = greedy_partials;
+        });
+        let partials = updates.iter().filter(|u| !u.is_final).count();
+        let last = updates
+            .into_iter()
+            .rfind(|u| u.is_final)
+            .expect("a final line");
+        (live.greedy_partials(), partials, last.text)
+    };
+    let (greedy, partials, text) = run(None, None);
+    let (beam, _, beam_text) = run(None, Some(false));
+    assert!(greedy && !beam);
+    assert!(partials > 0);
+    assert_eq!(text, beam_text);
+    let (agreed, _, _) = run(Some(false), None);
+    assert!(
+        !agreed,
+        "without a second pass partials are decoded as finals"
+    );
+    let tiny = WhisperLive::open("whisper-tiny.en", None, WhisperLiveOptions::default()).unwrap();
+    assert!(!tiny.greedy_partials());
+}

@@ -47,6 +47,11 @@ pub struct Args {
     /// `--second-pass=false` keeps the agreed words.
     #[arg(long, requires = "live", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     second_pass: Option<bool>,
+    /// Whisper: partial decodings greedy at temperature 0 (the final
+    /// decoding keeps --beam). Default: on where a second pass makes the
+    /// final lines; `--greedy-partials=false` decodes partials as finals.
+    #[arg(long, requires = "live", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    greedy_partials: Option<bool>,
     /// With --live: a buffer longer than this (seconds) is cut at the end
     /// of a committed segment (`pulsed mic --trim`).
     #[arg(long, requires = "live", default_value_t = 15.0)]
@@ -373,6 +378,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
             .engine_tf32(a.precision, a.tf32)?,
         stream_encoder: !a.window_encoder,
         second_pass: a.second_pass,
+        greedy_partials: a.greedy_partials,
         ..WhisperLiveOptions::default()
     }
     .with_trim(a.trim);
@@ -387,7 +393,7 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
         (None, false) => "English only",
     };
     eprintln!(
-        "pulsed: live whisper {} on {}, step {} s, trim {} s, beam {}, language {}, {}, final line {}",
+        "pulsed: live whisper {} on {}, step {} s, trim {} s, beam {}, language {}, {}, final line {}{}",
         model.dir.display(),
         super::device::describe(&opts.engine),
         opts.step_s,
@@ -399,6 +405,11 @@ fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
             "a second pass"
         } else {
             "as agreed"
+        },
+        if opts.greedy_partials_for(&model) {
+            ", partials greedy"
+        } else {
+            ""
         }
     );
     live_files(a, items, base, &|path: &Path| {

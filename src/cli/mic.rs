@@ -68,6 +68,11 @@ pub struct Args {
     /// keeps the agreed words.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     second_pass: Option<bool>,
+    /// Whisper: partial decodings greedy at temperature 0 (the final
+    /// decoding keeps --beam). Default: on where a second pass makes the
+    /// final lines; `--greedy-partials=false` decodes partials as finals.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    greedy_partials: Option<bool>,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder: text after every chunk, a final line
     /// after `--end-silence` of blanks (greedy; `--beam N` with the
@@ -165,6 +170,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         engine: a.device.engine_tf32(a.precision, a.tf32)?,
         stream_encoder: !a.window_encoder,
         second_pass: a.second_pass,
+        greedy_partials: a.greedy_partials,
         ..WhisperLiveOptions::default()
     }
     .with_trim(a.trim);

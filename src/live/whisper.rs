@@ -10,7 +10,8 @@
 //! endpoint) that decoding of the whole buffer replaces the words agreed on
 //! in it instead, so the partial lines' committed words may change; it is
 //! the default where the encoder streams (see
-//! [`WhisperLiveOptions::second_pass`]).
+//! [`WhisperLiveOptions::second_pass`]), and there the partial decodings
+//! are greedy ([`WhisperLiveOptions::greedy_partials`]).
 //!
 //! A checkpoint whose encoder attends in chunks (a streaming student) runs
 //! its encoder streamed ([`EncoderStream`]; on a GPU its chunk step is
@@ -88,6 +89,11 @@ pub struct WhisperLiveOptions {
     /// the final lines 0, 7, 3 and 13 words better with it); a whole-window checkpoint's agreed words
     /// were better (tiny.en: 3 words), so it keeps them.
     pub second_pass: Option<bool>,
+    /// Partial decodings greedy at temperature 0 (the final pass keeps
+    /// [`Self::decode`]). `None`: where a second pass makes the final
+    /// lines, so the partial text is only ever shown; there it is what
+    /// lets a base-sized student keep up on a small CPU.
+    pub greedy_partials: Option<bool>,
 }
 
 impl WhisperLiveOptions {
@@ -122,6 +128,12 @@ impl WhisperLiveOptions {
         self.second_pass_when(self.streams_encoder(model))
     }
 
+    /// [`Self::greedy_partials`], resolved for a policy over `model`.
+    pub fn greedy_partials_for(&self, model: &WhisperModel) -> bool {
+        self.greedy_partials
+            .unwrap_or_else(|| self.second_pass_for(model))
+    }
+
     fn second_pass_when(&self, streams_encoder: bool) -> bool {
         self.second_pass.unwrap_or(streams_encoder)
     }
@@ -141,6 +153,7 @@ impl Default for WhisperLiveOptions {
             stream_encoder: true,
             engine: Engine::Cpu,
             second_pass: None,
+            greedy_partials: None,
         }
     }
 }
@@ -265,6 +278,12 @@ impl WhisperLive {
     /// ([`WhisperLiveOptions::second_pass`], resolved).
     pub fn second_pass(&self) -> bool {
         self.o.second_pass_when(self.streams_encoder())
+    }
+
+    /// Whether partial decodings are greedy
+    /// ([`WhisperLiveOptions::greedy_partials`], resolved).
+    pub fn greedy_partials(&self) -> bool {
+        self.o.greedy_partials.unwrap_or_else(|| self.second_pass())
     }
 
     /// Seconds of audio in the rolling buffer.
@@ -468,6 +487,10 @@ impl WhisperLive {
         let offset = self.buffer_start as f64 / SAMPLE_RATE as f64;
         let mut opts = self.o.decode.clone();
         opts.word_timestamps = true;
+        if !last && self.greedy_partials() {
+            opts.beam_size = 1;
+            opts.temperatures = vec![0.0];
+        }
         let prompt = prompt_text(&self.history, offset, self.o.prompt_chars);
         opts.initial_prompt = (!prompt.is_empty()).then_some(InitialPrompt::Text(prompt));
         let mut segments = Vec::new();
