@@ -6,19 +6,18 @@ already tokenised into that sub-vocabulary. The KL between teacher and
 student is then taken over the sub-vocabulary (renormalised), which holds
 nearly all of the probability on teacher-forced training text.
 
-usage: python3 decoder_pack.py [--part-mb MB] MODEL_DIR TEXT_DIR OUT_DIR [MORE.txt ...]
+usage: python3 decoder_pack.py MODEL_DIR TEXT_DIR OUT_DIR [MORE.txt ...]
   MODEL_DIR: a pulsed Whisper folder (tiny.en, or base: its prompt then
   names English and the task); TEXT_DIR: train.txt and
   heldout.txt from training/text_prep.py; MORE: further sentences, one a
   line (the pseudo-labels of real_speech.py's segments); needs the
   `tokenizers` package.
-Writes OUT_DIR/decoder.safetensors, OUT_DIR/texts.json. With --part-mb,
-also the same cut for the GPU machine's carries: OUT_DIR/p0, p1, ... each
-one piece of decoder.safetensors (at most MB megabytes), the last with
-texts.json and the whole file's sha256 (run_gpu.sh DEC=OUT_DIR/pN joins
-them).
+Writes OUT_DIR/decoder.safetensors, OUT_DIR/texts.json. A pack larger
+than one carry (base's, 68 MB) goes to the GPU machine in parts:
+`bash scripts/carry.sh split OUT_DIR/decoder.safetensors OUT_DIR 30
+OUT_DIR/texts.json`, then one call per part with `run_gpu.sh
+DEC=OUT_DIR/partN`, which joins them.
 """
-import hashlib
 import json
 import os
 import sys
@@ -60,27 +59,8 @@ def main(model, text_dir, out, *more):
     print(f"{len(texts)} sentences, {len(used)} of {shape[0]} tokens, decoder {size / 1e6:.1f} MB")
 
 
-def cut(out, part_mb):
-    whole = open(os.path.join(out, "decoder.safetensors"), "rb").read()
-    step = int(part_mb * 1e6)
-    pieces = [whole[i:i + step] for i in range(0, len(whole), step)]
-    for n, piece in enumerate(pieces):
-        d = os.path.join(out, f"p{n}")
-        os.makedirs(d, exist_ok=True)
-        open(os.path.join(d, f"decoder.safetensors.part{n:02d}"), "wb").write(piece)
-    last = os.path.join(out, f"p{len(pieces) - 1}")
-    open(os.path.join(last, "decoder.sha256"), "w").write(hashlib.sha256(whole).hexdigest())
-    open(os.path.join(last, "texts.json"), "wb").write(open(os.path.join(out, "texts.json"), "rb").read())
-    print(f"{len(pieces)} pieces: {', '.join(f'p{n}' for n in range(len(pieces)))}")
-
-
 if __name__ == "__main__":
     args = sys.argv[1:]
-    part_mb = None
-    if args[:1] == ["--part-mb"]:
-        part_mb, args = float(args[1]), args[2:]
     if len(args) < 3:
         sys.exit(__doc__)
     main(*args)
-    if part_mb:
-        cut(args[2], part_mb)

@@ -9,7 +9,8 @@
 #   config.json in the first)
 #   (to distil through the decoder too) carry [".cache/distill_dec"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
-#   (a pack in pieces: one call per piece, carry [DIR/pN], DEC=DIR/pN)
+#   (a pack in parts, scripts/carry.sh split: one call per part, carry
+#   [DIR/partN], DEC=DIR/partN)
 #   (natural and real speech, natural_tts.py pack / real_segments.py) carry
 #   [".cache/distill_tts/carry", ".cache/distill_real/carry"]:
 #       bash training/streaming_whisper/run_gpu.sh stage
@@ -36,19 +37,12 @@ T=${TEACHER:-.cache/distill/teacher}
 [ -d $T ] && mkdir -p $W/teacher && cp $T/* $W/teacher/
 # decoder_pack.py's output (tiny.en's 33 + 4 MB: a call of its own when the
 # carry is short). DEC=DIR: its files accumulate in $W/dec, so a pack cut
-# into pieces (decoder_pack.py --part-mb: base's is 68 MB) comes in several
-# calls, each carrying one piece's directory; the pieces are joined once
-# their checksum holds
+# into parts by scripts/carry.sh (base's is 68 MB) comes in several calls,
+# each carrying one part's directory; the pieces are joined once their
+# checksum holds
 D0=${DEC:-.cache/distill_dec}
 [ -d $D0 ] && mkdir -p $W/dec && cp $D0/* $W/dec/
-if [ ! -f $W/dec/decoder.safetensors ] && [ -f $W/dec/decoder.sha256 ]; then
-  cat $W/dec/decoder.safetensors.part* > $W/dec/joined 2>/dev/null
-  if [ "$(sha256sum < $W/dec/joined | cut -d' ' -f1)" = "$(cat $W/dec/decoder.sha256)" ]; then
-    mv $W/dec/joined $W/dec/decoder.safetensors && rm $W/dec/decoder.safetensors.part*
-  else
-    rm -f $W/dec/joined; echo "decoder pack: pieces so far $(ls $W/dec)"
-  fi
-fi
+[ -d $W/dec ] && { bash scripts/carry.sh join $W/dec || true; }
 # Opus parts decoded into AudioSets (natural_tts.py unpack: numpy and the
 # libsndfile inside the carried wheel)
 # (parts accumulate in $W/carry_*, so a set too big for one carry comes in
