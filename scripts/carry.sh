@@ -12,7 +12,8 @@
 #          bash scripts/carry.sh join DIR
 #          -> DIR/NAME for every NAME.sha256 whose pieces are all there and
 #          match (the pieces removed); exit 1, naming what is there so
-#          far, while some file is incomplete
+#          far, while some file is incomplete (a DIR/NAME that does not
+#          match is moved aside to NAME.stale)
 # scripts/whisper/gpu_stage.sh (Whisper folders for the GPU tests) and
 # training/streaming_whisper/run_gpu.sh (the decoder pack) use it.
 set -euo pipefail
@@ -21,13 +22,15 @@ split)
     file=${2:?file}; out=${3:?output directory}; mb=${4:-34}
     shift $(($# < 4 ? $# : 4))
     [ -s "$file" ] || { echo "carry.sh: no $file" >&2; exit 1; }
+    [[ $mb =~ ^[1-9][0-9]*$ ]] || { echo "carry.sh: MB must be a whole number (got $mb)" >&2; exit 2; }
+    for e in "$@"; do [ -f "$e" ] || { echo "carry.sh: no $e" >&2; exit 1; }; done
     name=$(basename "$file")
     rm -rf "$out"/part* && mkdir -p "$out"
     tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
     split -b "${mb}000000" -d -a 2 "$file" "$tmp/$name.part"
     n=0
     for p in "$tmp/$name".part*; do mkdir -p "$out/part$n" && mv "$p" "$out/part$n/"; n=$((n + 1)); done
-    rmdir "$tmp"
     last=$out/part$((n - 1))
     sha256sum <"$file" | cut -d' ' -f1 >"$last/$name.sha256"
     [ $# -gt 0 ] && cp "$@" "$last/"
@@ -40,8 +43,10 @@ join)
         [ -e "$sum" ] || continue
         name=$(basename "$sum" .sha256)
         want=$(cat "$sum")
-        if [ -s "$dir/$name" ] && [ "$(sha256sum <"$dir/$name" | cut -d' ' -f1)" = "$want" ]; then
-            continue
+        if [ -s "$dir/$name" ]; then
+            [ "$(sha256sum <"$dir/$name" | cut -d' ' -f1)" = "$want" ] && continue
+            # another file of that name (an earlier pack): never used in its place
+            mv "$dir/$name" "$dir/$name.stale"
         fi
         if ls "$dir/$name".part* >/dev/null 2>&1; then
             cat "$dir/$name".part* >"$dir/$name.joining"

@@ -463,13 +463,18 @@ fn a_streamed_encoder_ends_each_utterance_with_a_second_pass() {
 }
 
 /// Where the second pass makes the final lines, partial decodings are
-/// greedy (they are only shown): the final line is what beam search gives.
+/// greedy (`WhisperLiveOptions::decoding` is unit-tested for what that
+/// means): the final line is the one partials decoded with the beam give.
 #[test]
 fn partial_decodings_are_greedy_where_a_second_pass_makes_the_final_line() {
     use pulsed::engine::Engine;
-    let (audio, _) = clip_and_sentences(2);
+    let (audio, _) = clip_and_sentences(1);
     let run = |second_pass: Option<bool>, greedy_partials: Option<bool>| {
         let (live, updates) = chunked_live_run(Engine::Cpu, &audio, |o| {
+            // the final pass searches (chunked_live_run decodes greedily),
+            // over a buffer never cut (words before a cut stay as agreed)
+            o.decode.beam_size = 2;
+            o.trim_s = o.max_buffer_s;
             o.second_pass = second_pass;
             o.greedy_partials = greedy_partials;
         });
@@ -478,13 +483,20 @@ fn partial_decodings_are_greedy_where_a_second_pass_makes_the_final_line() {
             .into_iter()
             .rfind(|u| u.is_final)
             .expect("a final line");
-        (live.greedy_partials(), partials, last.text)
+        (live.greedy_partials(), partials, last)
     };
-    let (greedy, partials, text) = run(None, None);
-    let (beam, _, beam_text) = run(None, Some(false));
+    let (greedy, partials, last) = run(None, None);
+    let (beam, _, beam_last) = run(None, Some(false));
     assert!(greedy && !beam);
     assert!(partials > 0);
-    assert_eq!(text, beam_text);
+    // the line is the second pass's (committed at the end), not the agreed
+    // words, which the partial decodings made
+    let end = audio.len() as f64 / 16_000.0;
+    assert!(
+        last.committed_at_s.iter().all(|&t| t > end - 1.0),
+        "{last:?}"
+    );
+    assert_eq!(last.text, beam_last.text);
     let (agreed, _, _) = run(Some(false), None);
     assert!(
         !agreed,

@@ -22,9 +22,9 @@ split)
     src=${XDG_CACHE_HOME:-$HOME/.cache}/pulsed/models/$name
     [ -d "$name" ] && src=$name && name=$(basename "$name")
     [ -s "$src/model.safetensors" ] || { echo "gpu_stage.sh: no $src (bash scripts/fetch_whisper.sh $name)" >&2; exit 1; }
-    tmp=$(mktemp -d) && echo "$name" >"$tmp/NAME"
+    [ -s "$src/config.json" ] || { echo "gpu_stage.sh: $src has no config.json" >&2; exit 1; }
+    tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT && echo "$name" >"$tmp/NAME"
     bash scripts/carry.sh split "$src/model.safetensors" $PARTS "$mb" "$src"/*.json "$tmp/NAME"
-    rm -r "$tmp"
     ;;
 take)
     mkdir -p $STAGE

@@ -45,16 +45,22 @@ pub struct Args {
     /// a whole, replaces the words agreed on meanwhile as the final line.
     /// Default: on where the encoder streams (a chunked checkpoint);
     /// `--second-pass=false` keeps the agreed words.
-    #[arg(long, requires = "live", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, requires = "live", conflicts_with = "ctc", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     second_pass: Option<bool>,
-    /// Whisper: partial decodings greedy at temperature 0 (the final
-    /// decoding keeps --beam). Default: on where a second pass makes the
-    /// final lines; `--greedy-partials=false` decodes partials as finals.
-    #[arg(long, requires = "live", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// With --live: partial decodings greedy at temperature 0 (the final
+    /// decoding keeps --beam; words agreed before a cut of the buffer, in an
+    /// utterance longer than --trim, stay in the final line). Default: on
+    /// where a second pass makes the final lines.
+    #[arg(long, requires = "live", conflicts_with = "ctc", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     greedy_partials: Option<bool>,
     /// With --live: a buffer longer than this (seconds) is cut at the end
     /// of a committed segment (`pulsed mic --trim`).
-    #[arg(long, requires = "live", default_value_t = 15.0)]
+    #[arg(
+        long,
+        requires = "live",
+        conflicts_with = "ctc",
+        default_value_t = 15.0
+    )]
     trim: f64,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder (greedy; `--beam N`: prefix beam

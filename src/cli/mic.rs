@@ -53,7 +53,7 @@ pub struct Args {
     step: f64,
     /// Whisper: a buffer longer than this (seconds) is cut at the end of a
     /// committed segment.
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, conflicts_with = "ctc", default_value_t = 15.0)]
     trim: f64,
     #[command(flatten)]
     decode: super::whisper::DecodeArgs,
@@ -66,12 +66,13 @@ pub struct Args {
     /// (committed words of the partial lines may change). Default: on where
     /// the encoder streams (a chunked checkpoint); `--second-pass=false`
     /// keeps the agreed words.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, conflicts_with = "ctc", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     second_pass: Option<bool>,
     /// Whisper: partial decodings greedy at temperature 0 (the final
-    /// decoding keeps --beam). Default: on where a second pass makes the
-    /// final lines; `--greedy-partials=false` decodes partials as finals.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// decoding keeps --beam; words agreed before a cut of the buffer, in an
+    /// utterance longer than --trim, stay in the final line). Default: on
+    /// where a second pass makes the final lines.
+    #[arg(long, conflicts_with = "ctc", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     greedy_partials: Option<bool>,
     /// A chunked Whisper checkpoint's CTC head over its streamed encoder
     /// instead of the Whisper decoder: text after every chunk, a final line

@@ -89,7 +89,7 @@ impl From<TaskArg> for Task {
 #[derive(clap::Args, Debug, Clone)]
 pub struct DecodeArgs {
     /// Whisper: spoken language code (e.g. `en`, `de`); detected when absent
-    /// (multilingual checkpoints; live, at every decoding).
+    /// (multilingual checkpoints).
     #[arg(long)]
     pub language: Option<String>,
     /// Whisper: transcribe, or translate into English.

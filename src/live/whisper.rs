@@ -91,8 +91,10 @@ pub struct WhisperLiveOptions {
     pub second_pass: Option<bool>,
     /// Partial decodings greedy at temperature 0 (the final pass keeps
     /// [`Self::decode`]). `None`: where a second pass makes the final
-    /// lines, so the partial text is only ever shown; there it is what
-    /// lets a base-sized student keep up on a small CPU.
+    /// lines, so the partial text is shown and then replaced (but for the
+    /// words before a cut of the buffer, in an utterance longer than
+    /// `trim_s`, which stay as agreed); there it is what lets a base-sized
+    /// student keep up on a small CPU.
     pub greedy_partials: Option<bool>,
 }
 
@@ -105,11 +107,12 @@ impl WhisperLiveOptions {
 
     /// Refuses steps and cuts the policy cannot run with.
     pub fn check(&self) -> Result<()> {
-        if self.step_s > 0.0 && self.trim_s > 0.0 && self.max_buffer_s >= self.trim_s {
+        let finite = self.step_s.is_finite() && self.max_buffer_s.is_finite();
+        if finite && self.step_s > 0.0 && self.trim_s > 0.0 && self.max_buffer_s >= self.trim_s {
             return Ok(());
         }
         Err(crate::Error::Other(format!(
-            "live Whisper: needs step > 0 and 0 < trim <= max buffer (got step {} s, trim {} s, max {} s)",
+            "live Whisper: needs a finite step > 0 and 0 < trim <= max buffer (got step {} s, trim {} s, max {} s)",
             self.step_s, self.trim_s, self.max_buffer_s
         )))
     }
@@ -123,19 +126,28 @@ impl WhisperLiveOptions {
         }
     }
 
+    /// How a decoding of the buffer runs: word timestamps always; a partial
+    /// one (`last` false) greedy at temperature 0 when `greedy_partials`.
+    fn decoding(&self, last: bool, greedy_partials: bool) -> DecodeOptions {
+        let mut opts = self.decode.clone();
+        opts.word_timestamps = true;
+        if !last && greedy_partials {
+            opts.beam_size = 1;
+            opts.temperatures = vec![0.0];
+        }
+        opts
+    }
+
     /// [`Self::second_pass`], resolved for a policy over `model`.
     pub fn second_pass_for(&self, model: &WhisperModel) -> bool {
-        self.second_pass_when(self.streams_encoder(model))
+        self.second_pass
+            .unwrap_or_else(|| self.streams_encoder(model))
     }
 
     /// [`Self::greedy_partials`], resolved for a policy over `model`.
     pub fn greedy_partials_for(&self, model: &WhisperModel) -> bool {
         self.greedy_partials
             .unwrap_or_else(|| self.second_pass_for(model))
-    }
-
-    fn second_pass_when(&self, streams_encoder: bool) -> bool {
-        self.second_pass.unwrap_or(streams_encoder)
     }
 }
 
@@ -200,6 +212,10 @@ pub struct WhisperLive {
     last_partial: String,
     /// The streamed encoder, and the stream sample its stream starts at.
     encoder: Option<(EncoderStream, u64)>,
+    /// [`WhisperLiveOptions::second_pass`] and
+    /// [`WhisperLiveOptions::greedy_partials`], resolved for the model.
+    second_pass: bool,
+    greedy_partials: bool,
 }
 
 impl WhisperLive {
@@ -242,6 +258,8 @@ impl WhisperLive {
         Ok(WhisperLive {
             net,
             encoder,
+            second_pass: o.second_pass_for(model),
+            greedy_partials: o.greedy_partials_for(model),
             tokenizer: Arc::new(tokenizer),
             gen: Arc::new(gen),
             in_utterance: vad.is_none(),
@@ -277,13 +295,13 @@ impl WhisperLive {
     /// Whether each final line is the buffer decoded whole
     /// ([`WhisperLiveOptions::second_pass`], resolved).
     pub fn second_pass(&self) -> bool {
-        self.o.second_pass_when(self.streams_encoder())
+        self.second_pass
     }
 
     /// Whether partial decodings are greedy
     /// ([`WhisperLiveOptions::greedy_partials`], resolved).
     pub fn greedy_partials(&self) -> bool {
-        self.o.greedy_partials.unwrap_or_else(|| self.second_pass())
+        self.greedy_partials
     }
 
     /// Seconds of audio in the rolling buffer.
@@ -485,12 +503,7 @@ impl WhisperLive {
             return Ok((Vec::new(), Vec::new()));
         }
         let offset = self.buffer_start as f64 / SAMPLE_RATE as f64;
-        let mut opts = self.o.decode.clone();
-        opts.word_timestamps = true;
-        if !last && self.greedy_partials() {
-            opts.beam_size = 1;
-            opts.temperatures = vec![0.0];
-        }
+        let mut opts = self.o.decoding(last, self.greedy_partials);
         let prompt = prompt_text(&self.history, offset, self.o.prompt_chars);
         opts.initial_prompt = (!prompt.is_empty()).then_some(InitialPrompt::Text(prompt));
         let mut segments = Vec::new();
@@ -662,11 +675,27 @@ mod tests {
     use super::WhisperLiveOptions;
 
     #[test]
+    fn partial_decodings_alone_go_greedy() {
+        let mut o = WhisperLiveOptions::default();
+        o.decode.beam_size = 5;
+        let beam = (5, o.decode.temperatures.clone());
+        assert!(beam.1.len() > 1, "the default falls back to sampling");
+        let of = |d: crate::whisper::decode::DecodeOptions| {
+            assert!(d.word_timestamps);
+            (d.beam_size, d.temperatures)
+        };
+        assert_eq!(of(o.decoding(false, true)), (1, vec![0.0]));
+        assert_eq!(of(o.decoding(true, true)), beam);
+        assert_eq!(of(o.decoding(false, false)), beam);
+    }
+
+    #[test]
     fn a_trim_past_the_hard_limit_raises_it() {
         let o = WhisperLiveOptions::default();
         let longer = o.clone().with_trim(o.max_buffer_s + 3.0);
         assert_eq!(longer.trim_s, o.max_buffer_s + 3.0);
         assert_eq!(longer.max_buffer_s, longer.trim_s);
+        assert!(o.clone().with_trim(f64::INFINITY).check().is_err());
         let shorter = o.clone().with_trim(5.0);
         assert_eq!(
             (shorter.trim_s, shorter.max_buffer_s),

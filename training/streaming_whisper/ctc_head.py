@@ -167,7 +167,7 @@ def main():
     rng = random.Random(args.seed)
 
     def frames(wav, lens):
-        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             out, _ = enc(features(wav, lens, filters), ctx)
         return out.float(), ((lens + 319) // 320).clamp(max=out.shape[1])
 

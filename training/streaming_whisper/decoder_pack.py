@@ -15,8 +15,9 @@ usage: python3 decoder_pack.py MODEL_DIR TEXT_DIR OUT_DIR [MORE.txt ...]
 Writes OUT_DIR/decoder.safetensors, OUT_DIR/texts.json. A pack larger
 than one carry (base's, 68 MB) goes to the GPU machine in parts:
 `bash scripts/carry.sh split OUT_DIR/decoder.safetensors OUT_DIR 30
-OUT_DIR/texts.json`, then one call per part with `run_gpu.sh
-DEC=OUT_DIR/partN`, which joins them.
+OUT_DIR/texts.json`, then one call per part carrying OUT_DIR/partN:
+`DEC=OUT_DIR/partN bash training/streaming_whisper/run_gpu.sh stage`,
+which joins them once all are there.
 """
 import json
 import os

@@ -42,7 +42,10 @@ T=${TEACHER:-.cache/distill/teacher}
 # checksum holds
 D0=${DEC:-.cache/distill_dec}
 [ -d $D0 ] && mkdir -p $W/dec && cp $D0/* $W/dec/
-[ -d $W/dec ] && { bash scripts/carry.sh join $W/dec || true; }
+# (a pack still in pieces is fine while staging, not for a run)
+if [ -d $W/dec ] && ! bash scripts/carry.sh join $W/dec && [ "$1" != stage ] && [ "$1" != prepare ]; then
+  echo "the decoder pack is incomplete: stage its missing parts"; exit 3
+fi
 # Opus parts decoded into AudioSets (natural_tts.py unpack: numpy and the
 # libsndfile inside the carried wheel)
 # (parts accumulate in $W/carry_*, so a set too big for one carry comes in
