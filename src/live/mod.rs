@@ -13,6 +13,7 @@ mod mic;
 mod source;
 mod whisper;
 mod whisper_buffer;
+mod whisper_options;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,8 +34,9 @@ pub use endpoint::Endpointer;
 #[cfg(feature = "mic")]
 pub use mic::{capture_default_input, MicCapture};
 pub use source::{feed_wav_realtime, FeedReport};
-pub use whisper::{Update, WhisperLive, WhisperLiveOptions};
+pub use whisper::{Update, WhisperLive};
 pub use whisper_buffer::{cut_point, Cut};
+pub use whisper_options::WhisperLiveOptions;
 
 /// What the inference thread reports.
 #[derive(Debug, Clone)]

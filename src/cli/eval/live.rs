@@ -1,0 +1,292 @@
+//! `pulsed eval --live`: each file of the manifest through a live policy
+//! (Whisper's, or the CTC head's), fed as if compute were free; the final
+//! lines scored as the offline path's, and the partial lines and the
+//! latency of each word besides.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use pulsed::asr::partial::{partial_counts, Shown};
+use pulsed::batch;
+
+use super::{ctc_job, files_bar, print_groups, report, Args, Item};
+
+/// `--live`: each file through the live policy; the final lines joined.
+pub(super) fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    use pulsed::live::WhisperLiveOptions;
+    let spec = a.model.as_deref().and_then(|m| m.to_str()).unwrap_or("");
+    let model = pulsed::whisper::WhisperModel::open(spec).map_err(|e| e.to_string())?;
+    let vad = pulsed::vad::Vad::load_default()
+        .map_err(|e| format!("--live needs Silero VAD (bash scripts/fetch_silero.sh): {e}"))?;
+    let mut opts = WhisperLiveOptions {
+        engine: a
+            .device
+            .unwrap_or(crate::cli::device::Device::Auto)
+            .engine_tf32(a.precision, a.tf32)?,
+        stream_encoder: !a.window_encoder,
+        second_pass: a.second_pass,
+        greedy_partials: a.greedy_partials,
+        ..WhisperLiveOptions::default()
+    }
+    .with_trim(a.trim);
+    a.whisper.decode.apply(a.beam, &mut opts.decode)?;
+    opts.check().map_err(|e| e.to_string())?;
+    let multilingual = pulsed::whisper::GenerationConfig::load(&model.dir)
+        .map_err(|e| e.to_string())?
+        .is_multilingual;
+    let language = match (&opts.decode.language, multilingual) {
+        (Some(l), _) => l.as_str(),
+        (None, true) => "detected",
+        (None, false) => "English only",
+    };
+    eprintln!(
+        "pulsed: live whisper {} on {}, step {} s, trim {} s, beam {}, language {}, {}, final line {}{}",
+        model.dir.display(),
+        crate::cli::device::describe(&opts.engine),
+        opts.step_s,
+        opts.trim_s,
+        opts.decode.beam_size,
+        language,
+        encoder_mode(&model, &opts),
+        if opts.second_pass_for(&model) {
+            "a second pass"
+        } else {
+            "as agreed"
+        },
+        if opts.greedy_partials_for(&model) {
+            ", partials greedy"
+        } else {
+            ""
+        }
+    );
+    live_files(a, items, base, &|path: &Path| {
+        live_file(&model, &vad, &opts, path)
+    })
+}
+
+/// `--live --ctc`: each file through the CTC head's live policy, fed in
+/// 20 ms blocks as if compute were free.
+pub(super) fn run_live_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
+    let job = ctc_job(a)?;
+    eprintln!("pulsed: live {}", job.describe());
+    live_files(a, items, base, &|path: &Path| live_file_ctc(&job, path))
+}
+
+/// One file's live result.
+type LiveRun<'a> = dyn Fn(&Path) -> Result<LiveFile, String> + Sync + 'a;
+
+/// The files through `run_file` on `-j` threads, then latency, partial and
+/// final rates.
+fn live_files(
+    a: &Args,
+    items: &[Item],
+    base: &Path,
+    run_file: &LiveRun,
+) -> Result<ExitCode, String> {
+    let t0 = std::time::Instant::now();
+    let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
+    let jobs = a
+        .jobs
+        .unwrap_or_else(batch::default_jobs)
+        .clamp(1, files.len().max(1));
+    let bar = files_bar(files.len());
+    // files on `jobs` threads, each file through a policy of its own
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<LiveFile, String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(path) = files.get(i) else {
+                            return out;
+                        };
+                        let r = run_file(path);
+                        if r.is_err() {
+                            // no more files once one fails
+                            next.store(files.len(), std::sync::atomic::Ordering::Relaxed);
+                        }
+                        out.push((i, r));
+                        bar.inc(1);
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    bar.finish_and_clear();
+    done.sort_by_key(|(i, _)| *i);
+    let (mut hyps, mut latencies, mut audio_s) = (Vec::new(), Vec::new(), 0.0);
+    let mut partial = Vec::new();
+    for ((_, r), it) in done.into_iter().zip(items) {
+        let f = r?;
+        partial.push(partial_counts(&it.text, &f.finals, &f.shown, f.audio_s));
+        hyps.push(f.text);
+        latencies.extend(f.latencies);
+        audio_s += f.audio_s;
+    }
+    if hyps.len() != items.len() {
+        return Err("--live: a worker stopped before its files were done".into());
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    eprintln!("pulsed: {audio_s:.1} s of audio in {wall:.1} s ({jobs} workers)");
+    latencies.sort_by(f64::total_cmp);
+    if let (Some(max), false) = (latencies.last(), latencies.is_empty()) {
+        let med = latencies[(latencies.len() - 1) / 2];
+        println!(
+            "latency from a word's end to the audio position where it was committed: median {:.0} ms, max {:.0} ms over {} words (compute time not included)",
+            med * 1000.0,
+            max * 1000.0,
+            latencies.len()
+        );
+    }
+    println!("partial lines (the text shown at each partial update, against the reference words spoken by then; those timed by the final words they align with):");
+    print_groups(items, &partial);
+    println!("final lines:");
+    report(a, items, &hyps)
+}
+
+/// How the live path runs `model`'s encoder under `opts`.
+pub(super) fn encoder_mode(
+    model: &pulsed::whisper::WhisperModel,
+    opts: &pulsed::live::WhisperLiveOptions,
+) -> &'static str {
+    if opts.streams_encoder(model) {
+        "the encoder streamed"
+    } else if model.config.encoder_context.is_some() {
+        "the window encoder (--window-encoder)"
+    } else {
+        "the window encoder"
+    }
+}
+
+/// One file through the live policy.
+struct LiveFile {
+    /// The final lines, joined.
+    text: String,
+    /// From each final word's end to the stream position that committed it.
+    latencies: Vec<f64>,
+    audio_s: f64,
+    /// The final words and their end times, and the texts shown before.
+    finals: Vec<(String, f64)>,
+    shown: Vec<Shown>,
+}
+
+fn live_file(
+    model: &pulsed::whisper::WhisperModel,
+    vad: &pulsed::vad::Vad,
+    opts: &pulsed::live::WhisperLiveOptions,
+    path: &Path,
+) -> Result<LiveFile, String> {
+    let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+    // the audio error names the file already
+    let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
+    let mut live =
+        pulsed::live::WhisperLive::new(model, Some(vad), opts.clone()).map_err(in_file)?;
+    let updates = feed(&audio, |block| {
+        match block {
+            Some(b) => live.push(b),
+            None => live.finish(),
+        }
+        .map_err(in_file)
+    })?;
+    let said = updates.into_iter().map(|(at_s, u)| {
+        let line = if u.is_final {
+            let words = u.words.iter().zip(&u.committed_at_s);
+            let words = words
+                .map(|(w, at)| (w.text.clone(), w.end_s, *at))
+                .collect();
+            Said::Final(u.text, words)
+        } else {
+            Said::Partial(u.text)
+        };
+        (at_s, line)
+    });
+    Ok(LiveFile::from_said(audio.duration_s, said))
+}
+
+fn live_file_ctc(job: &crate::cli::ctc::CtcJob, path: &Path) -> Result<LiveFile, String> {
+    use pulsed::live::{CtcLive, LiveEvent};
+    let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+    let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
+    let mut live = CtcLive::new(job.stream().map_err(in_file)?, 0.6);
+    let events = feed(&audio, |block| {
+        match block {
+            Some(b) => live.push_samples(b),
+            None => live.end(),
+        }
+        .map_err(in_file)
+    })?;
+    let said = events.into_iter().filter_map(|(at_s, e)| {
+        let line = match e {
+            LiveEvent::Partial { text, .. } => Said::Partial(text),
+            LiveEvent::Final { text, words, .. } => {
+                let words = words.into_iter().map(|w| (w.text, w.end_s, at_s)).collect();
+                Said::Final(text, words)
+            }
+            _ => return None,
+        };
+        Some((at_s, line))
+    });
+    Ok(LiveFile::from_said(audio.duration_s, said))
+}
+
+/// A recording through a live policy in 20 ms blocks (`step(Some(block))`),
+/// then its end (`step(None)`): what the policy gave, each with the stream
+/// time it came at.
+fn feed<E>(
+    audio: &pulsed::audio::Audio,
+    mut step: impl FnMut(Option<&[f32]>) -> Result<Vec<E>, String>,
+) -> Result<Vec<(f64, E)>, String> {
+    let mut out = Vec::new();
+    let mut taken = 0usize;
+    for block in audio.samples.chunks(320) {
+        taken += block.len();
+        let at_s = taken as f64 / 16_000.0;
+        out.extend(step(Some(block))?.into_iter().map(|e| (at_s, e)));
+    }
+    let end_s = audio.duration_s;
+    out.extend(step(None)?.into_iter().map(|e| (end_s, e)));
+    Ok(out)
+}
+
+/// A line a live policy gave: partial text, or a final line with each
+/// word's end and the stream time that committed it.
+enum Said {
+    Partial(String),
+    Final(String, Vec<(String, f64, f64)>),
+}
+
+impl LiveFile {
+    fn from_said(audio_s: f64, said: impl Iterator<Item = (f64, Said)>) -> LiveFile {
+        let (mut text, mut latencies, mut finals, mut shown) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (at_s, line) in said {
+            match line {
+                // what the user sees: the final lines so far, then this one
+                Said::Partial(t) => shown.push(Shown {
+                    at_s,
+                    text: format!("{} {t}", text.join(" ")),
+                }),
+                Said::Final(t, words) => {
+                    text.push(t);
+                    for (w, end_s, at) in words {
+                        latencies.push(at - end_s);
+                        finals.push((w, end_s));
+                    }
+                }
+            }
+        }
+        LiveFile {
+            text: text.join(" "),
+            latencies,
+            audio_s,
+            finals,
+            shown,
+        }
+    }
+}
