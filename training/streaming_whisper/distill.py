@@ -125,11 +125,25 @@ class Mixture:
         return ds, ix[rng.randrange(len(ix))]
 
 
-def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0):
+def resample(x, n):
+    """`x` (1-D) band-limited to `n` samples: the spectrum cut or padded,
+    so no aliasing and no smearing as a linear interpolation gives."""
+    m = x.shape[0]
+    f = torch.fft.rfft(x)
+    k = min(f.shape[0], n // 2 + 1)
+    g = torch.zeros(n // 2 + 1, dtype=f.dtype, device=x.device)
+    g[:k] = f[:k]
+    return torch.fft.irfft(g, n) * (n / m)
+
+
+def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0, speed=None):
     """b windows of 30 s: 1-3 utterances each (of `ds`, an AudioSet or a
     Mixture), random lead and gaps (each, with probability `long_gaps`, a
-    pause of 2-8 s instead of 0.1-1 s), augmented. Returns the audio
-    [b, 480000], each window's length and its sentences."""
+    pause of 2-8 s instead of 0.1-1 s), augmented. `speed` (lo, hi): each
+    utterance played at a rate drawn from it (tempo and pitch together, as
+    Kaldi's speed perturbation; the teacher hears the same audio, so its
+    targets stay right). Returns the audio [b, 480000], each window's length
+    and its sentences."""
     mix = ds if isinstance(ds, Mixture) else Mixture([(ds, 1.0)])
     out = torch.zeros(b, WINDOW, device=device)
     lens = torch.zeros(b, dtype=torch.long, device=device)
@@ -140,10 +154,14 @@ def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0):
         for _ in range(rng.choices([1, 2, 3], [0.5, 0.3, 0.2])[0]):
             src, i = mix.pick(rng)
             n = int(src.len_cpu[i])
+            o = int(src.meta[i]["off"])
+            x = src.audio[o:o + n].float() / 32768.0
+            if speed is not None:
+                n = max(1, round(n / rng.uniform(*speed)))
+                x = resample(x, n)
             if pos + n > WINDOW:
                 break
-            o = int(src.meta[i]["off"])
-            out[r, pos:pos + n] = src.audio[o:o + n].float() / 32768.0
+            out[r, pos:pos + n] = x
             long = long_gaps > 0 and rng.random() < long_gaps
             pos += n + (rng.randint(32000, 128000) if long else rng.randint(1600, 16000))
             said.append(src.texts[i])
@@ -215,6 +233,18 @@ def loss_fn(s_out, s_hid, t_out, t_hid):
     return main + 0.25 * aux, main
 
 
+def save_student(model, out, merge_lora):
+    """The encoder's weights in f16, in pieces of at most 15 MB ($OUT gives
+    back files of 16 MiB at most)."""
+    from safetensors.torch import save_file
+    if merge_lora:
+        lora.merge(model)
+    os.makedirs(out, exist_ok=True)
+    half = {k: v.detach().to(torch.float16).cpu().contiguous() for k, v in model.names().items()}
+    for i, h in enumerate(pieces(half, 15e6, nbytes=lambda t: t.numel() * t.element_size())):
+        save_file(h, os.path.join(out, f"student-{i}.safetensors"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--teacher", required=True, help="dir: config.json + encoder*.safetensors (folder.py teacher)")
@@ -267,8 +297,22 @@ def main():
     ap.add_argument("--ctc-hidden", type=int, default=1024)
     ap.add_argument("--long-gaps", type=float, default=0.0,
                     help="share of the gaps between a window's utterances that are pauses of 2-8 s")
+    ap.add_argument("--speed", default=None,
+                    help="LO:HI, e.g. 0.9:1.1: each training utterance at a rate drawn from [LO, HI] "
+                         "(not the held-out ones)")
+    ap.add_argument("--weight-ema", type=float, default=0.0,
+                    help="also keep an exponential moving average of the student's weights with this "
+                         "decay (e.g. 0.999), saved in OUT/ema: a checkpoint less at the mercy of its last "
+                         "steps (0: none)")
     args = ap.parse_args()
     from safetensors.torch import load_file, save_file
+    speed = None
+    if args.speed:
+        speed = tuple(float(v) for v in args.speed.split(":"))
+        if len(speed) != 2 or not 0 < speed[0] <= speed[1]:
+            sys.exit("--speed: LO:HI with 0 < LO <= HI")
+    if not 0 <= args.weight_ema < 1:
+        sys.exit("--weight-ema: a decay in [0, 1)")
 
     device = torch.device(args.device)
     # bf16 autocast on the GPU only: on a CPU it is many times slower than
@@ -374,6 +418,14 @@ def main():
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
     if os.path.exists(ckpt) and "opt" in ck:
         opt.load_state_dict(ck["opt"])
+    avg = None
+    if args.weight_ema:
+        avg = copy.deepcopy(student).eval()
+        for p in avg.parameters():
+            p.requires_grad_(False)
+        if os.path.exists(ckpt) and ck.get("avg") is not None:
+            avg.load_state_dict(ck["avg"])
+        log(f"weight EMA: decay {args.weight_ema}")
     filters = mel_filters(cfg["num_mel_bins"]).to(device)
     pad_mel = features(torch.zeros(1, WINDOW, device=device), torch.zeros(1, dtype=torch.long, device=device),
                        filters, args.padding)
@@ -384,7 +436,7 @@ def main():
     def with_mode(ctx):
         return (ctx[0], LEFT, ctx[1]) + (("copies",) if args.copies else ())
 
-    def held_loss(ctx):
+    def held_loss(ctx, model=student):
         hr = random.Random(3)
         hg = torch.Generator(device=device)
         hg.manual_seed(3)
@@ -399,7 +451,7 @@ def main():
                 mel = features(wav, lens, filters, args.padding)
                 t_out, _ = teacher(mel)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                    s_out, _ = student(mel, with_mode(ctx))
+                    s_out, _ = model(mel, with_mode(ctx))
                 tot += float(((s_out.float() - t_out) ** 2).mean() / t_out.var())
                 if dec is not None:
                     tok, tmask = token_batch(texts, pack, device)
@@ -422,7 +474,7 @@ def main():
         ctx = rng.choice(contexts)
         ctx = with_mode(ctx)
         with torch.no_grad():
-            wav, lens, texts = batch(train, args.batch, gen, rng, device, long_gaps=args.long_gaps)
+            wav, lens, texts = batch(train, args.batch, gen, rng, device, long_gaps=args.long_gaps, speed=speed)
             mel = features(wav, lens, filters, args.padding)
             t_out, t_hid = teacher(mel)
             if dec is not None:
@@ -448,6 +500,10 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        if avg is not None:
+            with torch.no_grad():
+                for a, p in zip(avg.parameters(), student.parameters()):
+                    a.lerp_(p, 1.0 - args.weight_ema)
         state["step"] = step + 1
         main_l = float(main_l.detach())
         ema = main_l if ema is None else 0.98 * ema + 0.02 * main_l
@@ -457,18 +513,18 @@ def main():
             log(f"step {step} ctx {ctx} lr {lr:.2e} loss {float(loss):.4f} main ema {ema:.4f}{extra} "
                 f"{(time.time() - t_train) / (step + 1 - first):.3f} s/step")
     log("held loss after:", {f"{c}": held_loss(c) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
+    if avg is not None:
+        log("held loss after, weight EMA:", {f"{c}": held_loss(c, avg) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
     torch.save({"model": student.state_dict(), "opt": opt.state_dict(), "state": state,
                 "cross": sdec.state_dict() if args.train_cross else None,
-                "ctc": head.state_dict() if head is not None else None}, ckpt)
+                "ctc": head.state_dict() if head is not None else None,
+                "avg": avg.state_dict() if avg is not None else None}, ckpt)
     if head is not None:
         save_file({k: v.detach().float().cpu().contiguous() for k, v in head.tensors().items()},
                   os.path.join(args.out, "ctc-mlp.safetensors"))
-    if args.lora:
-        lora.merge(student)
-    # pieces of at most 15 MB: $OUT gives back files of 16 MiB at most
-    half = {k: v.detach().to(torch.float16).cpu().contiguous() for k, v in student.names().items()}
-    for i, h in enumerate(pieces(half, 15e6, nbytes=lambda t: t.numel() * t.element_size())):
-        save_file(h, os.path.join(args.out, f"student-{i}.safetensors"))
+    save_student(student, args.out, args.lora)
+    if avg is not None:
+        save_student(avg, os.path.join(args.out, "ema"), args.lora)
     if args.train_cross:
         save_file({k: v.detach().to(torch.float16).cpu().contiguous() for k, v in sdec.cross_names().items()},
                   os.path.join(args.out, "student-cross.safetensors"))
