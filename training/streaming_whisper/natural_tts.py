@@ -12,8 +12,9 @@ How:
   synth  --engine kokoro|piper --text .cache/text/train.txt --out DIR
          --seconds-budget S [--seed N] [--procs P] [--assets ASSETS]
          appends to a resumable store in DIR; a later run adds new shards
-  pack   DIR CARRYDIR [--part-mib 50]
-         Ogg Opus (~26 kbps, 16 kHz mono) parts CARRYDIR/part0, part1, ...;
+  pack   DIR CARRYDIR [--part-mib 50] [--first-part N]
+         Ogg Opus (~26 kbps, 16 kHz mono) parts CARRYDIR/part0, part1, ...
+         (from partN: a store packed apart, to unpack with older parts);
          each holds audio.opus, meta.json and the soundfile wheel whose bundled
          libsndfile decodes it, so one part travels and unpacks on its own
   unpack CARRYDIR... WORKDIR NAME
@@ -287,7 +288,7 @@ def cmd_pack(a):
         sys.exit(f"--part-mib {a.part_mib} leaves no room beside the {os.path.getsize(wheel)} B wheel")
     bps = 26000 / 8 * 1.08  # first guess at bytes per second of audio; refined per part
     maps = {}
-    i = part = 0
+    i, part = 0, a.first_part
     tot_bytes = tot_samples = 0
     while i < len(items):
         # fill a part to ~95% of its room at the running bytes/second estimate;
@@ -322,7 +323,7 @@ def cmd_pack(a):
         print(f"[pack] {d}: {j - i} utts {s / SR / 3600:.3f} h, {size / 2 ** 20:.1f} MiB "
               f"({bps * 8 / 1000:.1f} kbps)", flush=True)
         i, part = j, part + 1
-    print(f"[pack] {part} part(s), {tot_samples / SR / 3600:.3f} h in {tot_bytes / 2 ** 20:.1f} MiB: "
+    print(f"[pack] {part - a.first_part} part(s), {tot_samples / SR / 3600:.3f} h in {tot_bytes / 2 ** 20:.1f} MiB: "
           f"{tot_samples / SR / 3600 / (tot_bytes / 2 ** 20):.4f} h/MiB", flush=True)
 
 
@@ -416,6 +417,7 @@ def main():
     s.add_argument("store")
     s.add_argument("carry")
     s.add_argument("--part-mib", type=float, default=50)
+    s.add_argument("--first-part", type=int, default=0, help="number the parts from this one")
     s.add_argument("--level", type=float, default=OPUS_LEVEL, help="libsndfile Opus compression level")
     s.add_argument("--assets", default=assets)
     s = sub.add_parser("unpack")

@@ -11,8 +11,25 @@ training sentences are (lower case, letters, apostrophes and spaces); a
 piece whose text has digits is left out (spelling them would guess). The
 sentences go to OUT/texts.txt for decoder_pack.py, which must tokenise them.
 
+`--untranscribed PACKAGE ...` keeps those packages' recordings without a
+teacher transcript (no `pulsed transcribe`, which runs for hours here): each
+recording of at most 20 s is one utterance with text "" (longer ones are
+left out; real_speech.py already cuts Beneath a Steel Sky's to 20 s). Such
+utterances serve MSE-only (encoder) distillation only: a decoder-KL run
+cannot use them (distill.py's token_batch finds no tokens for "" in the
+decoder pack) and a --ctc-head run would learn silence for speech, so keep
+them out of a set that such a run draws.
+`--only PACKAGE ...` builds the store from just those packages, and
+`--shard NAME` names its shard, so a store for one new source sits beside
+the existing one without rebuilding it, e.g. Beneath a Steel Sky:
+
+    python3 training/streaming_whisper/real_segments.py .cache/realtrain \
+        .cache/distill_real/store_bass --only beneath-a-steel-sky \
+        --untranscribed beneath-a-steel-sky --shard real_r001_p0
+
 usage: python3 real_segments.py REALTRAIN_DIR OUT_STORE [--pulsed BIN]
-       [--skip PACKAGE ...]
+       [--skip PACKAGE ...] [--only PACKAGE ...] [--untranscribed PACKAGE ...]
+       [--shard NAME]
 """
 import argparse
 import json
@@ -81,26 +98,47 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--pulsed", default="target/release/pulsed")
     ap.add_argument("--skip", nargs="*", default=SKIP)
+    ap.add_argument("--only", nargs="+", metavar="PACKAGE", help="just these packages' recordings")
+    ap.add_argument("--untranscribed", nargs="+", default=[], metavar="PACKAGE",
+                    help="these packages' recordings (<= 20 s each) kept whole with text \"\": MSE-only runs")
+    ap.add_argument("--shard", default="real_r000_p0", help="the store's shard name")
     a = ap.parse_args()
     rows = [r.rstrip("\n").split("\t") for r in open(os.path.join(a.realtrain, "SOURCES.tsv"))]
     head = rows[0]
     package = {os.path.basename(r[head.index("file")]): r[head.index("package")] for r in rows[1:]}
     items = [json.loads(l) for l in open(os.path.join(a.realtrain, "manifest.jsonl"))]
-    keep = [m for m in items
-            if not any(package.get(os.path.basename(m["audio"]), "").startswith(p) for p in a.skip)]
+    def of(m, names):
+        return any(package.get(os.path.basename(m["audio"]), "").startswith(p + "==") for p in names)
+    keep = [m for m in items if not of(m, a.skip) and (a.only is None or of(m, a.only))]
     audio = {m["audio"]: read_wav(os.path.join(a.realtrain, m["audio"])) for m in keep}
-    whole = {m["audio"] for m in keep if m.get("text") and len(audio[m["audio"]]) <= MAX_S * SR}
+    bare = {m["audio"] for m in keep if of(m, a.untranscribed)}
+    too_long = [m for m in keep if m["audio"] in bare and len(audio[m["audio"]]) > MAX_S * SR]
+    if too_long:
+        print(f"{len(too_long)} untranscribed recordings over {MAX_S:.0f} s left out "
+              f"({sum(len(audio[m['audio']]) for m in too_long) / SR / 60:.1f} min)")
+    whole = {m["audio"] for m in keep if m["audio"] not in bare
+             and m.get("text") and len(audio[m["audio"]]) <= MAX_S * SR}
     os.makedirs(a.out, exist_ok=True)
-    rest = [os.path.join(a.realtrain, m["audio"]) for m in keep if m["audio"] not in whole]
+    rest = [os.path.join(a.realtrain, m["audio"]) for m in keep if m["audio"] not in whole | bare]
     # the teacher's transcripts are kept beside the shards (a folder, which
     # natural_tts.py's read_store does not look into)
     segs = teacher_segments(a.pulsed, rest, os.path.join(a.out, "teacher")) if rest else {}
-    base = os.path.join(a.out, "real_r000_p0")
+    base = os.path.join(a.out, a.shard)
     n = skipped = samples = 0
     texts = []
     with open(base + ".pcm", "wb") as pcm, open(base + ".jsonl", "w") as js:
         for m in keep:
             x = audio[m["audio"]]
+            if m["audio"] in bare:  # no transcript: the whole recording, text ""
+                if len(x) <= MAX_S * SR:
+                    off = pcm.tell() // 2
+                    pcm.write(x.tobytes())
+                    js.write(json.dumps({"text": "", "engine": "real", "voice": m["audio"],
+                                         "source": package.get(os.path.basename(m["audio"]), "?"),
+                                         "off": off, "len": len(x)}) + "\n")
+                    n += 1
+                    samples += len(x)
+                continue
             if m["audio"] in whole:
                 pieces = [(0.0, len(x) / SR, m["text"])]
             else:
@@ -122,7 +160,7 @@ def main():
     with open(os.path.join(a.out, "texts.txt"), "w") as f:
         f.write("\n".join(sorted(set(texts))) + "\n")
     print(f"{n} utterances, {samples / SR / 60:.1f} min from {len(keep)} recordings "
-          f"({len(whole)} whole with their transcript), {skipped} pieces left out")
+          f"({len(whole)} whole with their transcript, {len(bare)} untranscribed), {skipped} pieces left out")
 
 
 if __name__ == "__main__":
