@@ -341,6 +341,12 @@ def main():
             rest -= float(share)
         if rest < 0:
             sys.exit("--extra: the shares add up to more than 1")
+        if args.decoder:
+            for ds, _ in sets:
+                bare = sum(1 for t in ds.texts if not t)
+                if bare:
+                    sys.exit(f"--decoder: {bare} utterances of an --extra set have no text (real_segments.py "
+                             f"--untranscribed): run without the decoder pack, or without that set")
         train = Mixture([(train, rest)] + sets, args.balance)
         for k in range(1, len(train.sets)):
             top = ", ".join(f"{n} {x:.2f}" for n, x in train.shares(k)[:4])
