@@ -156,7 +156,7 @@ def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0, speed=None):
             n = int(src.len_cpu[i])
             o = int(src.meta[i]["off"])
             x = src.audio[o:o + n].float() / 32768.0
-            if speed is not None:
+            if speed is not None and n > 1:
                 n = max(1, round(n / rng.uniform(*speed)))
                 x = resample(x, n)
             if pos + n > WINDOW:
