@@ -134,7 +134,7 @@ RATE_GRID = 64
 def resample(x, rate):
     """`x` (1-D) played `rate` times as fast, band-limited (the spectrum cut
     or padded: no aliasing, no smearing as a linear interpolation gives);
-    `rate` is taken to the nearest 64 / q. Returns (the audio, the rate)."""
+    `rate` is taken to the nearest 64 / q."""
     m = x.shape[0]
     q = max(1, round(RATE_GRID / rate))
     m2 = max(RATE_GRID, 1 << (m - 1).bit_length())
@@ -144,7 +144,7 @@ def resample(x, rate):
     g = torch.zeros(n2 // 2 + 1, dtype=f.dtype, device=x.device)
     g[:k] = f[:k]
     n = max(1, m * q // RATE_GRID)
-    return torch.fft.irfft(g, n2)[:n] * (n2 / m2), RATE_GRID / q
+    return torch.fft.irfft(g, n2)[:n] * (n2 / m2)
 
 
 def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0, speed=None):
@@ -168,7 +168,7 @@ def batch(ds, b, gen, rng, device, augment_on=True, long_gaps=0.0, speed=None):
             o = int(src.meta[i]["off"])
             x = src.audio[o:o + n].float() / 32768.0
             if speed is not None and n > 1:
-                x, _ = resample(x, rng.uniform(*speed))
+                x = resample(x, rng.uniform(*speed))
                 n = x.shape[0]
             if pos + n > WINDOW:
                 break

@@ -130,22 +130,14 @@ def main():
         for m in keep:
             x = audio[m["audio"]]
             if m["audio"] in bare:  # no transcript: the whole recording, text ""
-                if len(x) <= MAX_S * SR:
-                    off = pcm.tell() // 2
-                    pcm.write(x.tobytes())
-                    js.write(json.dumps({"text": "", "engine": "real", "voice": m["audio"],
-                                         "source": package.get(os.path.basename(m["audio"]), "?"),
-                                         "off": off, "len": len(x)}) + "\n")
-                    n += 1
-                    samples += len(x)
-                continue
-            if m["audio"] in whole:
+                pieces = [(0.0, len(x) / SR, "")] if len(x) <= MAX_S * SR else []
+            elif m["audio"] in whole:
                 pieces = [(0.0, len(x) / SR, m["text"])]
             else:
                 pieces = merged(segs.get(os.path.abspath(os.path.join(a.realtrain, m["audio"])), []))
             for s, e, t in pieces:
                 text = normalise(t)
-                if not text or re.search(r"\d", t):
+                if (not text and m["audio"] not in bare) or re.search(r"\d", t):
                     skipped += 1
                     continue
                 y = x[max(0, int((s - 0.1) * SR)):min(len(x), int((e + 0.2) * SR))]
@@ -154,7 +146,8 @@ def main():
                 js.write(json.dumps({"text": text, "engine": "real", "voice": m["audio"],
                                      "source": package.get(os.path.basename(m["audio"]), "?"),
                                      "off": off, "len": len(y)}) + "\n")
-                texts.append(text)
+                if text:
+                    texts.append(text)
                 n += 1
                 samples += len(y)
     with open(os.path.join(a.out, "texts.txt"), "w") as f:

@@ -34,8 +34,7 @@ every stream's CRCs checked).
 `--only PACKAGE ...` fetches just those packages into an existing OUT,
 appending to its SOURCES.tsv and manifest.jsonl; a package==version already
 listed there is not fetched again. Beneath a Steel Sky's lines are kept from
-0.5 s; a line over 20 s is cut at its quietest points into pieces of at most
-20 s (named `..._pN`), nothing dropped.
+0.5 s (none is over 20 s; its longest is 5.8 s).
 
 A path `ARCHIVE::GLOB` names members of an archive file inside the package
 (Warzone's .wz ZIP, Amazon Queen's queen.1c resource table, Beneath a Steel
@@ -74,9 +73,10 @@ import numpy as np
 SR = 16000
 EXCLUDED = ("pocketsphinx", "montreal-forced-aligner", "montreal_forced_aligner", "praatio")
 EXCLUDED_PATHS = re.compile(r"sense[_ -]?and[_ -]?sensibility", re.I)
-# per package: (shortest line kept, longest piece) in seconds; a longer line is
-# cut at its quietest points (cut_long)
-CUT = {"beneath-a-steel-sky": (0.5, 20.0)}
+# per package: the shortest line kept, in seconds (Beneath a Steel Sky's
+# grunts and one-syllable barks; its longest line is 5.8 s, and
+# real_segments.py leaves out untranscribed recordings over 20 s)
+SHORTEST = {"beneath-a-steel-sky": 0.5}
 REALDEV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "realdev")
 
 AMI = "MIT (pyannote.audio); audio: AMI Meeting Corpus excerpt, CC BY 4.0"
@@ -316,19 +316,6 @@ def decode(path):
     return np.concatenate(out).astype(np.int16)
 
 
-def cut_long(x, longest):
-    """x in pieces of at most `longest` seconds, each cut at the quietest 50 ms frame (energy over
-    a 250 ms window) in the back half of the room left."""
-    n, hop = int(longest * SR), SR // 20
-    pieces = []
-    while len(x) > n:
-        e = np.convolve((x[:n].astype(np.float64) ** 2).reshape(-1, hop).sum(1), np.ones(5), "same")
-        k = (len(e) // 2 + int(np.argmin(e[len(e) // 2:]))) * hop + hop // 2
-        pieces.append(x[:k])
-        x = x[k:]
-    return pieces + [x]
-
-
 def write_wav(path, x):
     with wave.open(path, "wb") as w:
         w.setnchannels(1)
@@ -461,25 +448,20 @@ def fetch(out, grey, realdev, only=None):
                     if hit:
                         print(f"  skipped {m}: a copy of realdev {hit}", flush=True)
                         continue
-                    pieces = [x]
-                    if package in CUT:
-                        shortest, longest = CUT[package]
-                        pieces = [y for y in cut_long(x, longest) if len(y) >= shortest * SR]
-                        cut += (len(x) - sum(len(y) for y in pieces)) / SR
+                    if len(x) < SHORTEST.get(package, 0.0) * SR:
+                        cut += len(x) / SR
+                        continue
                     fixed = os.path.dirname(re.split(r"[*?[]", src)[0]) + "/"
                     stem = m[len(fixed):] if m.startswith(fixed) else os.path.basename(m)
                     stem = re.sub(r"[^A-Za-z0-9]+", "_", os.path.splitext(stem)[0]).strip("_")
-                    for k, y in enumerate(pieces):
-                        part = f"_p{k}" if len(pieces) > 1 else ""
-                        name = f"{re.sub(r'[^a-z0-9]+', '', package.lower())[:12]}__{stem}{part}.wav"
-                        assert name not in seen, name
-                        seen.add(name)
-                        write_wav(os.path.join(out, "wav", name), y)
-                        dur = len(y) / SR
-                        total += dur
-                        shown = m.replace(container + ".d/", container + "::", 1) if container else m
-                        rows.append((name, f"{package}=={version}", shown + part, f"{dur:.3f}", licence, notes[m],
-                                     t if len(pieces) == 1 else None))
+                    name = f"{re.sub(r'[^a-z0-9]+', '', package.lower())[:12]}__{stem}.wav"
+                    assert name not in seen, name
+                    seen.add(name)
+                    write_wav(os.path.join(out, "wav", name), x)
+                    dur = len(x) / SR
+                    total += dur
+                    shown = m.replace(container + ".d/", container + "::", 1) if container else m
+                    rows.append((name, f"{package}=={version}", shown, f"{dur:.3f}", licence, notes[m], t))
             print(f"{package}=={version}: {sum(1 for r in rows if r[1] == f'{package}=={version}')} files", flush=True)
     mode = "a" if only else "w"
     with open(os.path.join(out, "SOURCES.tsv"), mode) as f:
