@@ -14,7 +14,7 @@ sentences go to OUT/texts.txt for decoder_pack.py, which must tokenise them.
 `--untranscribed PACKAGE ...` keeps those packages' recordings without a
 teacher transcript (no `pulsed transcribe`, which runs for hours here): each
 recording of at most 20 s is one utterance with text "" (longer ones are
-left out; real_speech.py already cuts Beneath a Steel Sky's to 20 s). Such
+left out, with a count; none of Beneath a Steel Sky's is). Such
 utterances serve MSE-only (encoder) distillation only: a decoder-KL run
 cannot use them (distill.py's token_batch finds no tokens for "" in the
 decoder pack) and a --ctc-head run would learn silence for speech, so keep
