@@ -101,3 +101,12 @@ def kl(teacher_logits, student_logits, mask):
     ls = student_logits.float().log_softmax(-1)
     per = (lt.exp() * (lt - ls)).sum(-1)
     return (per * mask).sum() / mask.sum().clamp(min=1)
+
+
+def ce(logits, tokens, mask):
+    """Mean over unmasked positions of the cross-entropy of the next token
+    (teacher-forced: position p predicts tokens[:, p + 1])."""
+    lp = logits[:, :-1].float().log_softmax(-1)
+    nll = -lp.gather(-1, tokens[:, 1:, None])[..., 0]
+    m = mask[:, :-1]
+    return (nll * m).sum() / m.sum().clamp(min=1)

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import data  # noqa: E402  (training/data.py: espeak synthesis, AudioSet)
 import synth  # noqa: E402
 from encoder import Encoder, log_mel, mel_filters  # noqa: E402
-from decoder import kl  # noqa: E402
+from decoder import ce, kl  # noqa: E402
 from folder import pieces  # noqa: E402
 import lora  # noqa: E402
 
@@ -274,7 +274,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--prepare-only", action="store_true", help="build the data and stop")
     ap.add_argument("--decoder", default=None, help="dir of decoder_pack.py's output: distil through the decoder too")
-    ap.add_argument("--kl-weight", type=float, default=1.0)
+    ap.add_argument("--kl-weight", type=float, default=1.0, help="with --decoder (0: no KL, the teacher's "
+                    "decoder is not run)")
+    ap.add_argument("--ce-weight", type=float, default=0.0,
+                    help="with --decoder: the cross-entropy of the transcript through the decoder reading the "
+                    "student, on windows of espeak speech alone (their text is exact; an --extra set's is "
+                    "a teacher's transcript, or none)")
     ap.add_argument("--init", default=None, help="dir of student-*.safetensors to start from")
     ap.add_argument("--contexts", default=None, help="chunk:right,... (default: CONTEXTS)")
     ap.add_argument("--copies", action="store_true",
@@ -340,6 +345,8 @@ def main():
         log("data built")
         return
     train = data.AudioSet(args.work, "distill_train", device)
+    # the sentences espeak said: the only text --ce-weight trains on
+    exact_texts = set(train.texts)
     held = data.AudioSet(args.work, "distill_held", device)
     log(f"data: train {len(train)} utts {train.hours():.1f} h, held {len(held)}")
     if args.extra:
@@ -352,12 +359,12 @@ def main():
             rest -= float(share)
         if rest < 0:
             sys.exit("--extra: the shares add up to more than 1")
-        if args.decoder:
+        if args.decoder and args.kl_weight > 0:
             for ds, _ in sets:
                 bare = sum(1 for t in ds.texts if not t)
                 if bare:
                     sys.exit(f"--decoder: {bare} utterances of an --extra set have no text (real_segments.py "
-                             f"--untranscribed): run without the decoder pack, or without that set")
+                             f"--untranscribed) for the KL: --kl-weight 0, or without that set")
         train = Mixture([(train, rest)] + sets, args.balance)
         for k in range(1, len(train.sets)):
             top = ", ".join(f"{n} {x:.2f}" for n, x in train.shares(k)[:4])
@@ -387,7 +394,9 @@ def main():
         pack = json.load(open(os.path.join(args.decoder, "texts.json")))
         dec = Decoder(cfg, len(pack["vocab"])).load(
             load_file(os.path.join(args.decoder, "decoder.safetensors"))).to(device).eval()
-        log(f"decoder: {len(pack['vocab'])} tokens, KL weight {args.kl_weight}")
+        log(f"decoder: {len(pack['vocab'])} tokens, KL weight {args.kl_weight}, CE weight {args.ce_weight}")
+    if args.ce_weight > 0 and dec is None:
+        sys.exit("--ce-weight needs --decoder")
     if args.train_cross and dec is None:
         sys.exit("--train-cross needs --decoder")
     if args.tail and dec is None:
@@ -457,7 +466,7 @@ def main():
         hr = random.Random(3)
         hg = torch.Generator(device=device)
         hg.manual_seed(3)
-        tot, tot_kl = 0.0, 0.0
+        tot, tot_kl, tot_ce = 0.0, 0.0, 0.0
         # the augmentation also draws from torch's global generators: fixed
         # here, so that every call sees the same held-out windows
         cuda = [device] if device.type == "cuda" else []
@@ -472,9 +481,15 @@ def main():
                 tot += float(((s_out.float() - t_out) ** 2).mean() / t_out.var())
                 if dec is not None:
                     tok, tmask = token_batch(texts, pack, device)
-                    tot_kl += float(kl(dec(tok, t_out), sdec(tok, s_out.float()), tmask))
+                    s_logits = sdec(tok, s_out.float())
+                    if args.kl_weight > 0:
+                        tot_kl += float(kl(dec(tok, t_out), s_logits, tmask))
+                    tot_ce += float(ce(s_logits, tok, tmask))
         n = args.held_batches
-        return (round(tot / n, 4), round(tot_kl / n, 4)) if dec is not None else round(tot / n, 4)
+        if dec is None:
+            return round(tot / n, 4)
+        return (round(tot / n, 4),) + ((round(tot_kl / n, 4),) if args.kl_weight > 0 else ()) \
+            + ((round(tot_ce / n, 4),) if args.ce_weight > 0 else ())
 
     log("held loss before:", {f"{c}": held_loss(c) for c in [(30, 0), (16, 14), (12, 0), (8, 6)]})
     contexts = CONTEXTS if not args.contexts else [tuple(int(v) for v in c.split(":")) for c in args.contexts.split(",")]
@@ -494,9 +509,15 @@ def main():
             wav, lens, texts = batch(train, args.batch, gen, rng, device, long_gaps=args.long_gaps, speed=speed)
             mel = features(wav, lens, filters, args.padding)
             t_out, t_hid = teacher(mel)
+            t_logits = None
             if dec is not None:
+                if args.kl_weight == 0:
+                    # only the exact windows' text is read: the others' may have none
+                    exact = torch.tensor([all(t in exact_texts for t in said) for said in texts],
+                                         dtype=torch.float32, device=device)
+                    texts = [said if e else [] for said, e in zip(texts, exact.tolist())]
                 tok, tmask = token_batch(texts, pack, device)
-                t_logits = dec(tok, t_out)
+                t_logits = dec(tok, t_out) if args.kl_weight > 0 else None
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             s_out, s_hid = student(mel, ctx)
             s_in = s_out
@@ -505,9 +526,15 @@ def main():
                 s_in = fixed_tail(s_out, p_out, lens, ctx[0] + ctx[2], rng)
             s_logits = sdec(tok, s_in) if dec is not None else None
         loss, main_l = loss_fn(s_out.float(), [h.float() for h in s_hid], t_out, t_hid)
-        if dec is not None:
+        if t_logits is not None:
             kl_l = kl(t_logits, s_logits, tmask)
             loss = loss + args.kl_weight * kl_l
+        if args.ce_weight > 0:
+            if args.kl_weight > 0:
+                exact = torch.tensor([all(t in exact_texts for t in said) for said in texts],
+                                     dtype=torch.float32, device=device)
+            ce_l = ce(s_logits, tok, tmask * exact[:, None])
+            loss = loss + args.ce_weight * ce_l
         if head is not None:
             from ctc_head import ctc_loss
             n_frames = ((lens + 319) // 320).clamp(max=s_out.shape[1])
@@ -525,7 +552,9 @@ def main():
         main_l = float(main_l.detach())
         ema = main_l if ema is None else 0.98 * ema + 0.02 * main_l
         if step % 100 == 0:
-            extra = f" kl {float(kl_l.detach()):.4f}" if dec is not None else ""
+            extra = f" kl {float(kl_l.detach()):.4f}" if t_logits is not None else ""
+            extra += f" ce {float(ce_l.detach()):.4f} on {int(exact.sum())}/{len(texts)}" \
+                if args.ce_weight > 0 else ""
             extra += f" ctc {float(ctc_l.detach()):.4f}" if head is not None else ""
             log(f"step {step} ctx {ctx} lr {lr:.2e} loss {float(loss):.4f} main ema {ema:.4f}{extra} "
                 f"{(time.time() - t_train) / (step + 1 - first):.3f} s/step")
