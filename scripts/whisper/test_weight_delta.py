@@ -56,6 +56,12 @@ class WeightDelta(unittest.TestCase):
         np.testing.assert_array_equal(got["bias"], want["bias"])  # stored whole
         np.testing.assert_array_equal(got["same"], want["same"])  # unchanged, not stored
         np.testing.assert_array_equal(got["w"][3], want["w"][3])
+        with open(os.path.join(self.dirs["delta"], wd.DELTA), "rb") as f:
+            stored = wd.read_safetensors(lzma.decompress(f.read()))
+        # values 320..383 (row 3's second half) are a group of their own, all unchanged: scale 0
+        q = np.frombuffer(stored["w.q"][2], np.int8)
+        self.assertTrue(np.all(q[3 * 96:4 * 96] == 0))
+        self.assertEqual(np.frombuffer(stored["w.scale"][2], np.float16)[5], 0)
         d = want["w"] - self.base["w"].astype(np.float16)
         # within half a step of 1/LEVELS of each group's largest change, plus f16's rounding
         step = np.abs(d.reshape(-1, wd.GROUP)).max(1, keepdims=True) / wd.LEVELS
@@ -82,6 +88,23 @@ class WeightDelta(unittest.TestCase):
         folder(self.dirs["base"], dict(self.base, w=np.zeros((96, 96))), {"d_model": 96})
         with self.assertRaisesRegex(wd.DeltaError, "does not fit"):
             wd.apply(self.dirs["base"], self.dirs["delta"], self.dirs["out"])
+
+    def test_a_truncated_base_is_a_typed_error(self):
+        path = os.path.join(self.dirs["base"], "model.safetensors")
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - 100)
+        with self.assertRaisesRegex(wd.DeltaError, "not a whole safetensors file"):
+            wd.apply(self.dirs["base"], self.dirs["delta"], self.dirs["out"])
+
+    def test_the_command_line_says_why_in_one_line(self):
+        import subprocess
+        import sys
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weight_delta.py")
+        r = subprocess.run([sys.executable, script, "apply", self.dirs["base"], os.path.join(self.tmp.name, "none"),
+                            self.dirs["out"]], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("delta.json", r.stderr)
 
     def test_a_damaged_delta_is_a_typed_error(self):
         with open(os.path.join(self.dirs["delta"], wd.DELTA), "r+b") as f:

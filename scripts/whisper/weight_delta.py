@@ -44,13 +44,34 @@ class DeltaError(Exception):
     pass
 
 
+ITEM = {"F16": 2, "BF16": 2, "F32": 4, "I8": 1, "U8": 1, "I32": 4, "I64": 8}
+
+
 def read_safetensors(blob):
+    """name -> (dtype, shape, bytes); DeltaError unless every tensor's bytes
+    are there and of its dtype and shape."""
+    if len(blob) < 8:
+        raise DeltaError("shorter than a safetensors header")
     n = struct.unpack("<Q", blob[:8])[0]
-    head = json.loads(blob[8:8 + n])
+    try:
+        head = json.loads(blob[8:8 + n])
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DeltaError(f"a damaged header ({e})") from None
+    if not isinstance(head, dict):
+        raise DeltaError("a damaged header (not a table of tensors)")
     head.pop("__metadata__", None)
     body = memoryview(blob)[8 + n:]
-    return {k: (v["dtype"], v["shape"], bytes(body[v["data_offsets"][0]:v["data_offsets"][1]]))
-            for k, v in head.items()}
+    out = {}
+    for k, v in head.items():
+        try:
+            dt, shape, (a, b) = v["dtype"], list(v["shape"]), v["data_offsets"]
+            size = ITEM[dt] * numel(shape)
+        except (KeyError, TypeError, ValueError):
+            raise DeltaError(f"{k}: a damaged header entry") from None
+        if not 0 <= a <= b <= len(body) or b - a != size:
+            raise DeltaError(f"{k}: its bytes are missing or not {dt} {shape}")
+        out[k] = (dt, shape, bytes(body[a:b]))
+    return out
 
 
 def safetensors_bytes(tensors):
@@ -69,13 +90,20 @@ def load(path):
     try:
         with open(path, "rb") as f:
             return read_safetensors(f.read())
-    except (OSError, ValueError, KeyError, struct.error) as e:
-        raise DeltaError(f"{path}: not a readable safetensors file ({e})") from None
+    except OSError as e:
+        raise DeltaError(f"{path}: {e.strerror}") from None
+    except DeltaError as e:
+        raise DeltaError(f"{path}: not a whole safetensors file: {e}") from None
 
 
 def read_json(path):
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        raise DeltaError(f"{path}: {e.strerror}") from None
+    except ValueError as e:
+        raise DeltaError(f"{path}: not JSON ({e})") from None
 
 
 def numel(shape):
@@ -110,8 +138,11 @@ def read_meta(delta_dir):
         meta = read_json(path)
     except (OSError, ValueError) as e:
         raise DeltaError(f"{path}: {e}") from None
-    if meta.get("format") != FORMAT:
-        raise DeltaError(f"{path}: format {meta.get('format')}, this script reads {FORMAT}")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise DeltaError(f"{path}: not a delta of format {FORMAT}")
+    if not (isinstance(meta.get("base"), str) and isinstance(meta.get("config"), dict)
+            and isinstance(meta.get("model_sha256"), str)):
+        raise DeltaError(f"{path}: needs `base`, `config` and `model_sha256`")
     return meta
 
 
@@ -121,7 +152,11 @@ def rebuilt(base_dir, delta_dir):
     try:
         with open(path, "rb") as f:
             delta = read_safetensors(lzma.decompress(f.read()))
-    except (OSError, lzma.LZMAError, ValueError, KeyError, struct.error) as e:
+    except OSError as e:
+        raise DeltaError(f"{path}: {e.strerror}") from None
+    except lzma.LZMAError as e:
+        raise DeltaError(f"{path}: damaged ({e})") from None
+    except DeltaError as e:
         raise DeltaError(f"{path}: {e}") from None
     model = load(os.path.join(base_dir, "model.safetensors"))
     done = set()
@@ -132,8 +167,8 @@ def rebuilt(base_dir, delta_dir):
                 raise DeltaError(f"the delta changes {name}, which {base_dir} does not have")
             dt, shape, b = model[name]
             groups = numel(shape) // GROUP
-            if not quantizable(dt, shape) or list(delta[k][1]) != [groups, GROUP] \
-                    or list(delta[name + ".scale"][1]) != [groups, 1]:
+            if not quantizable(dt, shape) or delta[k][:2] != ("I8", [groups, GROUP]) \
+                    or delta[name + ".scale"][:2] != ("F16", [groups, 1]):
                 raise DeltaError(f"{name}: the delta's shape does not fit {base_dir}'s {dt} {shape}")
             model[name] = (dt, shape, rebuild(b, delta[k][2], delta[name + ".scale"][2]))
             done |= {k, name + ".scale"}
@@ -152,9 +187,21 @@ def apply(base_dir, delta_dir, out_dir):
         raise DeltaError(f"the rebuilt weights do not match the ones the delta was made from "
                          f"(sha256 {got[:12]}, want {meta['model_sha256'][:12]}): is {base_dir} "
                          f"the {meta.get('base')} it was made against?")
-    os.makedirs(out_dir, exist_ok=True)
     cfg = read_json(os.path.join(base_dir, "config.json"))
     cfg.update(meta["config"])
+    try:
+        write_folder(base_dir, out_dir, cfg, blob)
+    except OSError as e:
+        raise DeltaError(f"{out_dir}: {e.strerror} ({e.filename})") from None
+
+
+def write_folder(base_dir, out_dir, cfg, blob):
+    os.makedirs(out_dir, exist_ok=True)
+    # a folder is whole once model.safetensors is there: an older one goes
+    # first, so that an interrupted run leaves no new config beside old weights
+    target = os.path.join(out_dir, "model.safetensors")
+    if os.path.exists(target):
+        os.remove(target)
     for f in os.listdir(base_dir):
         if f not in ("model.safetensors", "config.json") and os.path.isfile(os.path.join(base_dir, f)):
             shutil.copy(os.path.join(base_dir, f), out_dir)
@@ -164,7 +211,7 @@ def apply(base_dir, delta_dir, out_dir):
     tmp = os.path.join(out_dir, "model.safetensors.partial")
     with open(tmp, "wb") as f:
         f.write(blob)
-    os.replace(tmp, os.path.join(out_dir, "model.safetensors"))
+    os.replace(tmp, target)
 
 
 def make(base_dir, model_dir, out_dir, base_name):
@@ -187,6 +234,8 @@ def make(base_dir, model_dir, out_dir, base_name):
         want = np.frombuffer(b, np.float16).astype(np.float64).reshape(-1, GROUP)
         have = np.frombuffer(base[k][2], np.float16).astype(np.float64).reshape(-1, GROUP)
         d = want - have
+        if not np.isfinite(d).all():
+            raise DeltaError(f"{k}: not finite in {model_dir} or {base_dir}")
         scale = (np.abs(d).max(1, keepdims=True) / LEVELS).astype(np.float16)
         s = scale.astype(np.float64)
         q = np.round(np.divide(d, s, out=np.zeros_like(d), where=s > 0)).clip(-LEVELS, LEVELS)
@@ -208,7 +257,10 @@ def make(base_dir, model_dir, out_dir, base_name):
     keys = [k for k in sorted(model) if model[k][0] == "F16" and model[k][2] != base[k][2]]
     got = np.frombuffer(b"".join(new[k][2] for k in keys), np.float16).astype(np.float64)
     want = np.frombuffer(b"".join(model[k][2] for k in keys), np.float16).astype(np.float64)
-    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+    # f16 rounding alone is ~3e-4: an error this large means a broken delta
+    if not err < 1e-2:
+        raise DeltaError(f"the rebuilt tensors are {err:.2e} (relative) from {model_dir}'s: not kept")
     print(f"{len(delta)} entries, {os.path.getsize(os.path.join(out_dir, DELTA)) / 1e6:.1f} MB; "
           f"config keys {sorted(changed)}; the changed tensors rebuilt within {err:.2e} (relative) of {model_dir}'s",
           file=sys.stderr)
@@ -225,3 +277,5 @@ if __name__ == "__main__":
             sys.exit(__doc__)
     except DeltaError as e:
         sys.exit(f"weight_delta.py: {e}")
+    except OSError as e:
+        sys.exit(f"weight_delta.py: {e.filename}: {e.strerror}")

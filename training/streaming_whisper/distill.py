@@ -397,6 +397,8 @@ def main():
         log(f"decoder: {len(pack['vocab'])} tokens, KL weight {args.kl_weight}, CE weight {args.ce_weight}")
     if args.ce_weight > 0 and dec is None:
         sys.exit("--ce-weight needs --decoder")
+    if args.ce_weight < 0 or args.kl_weight < 0:
+        sys.exit("--ce-weight and --kl-weight must not be negative")
     if args.train_cross and dec is None:
         sys.exit("--train-cross needs --decoder")
     if args.tail and dec is None:
@@ -511,12 +513,11 @@ def main():
             t_out, t_hid = teacher(mel)
             t_logits = None
             if dec is not None:
-                if args.kl_weight == 0:
-                    # only the exact windows' text is read: the others' may have none
-                    exact = torch.tensor([all(t in exact_texts for t in said) for said in texts],
-                                         dtype=torch.float32, device=device)
-                    texts = [said if e else [] for said, e in zip(texts, exact.tolist())]
-                tok, tmask = token_batch(texts, pack, device)
+                exact = torch.tensor([all(t in exact_texts for t in said) for said in texts],
+                                     dtype=torch.float32, device=device)
+                # without the KL only the exact windows' text is read: the others' may have none
+                read = texts if args.kl_weight > 0 else [s if e else [] for s, e in zip(texts, exact.tolist())]
+                tok, tmask = token_batch(read, pack, device)
                 t_logits = dec(tok, t_out) if args.kl_weight > 0 else None
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             s_out, s_hid = student(mel, ctx)
@@ -530,9 +531,6 @@ def main():
             kl_l = kl(t_logits, s_logits, tmask)
             loss = loss + args.kl_weight * kl_l
         if args.ce_weight > 0:
-            if args.kl_weight > 0:
-                exact = torch.tensor([all(t in exact_texts for t in said) for said in texts],
-                                     dtype=torch.float32, device=device)
             ce_l = ce(s_logits, tok, tmask * exact[:, None])
             loss = loss + args.ce_weight * ce_l
         if head is not None:
