@@ -89,7 +89,15 @@ fn the_student_transcribes_a_person_reading() {
 #[test]
 fn live_the_students_final_line_is_what_was_said() {
     let (code, out, err) = pulsed(&[
-        "mic", "--model", MODEL, "--language", "en", "--input", &clip(), "--format", "jsonl",
+        "mic",
+        "--model",
+        MODEL,
+        "--language",
+        "en",
+        "--input",
+        &clip(),
+        "--format",
+        "jsonl",
     ]);
     assert_eq!(code, 0, "{err}");
     let finals: Vec<String> = out

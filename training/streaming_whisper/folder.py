@@ -28,33 +28,17 @@ import glob
 import json
 import os
 import shutil
-import struct
 import sys
 
 
-def read(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        head = json.loads(f.read(n))
-        body = f.read()
-    head.pop("__metadata__", None)
-    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in head.items()}
+# the safetensors reader and writer of the fetch path (standard library only)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "whisper"))
+from weight_delta import load as read, safetensors_bytes  # noqa: E402
 
 
 def write(path, tensors):
-    head, off, parts = {}, 0, []
-    for k in sorted(tensors):
-        dt, shape, b = tensors[k]
-        head[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
-        parts.append(b)
-        off += len(b)
-    h = json.dumps(head, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in parts:
-            f.write(b)
+        f.write(safetensors_bytes(tensors))
 
 
 def pieces(tensors, limit, nbytes=lambda v: len(v[2])):
