@@ -9,8 +9,10 @@ bash scripts/fetch_silero.sh
 # parity and CLI tests
 bash scripts/fetch_whisper.sh whisper-tiny.en
 # The streaming student users fetch (whisper-base and the delta committed in
-# models/whisper-base-streaming-640ms), for tests/whisper_student.rs
+# models/whisper-base-streaming-640ms; the 320 ms variant shares its
+# weights), for tests/whisper_student.rs
 bash scripts/fetch_whisper.sh whisper-base-streaming-640ms
+bash scripts/fetch_whisper.sh whisper-base-streaming-320ms
 # weight_delta.py's own tests (its `make` side needs numpy: from PyPI into
 # the ignored third_party/pylib where python3 has none)
 if ! python3 -c 'import numpy' 2>/dev/null; then

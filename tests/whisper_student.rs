@@ -2,8 +2,9 @@
 //! (`bash scripts/fetch_whisper.sh whisper-base-streaming-640ms`: whisper-base
 //! and the delta committed in `models/`, rebuilt and checked against its
 //! checksum), run as a user runs it: its encoder streams exactly at
-//! 632.5 ms, and it transcribes a person reading, offline and live.
-//! `scripts/test.sh` fetches it.
+//! 632.5 ms, and it transcribes a person reading, offline and live; the
+//! same weights at 312.5 ms are `whisper-base-streaming-320ms`.
+//! `scripts/test.sh` fetches both.
 
 mod common;
 
@@ -18,13 +19,14 @@ use pulsed::whisper::{graphs, streaming, WhisperModel};
 use serde_json::Value;
 
 const MODEL: &str = "whisper-base-streaming-640ms";
+const MODEL_320: &str = "whisper-base-streaming-320ms";
 const CLIP: &str = "fixtures/whisper/librivox_dev00.wav";
 /// The clip's human transcript (`fixtures/whisper/README.md`).
 const SAID: &str = "he was not an ill disposed young man";
 
-fn model() -> WhisperModel {
-    WhisperModel::open(MODEL).unwrap_or_else(|e| {
-        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh {MODEL})")
+fn model(name: &str) -> WhisperModel {
+    WhisperModel::open(name).unwrap_or_else(|e| {
+        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh {name})")
     })
 }
 
@@ -43,7 +45,7 @@ fn word_errors(reference: &str, hypothesis: &str) -> usize {
 
 #[test]
 fn the_student_streams_in_chunks_of_320_ms_with_280_ms_of_look_ahead() {
-    let m = model();
+    let m = model(MODEL);
     let ctx = streaming::context(&m.config).unwrap();
     assert_eq!((ctx.chunk, ctx.right, ctx.right_copies), (16, 14, true));
     let p = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
@@ -58,7 +60,7 @@ fn the_student_streams_in_chunks_of_320_ms_with_280_ms_of_look_ahead() {
 /// features, pulse by pulse, within float rounding of the stream graph.
 #[test]
 fn the_students_pulsed_encoder_gives_its_stream_graphs_frames() {
-    let m = model();
+    let m = model(MODEL);
     let n_mels = m.config.num_mel_bins;
     let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000)
         .unwrap()
@@ -81,9 +83,32 @@ fn the_students_pulsed_encoder_gives_its_stream_graphs_frames() {
 
 #[test]
 fn the_student_transcribes_a_person_reading() {
-    let (code, out, err) = pulsed(&["transcribe", "--model", MODEL, "--language", "en", &clip()]);
-    assert_eq!(code, 0, "{err}");
-    assert!(word_errors(SAID, &out) <= 1, "{out:?}");
+    for name in [MODEL, MODEL_320] {
+        let (code, out, err) =
+            pulsed(&["transcribe", "--model", name, "--language", "en", &clip()]);
+        assert_eq!(code, 0, "{err}");
+        assert!(word_errors(SAID, &out) <= 1, "{name}: {out:?}");
+    }
+}
+
+/// The 320 ms variant is the same weights (one delta, two configs) at
+/// chunks of 160 ms with 120 ms of look-ahead.
+#[test]
+fn the_320_ms_variant_streams_the_same_weights_in_chunks_of_160_ms() {
+    let (m, m640) = (model(MODEL_320), model(MODEL));
+    let ctx = streaming::context(&m.config).unwrap();
+    assert_eq!((ctx.chunk, ctx.right, ctx.right_copies), (8, 6, true));
+    let name = "model.encoder.layers.3.fc1.weight";
+    assert_eq!(
+        m.f32_weights.tensor(name).unwrap().to_f32_vec(),
+        m640.f32_weights.tensor(name).unwrap().to_f32_vec()
+    );
+    let p = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
+    assert_eq!(p.input_stream().unwrap().pulse, 16);
+    let out = p.output_stream(0).unwrap();
+    assert_eq!(out.pulse, 8);
+    assert!(out.delay <= 8 + 6 + 2, "delay {}", out.delay);
+    p.check_facts().unwrap();
 }
 
 #[test]

@@ -77,6 +77,20 @@ class WeightDelta(unittest.TestCase):
             stored = wd.read_safetensors(lzma.decompress(f.read()))
         self.assertEqual(sorted(stored), ["bias", "w.q", "w.scale"])
 
+    def test_a_second_config_shares_the_weights(self):
+        other = os.path.join(self.tmp.name, "other")
+        os.makedirs(other)
+        meta = wd.read_json(os.path.join(self.dirs["delta"], wd.META))
+        meta["weights"] = os.path.join("..", "delta", wd.DELTA)
+        meta["config"] = {"pulsed_encoder_context": {"chunk": 8}}
+        with open(os.path.join(other, wd.META), "w") as f:
+            json.dump(meta, f)
+        wd.apply(self.dirs["base"], other, self.dirs["out"])
+        got, want = tensors(self.dirs["out"]), tensors(self.dirs["model"])
+        self.assertLess(np.abs(got["w"] - want["w"]).max(), 1e-3)
+        cfg = wd.read_json(os.path.join(self.dirs["out"], "config.json"))
+        self.assertEqual(cfg["pulsed_encoder_context"], {"chunk": 8})
+
     def test_refuses_another_base(self):
         other = dict(self.base, same=self.base["same"] + 1e-2)
         folder(self.dirs["base"], other, {"d_model": 96})

@@ -14,6 +14,10 @@ to 16.7 MB (whisper-base-streaming-640ms).
       sha256 that `make` recorded (standard library only: the fetch path
       needs nothing installed)
 
+delta.json may name the weights of another model's delta ("weights":
+"../NAME/delta.safetensors.xz"): the same weights with another config (an
+operating point of one student), committed once.
+
 Format: per changed tensor NAME of float16 with a multiple of GROUP
 elements (and at least GROUP * GROUP), `NAME.q` (int8, [n/GROUP, GROUP], levels -LEVELS..LEVELS) and
 `NAME.scale` (float16, [n/GROUP, 1]); the rebuilt value is
@@ -141,14 +145,15 @@ def read_meta(delta_dir):
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise DeltaError(f"{path}: not a delta of format {FORMAT}")
     if not (isinstance(meta.get("base"), str) and isinstance(meta.get("config"), dict)
-            and isinstance(meta.get("model_sha256"), str)):
+            and isinstance(meta.get("model_sha256"), str) and isinstance(meta.get("weights", DELTA), str)):
         raise DeltaError(f"{path}: needs `base`, `config` and `model_sha256`")
     return meta
 
 
-def rebuilt(base_dir, delta_dir):
-    """The bytes of the model.safetensors that base + delta make."""
-    path = os.path.join(delta_dir, DELTA)
+def rebuilt(base_dir, delta_dir, weights=DELTA):
+    """The bytes of the model.safetensors that base + delta make (`weights`:
+    the delta's file, relative to `delta_dir`)."""
+    path = os.path.join(delta_dir, weights)
     try:
         with open(path, "rb") as f:
             delta = read_safetensors(lzma.decompress(f.read()))
@@ -181,7 +186,7 @@ def rebuilt(base_dir, delta_dir):
 
 def apply(base_dir, delta_dir, out_dir):
     meta = read_meta(delta_dir)
-    blob = rebuilt(base_dir, delta_dir)
+    blob = rebuilt(base_dir, delta_dir, meta.get("weights", DELTA))
     got = hashlib.sha256(blob).hexdigest()
     if got != meta["model_sha256"]:
         raise DeltaError(f"the rebuilt weights do not match the ones the delta was made from "
