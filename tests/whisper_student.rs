@@ -43,17 +43,25 @@ fn word_errors(reference: &str, hypothesis: &str) -> usize {
     e.word_edits
 }
 
+/// `m`'s encoder streams in chunks of `chunk` frames, every layer looking
+/// `right` frames ahead through copies, and waits no more than that.
+fn assert_streams(m: &WhisperModel, chunk: usize, right: usize) {
+    let ctx = streaming::context(&m.config).unwrap();
+    assert_eq!(
+        (ctx.chunk, ctx.right, ctx.right_copies),
+        (chunk, right, true)
+    );
+    let p = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
+    assert_eq!(p.input_stream().unwrap().pulse, 2 * chunk);
+    let out = p.output_stream(0).unwrap();
+    assert_eq!(out.pulse, chunk);
+    assert!(out.delay <= chunk + right + 2, "delay {}", out.delay);
+    p.check_facts().unwrap();
+}
+
 #[test]
 fn the_student_streams_in_chunks_of_320_ms_with_280_ms_of_look_ahead() {
-    let m = model(MODEL);
-    let ctx = streaming::context(&m.config).unwrap();
-    assert_eq!((ctx.chunk, ctx.right, ctx.right_copies), (16, 14, true));
-    let p = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
-    assert_eq!(p.input_stream().unwrap().pulse, 32);
-    let out = p.output_stream(0).unwrap();
-    assert_eq!(out.pulse, 16);
-    assert!(out.delay <= 16 + 14 + 2, "delay {}", out.delay);
-    p.check_facts().unwrap();
+    assert_streams(&model(MODEL), 16, 14);
 }
 
 /// The trained weights, not only the mask, stream exactly: on the clip's
@@ -96,19 +104,12 @@ fn the_student_transcribes_a_person_reading() {
 #[test]
 fn the_320_ms_variant_streams_the_same_weights_in_chunks_of_160_ms() {
     let (m, m640) = (model(MODEL_320), model(MODEL));
-    let ctx = streaming::context(&m.config).unwrap();
-    assert_eq!((ctx.chunk, ctx.right, ctx.right_copies), (8, 6, true));
     let name = "model.encoder.layers.3.fc1.weight";
     assert_eq!(
         m.f32_weights.tensor(name).unwrap().to_f32_vec(),
         m640.f32_weights.tensor(name).unwrap().to_f32_vec()
     );
-    let p = streaming::pulsed_encoder(&m.config, &m.f32_weights).unwrap();
-    assert_eq!(p.input_stream().unwrap().pulse, 16);
-    let out = p.output_stream(0).unwrap();
-    assert_eq!(out.pulse, 8);
-    assert!(out.delay <= 8 + 6 + 2, "delay {}", out.delay);
-    p.check_facts().unwrap();
+    assert_streams(&m, 8, 6);
 }
 
 #[test]
