@@ -91,6 +91,20 @@ class WeightDelta(unittest.TestCase):
         cfg = wd.read_json(os.path.join(self.dirs["out"], "config.json"))
         self.assertEqual(cfg["pulsed_encoder_context"], {"chunk": 8})
 
+    def test_a_key_the_model_drops_stays_dropped(self):
+        folder(self.dirs["base"], self.base, {"d_model": 96, "suppress_tokens": [1, 2]})
+        wd.make(self.dirs["base"], self.dirs["model"], self.dirs["delta"], "tiny-base")
+        meta = wd.read_json(os.path.join(self.dirs["delta"], wd.META))
+        self.assertEqual(meta["config_removed"], ["suppress_tokens"])
+        wd.apply(self.dirs["base"], self.dirs["delta"], self.dirs["out"])
+        cfg = wd.read_json(os.path.join(self.dirs["out"], "config.json"))
+        self.assertEqual(cfg, {"d_model": 96, "pulsed_encoder_context": {"chunk": 16}})
+        meta["config_removed"] = "suppress_tokens"
+        with open(os.path.join(self.dirs["delta"], wd.META), "w") as f:
+            json.dump(meta, f)
+        with self.assertRaises(wd.DeltaError):
+            wd.apply(self.dirs["base"], self.dirs["delta"], self.dirs["out"])
+
     def test_refuses_another_base(self):
         other = dict(self.base, same=self.base["same"] + 1e-2)
         folder(self.dirs["base"], other, {"d_model": 96})

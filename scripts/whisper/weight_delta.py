@@ -8,7 +8,7 @@ to 16.7 MB (whisper-base-streaming-640ms).
   python3 weight_delta.py make BASE_DIR MODEL_DIR OUT_DIR BASE_NAME
       OUT_DIR/delta.safetensors.xz + OUT_DIR/delta.json: every tensor of
       MODEL_DIR/model.safetensors that differs from BASE_DIR's, and the
-      config.json keys that differ (needs numpy)
+      config.json keys that differ or that the model drops (needs numpy)
   python3 weight_delta.py apply BASE_DIR DELTA_DIR OUT_DIR
       OUT_DIR: BASE_DIR's folder with the delta applied, checked against the
       sha256 that `make` recorded (standard library only: the fetch path
@@ -140,9 +140,12 @@ def read_meta(delta_dir):
     meta = read_json(path)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise DeltaError(f"{path}: not a delta of format {FORMAT}")
+    removed = meta.get("config_removed", [])
     if not (isinstance(meta.get("base"), str) and isinstance(meta.get("config"), dict)
-            and isinstance(meta.get("model_sha256"), str) and isinstance(meta.get("weights", DELTA), str)):
-        raise DeltaError(f"{path}: needs `base`, `config` and `model_sha256`")
+            and isinstance(meta.get("model_sha256"), str) and isinstance(meta.get("weights", DELTA), str)
+            and isinstance(removed, list) and all(isinstance(k, str) for k in removed)):
+        raise DeltaError(f"{path}: needs `base`, `config` and `model_sha256`"
+                         " (and `config_removed`, where given, a list of keys)")
     return meta
 
 
@@ -189,6 +192,8 @@ def apply(base_dir, delta_dir, out_dir):
                          f"(sha256 {got[:12]}, want {meta['model_sha256'][:12]}): is {base_dir} "
                          f"the {meta.get('base')} it was made against?")
     cfg = read_json(os.path.join(base_dir, "config.json"))
+    for k in meta.get("config_removed", []):
+        cfg.pop(k, None)
     cfg.update(meta["config"])
     try:
         write_folder(base_dir, out_dir, cfg, blob)
@@ -245,6 +250,7 @@ def make(base_dir, model_dir, out_dir, base_name):
     cfg_base = read_json(os.path.join(base_dir, "config.json"))
     cfg = read_json(os.path.join(model_dir, "config.json"))
     changed = {k: v for k, v in cfg.items() if cfg_base.get(k) != v}
+    removed = sorted(k for k in cfg_base if k not in cfg)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, DELTA), "wb") as f:
         f.write(lzma.compress(safetensors_bytes(delta), preset=9 | lzma.PRESET_EXTREME))
@@ -260,11 +266,13 @@ def make(base_dir, model_dir, out_dir, base_name):
     # delta.json last: a delta without it is not one apply reads
     meta = {"format": FORMAT, "base": base_name, "config": changed,
             "model_sha256": hashlib.sha256(blob).hexdigest()}
+    if removed:
+        meta["config_removed"] = removed
     with open(os.path.join(out_dir, META), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
     print(f"{len(delta)} entries, {os.path.getsize(os.path.join(out_dir, DELTA)) / 1e6:.1f} MB; "
-          f"config keys {sorted(changed)}; the changed tensors rebuilt within {err:.2e} (relative) of {model_dir}'s",
+          f"config keys {sorted(changed)}, dropped {removed}; the changed tensors rebuilt within {err:.2e} (relative) of {model_dir}'s",
           file=sys.stderr)
 
 

@@ -13,6 +13,7 @@ mod mic;
 mod source;
 mod whisper;
 mod whisper_buffer;
+mod whisper_filter;
 mod whisper_options;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use super::agreement::LocalAgreement;
 use super::whisper_buffer::{cut_point, prompt_text, text_of, trimmed, Cut};
+use super::whisper_filter::spoken;
 use super::whisper_options::WhisperLiveOptions;
 use super::LiveEvent;
 use crate::decode::Word;
@@ -39,9 +40,6 @@ use crate::whisper::graphs::HOP;
 use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::Result;
 
-/// A segment Whisper itself thinks is silence is left out of a hypothesis
-/// (whisper_streaming's cut-off).
-const NO_SPEECH_CUTOFF: f64 = 0.9;
 /// Committed words kept for the prompt.
 const HISTORY_WORDS: usize = 100;
 /// The most tokens a streamed partial decoding gives: this many, plus this
@@ -433,13 +431,7 @@ impl WhisperLive {
         )?;
         let mut words = Vec::new();
         let mut ends = Vec::new();
-        // a too repetitive segment (a decoding loop, which the fallback to
-        // sampling would have retried) is left out: the next step tries again
-        let repetitive = |r: f64| opts.compression_ratio_threshold.is_some_and(|t| r > t);
-        for s in segments
-            .iter()
-            .filter(|s| s.no_speech_prob <= NO_SPEECH_CUTOFF && !repetitive(s.compression_ratio))
-        {
+        for s in spoken(&segments, &opts) {
             ends.push(s.end + offset);
             // each word keeps its leading space (none after a hyphen)
             let said = s

@@ -1,0 +1,101 @@
+//! Which segments of a live decoding count as speech: Whisper's own
+//! no-speech and repetition signals, weighed against the VAD, which has
+//! already said that the buffer holds speech.
+
+use crate::whisper::decode::{DecodeOptions, Segment};
+
+/// A segment Whisper itself thinks is silence is left out of a hypothesis
+/// (whisper_streaming's cut-off).
+const NO_SPEECH_CUTOFF: f64 = 0.9;
+
+/// The segments of one decoding of the buffer that go into the hypothesis.
+///
+/// A too repetitive segment (a decoding loop, which the fallback to
+/// sampling would have retried) is left out: the next step tries again. A
+/// segment over [`NO_SPEECH_CUTOFF`] is left out too, but for a decoding
+/// whose every segment is over it: the VAD heard speech in the buffer, so
+/// its likely segments (Whisper's own rule: above `log_prob_threshold`)
+/// are kept. A distilled student's no-speech probability runs high on the
+/// whole of an utterance after a long pause (realdev's dev03: 0.93-0.95 on
+/// a clear sentence decoded at -0.3 a token), while on a decoding's tail
+/// after the speech a high one marks the words it makes up there.
+pub(super) fn spoken<'a>(segments: &'a [Segment], opts: &DecodeOptions) -> Vec<&'a Segment> {
+    let repetitive = |s: &Segment| {
+        opts.compression_ratio_threshold
+            .is_some_and(|t| s.compression_ratio > t)
+    };
+    let candidates = segments.iter().filter(|s| !repetitive(s));
+    let heard: Vec<&Segment> = candidates
+        .clone()
+        .filter(|s| s.no_speech_prob <= NO_SPEECH_CUTOFF)
+        .collect();
+    if !heard.is_empty() {
+        return heard;
+    }
+    let likely = |s: &Segment| opts.log_prob_threshold.is_some_and(|t| s.avg_logprob > t);
+    candidates.filter(|s| likely(s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spoken;
+    use crate::whisper::decode::{DecodeOptions, Segment};
+
+    fn segment(
+        id: usize,
+        no_speech_prob: f64,
+        avg_logprob: f64,
+        compression_ratio: f64,
+    ) -> Segment {
+        Segment {
+            id,
+            seek: 0,
+            start: 0.0,
+            end: 1.0,
+            text: format!("segment {id}"),
+            tokens: Vec::new(),
+            avg_logprob,
+            compression_ratio,
+            no_speech_prob,
+            temperature: 0.0,
+            words: None,
+        }
+    }
+
+    fn ids(segments: &[Segment], opts: &DecodeOptions) -> Vec<usize> {
+        spoken(segments, opts).iter().map(|s| s.id).collect()
+    }
+
+    #[test]
+    fn a_silent_tail_after_speech_is_left_out() {
+        let opts = DecodeOptions::default();
+        // dev09's last line: a sentence, then "No. No. No." past the speech
+        let s = [segment(1, 0.85, -0.2, 0.8), segment(2, 0.92, -0.8, 1.9)];
+        assert_eq!(ids(&s, &opts), vec![1]);
+    }
+
+    #[test]
+    fn an_utterance_heard_as_silence_throughout_keeps_its_likely_segments() {
+        let opts = DecodeOptions::default();
+        let s = [segment(1, 0.93, -0.3, 0.9), segment(2, 0.95, -1.6, 1.0)];
+        assert_eq!(ids(&s, &opts), vec![1]);
+        // without a log-probability threshold nothing vouches for them
+        let strict = DecodeOptions {
+            log_prob_threshold: None,
+            ..opts
+        };
+        assert!(ids(&s, &strict).is_empty());
+    }
+
+    #[test]
+    fn repetitive_segments_never_count() {
+        let opts = DecodeOptions::default();
+        let s = [segment(1, 0.1, -0.1, 3.0), segment(2, 0.95, -0.1, 4.0)];
+        assert!(ids(&s, &opts).is_empty());
+        let lenient = DecodeOptions {
+            compression_ratio_threshold: None,
+            ..opts
+        };
+        assert_eq!(ids(&s, &lenient), vec![1]);
+    }
+}
