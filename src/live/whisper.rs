@@ -431,7 +431,7 @@ impl WhisperLive {
         )?;
         let mut words = Vec::new();
         let mut ends = Vec::new();
-        for s in spoken(&segments, &opts) {
+        for s in spoken(&segments, &opts, self.vad.is_some()) {
             ends.push(s.end + offset);
             // each word keeps its leading space (none after a hyphen)
             let said = s

@@ -13,13 +13,18 @@ const NO_SPEECH_CUTOFF: f64 = 0.9;
 /// A too repetitive segment (a decoding loop, which the fallback to
 /// sampling would have retried) is left out: the next step tries again. A
 /// segment over [`NO_SPEECH_CUTOFF`] is left out too, but for a decoding
-/// whose every segment is over it: the VAD heard speech in the buffer, so
-/// its likely segments (Whisper's own rule: above `log_prob_threshold`)
-/// are kept. A distilled student's no-speech probability runs high on the
+/// whose every segment is over it where a VAD has cut the utterance
+/// (`vad_heard_speech`): the VAD heard speech in the buffer, so its likely
+/// segments (Whisper's own rule: above `log_prob_threshold`) are kept.
+/// Without a VAD nothing but Whisper says the buffer holds speech. A distilled student's no-speech probability runs high on the
 /// whole of an utterance after a long pause (realdev's dev03: 0.93-0.95 on
 /// a clear sentence decoded at -0.3 a token), while on a decoding's tail
 /// after the speech a high one marks the words it makes up there.
-pub(super) fn spoken<'a>(segments: &'a [Segment], opts: &DecodeOptions) -> Vec<&'a Segment> {
+pub(super) fn spoken<'a>(
+    segments: &'a [Segment],
+    opts: &DecodeOptions,
+    vad_heard_speech: bool,
+) -> Vec<&'a Segment> {
     let repetitive = |s: &Segment| {
         opts.compression_ratio_threshold
             .is_some_and(|t| s.compression_ratio > t)
@@ -29,7 +34,7 @@ pub(super) fn spoken<'a>(segments: &'a [Segment], opts: &DecodeOptions) -> Vec<&
         .clone()
         .filter(|s| s.no_speech_prob <= NO_SPEECH_CUTOFF)
         .collect();
-    if !heard.is_empty() {
+    if !heard.is_empty() || !vad_heard_speech {
         return heard;
     }
     let likely = |s: &Segment| opts.log_prob_threshold.is_some_and(|t| s.avg_logprob > t);
@@ -63,7 +68,7 @@ mod tests {
     }
 
     fn ids(segments: &[Segment], opts: &DecodeOptions) -> Vec<usize> {
-        spoken(segments, opts).iter().map(|s| s.id).collect()
+        spoken(segments, opts, true).iter().map(|s| s.id).collect()
     }
 
     #[test]
@@ -82,9 +87,11 @@ mod tests {
         // without a log-probability threshold nothing vouches for them
         let strict = DecodeOptions {
             log_prob_threshold: None,
-            ..opts
+            ..opts.clone()
         };
         assert!(ids(&s, &strict).is_empty());
+        // nor, without a VAD, anything but Whisper itself
+        assert!(spoken(&s, &opts, false).is_empty());
     }
 
     #[test]
