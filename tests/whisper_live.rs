@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use common::whisper::{chunked_live, chunked_live_run};
+use common::whisper::{chunked_live, chunked_live_run, chunked_model};
 use common::{pulsed, temp_dir};
 use pulsed::asr::metrics::{normalize, ErrorCounts};
 use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
@@ -504,4 +504,18 @@ fn partial_decodings_are_greedy_where_a_second_pass_makes_the_final_line() {
     );
     let tiny = WhisperLive::open("whisper-tiny.en", None, WhisperLiveOptions::default()).unwrap();
     assert!(!tiny.greedy_partials());
+}
+
+/// The buffer grows a step past its maximum before it is cut, so a maximum
+/// the streamed encoder's window could hold only without that step is
+/// refused when the policy is made, not by an error mid-stream.
+#[test]
+fn a_buffer_the_streamed_encoder_cannot_hold_is_refused_up_front() {
+    let m = chunked_model();
+    let with_max = |max_s: f64| WhisperLiveOptions::default().with_trim(max_s);
+    assert!(WhisperLive::new(&m, None, with_max(20.0)).is_ok());
+    match WhisperLive::new(&m, None, with_max(29.5)) {
+        Ok(_) => panic!("a 29.5 s buffer and a 1 s step fit a 30 s window"),
+        Err(e) => assert!(e.to_string().contains("a step can too"), "{e}"),
+    }
 }

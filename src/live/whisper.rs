@@ -125,12 +125,14 @@ impl WhisperLive {
         let encoder = if o.streams_encoder(model) {
             let padding = o.decode.padding.unwrap_or(net.window_padding());
             let stream = EncoderStream::new(model, padding, &o.engine)?;
-            // a stream holds one window, less its last look-ahead
+            // a stream holds one window, less its last look-ahead; the buffer
+            // grows a step past its maximum before it is cut
             let holds = stream.capacity() as f64 / SAMPLE_RATE as f64;
-            if o.max_buffer_s > holds {
+            if o.max_buffer_s + o.step_s > holds {
                 return Err(crate::Error::Other(format!(
-                    "live Whisper: a streamed encoder holds {holds:.2} s, so the buffer can too (max buffer {} s)",
-                    o.max_buffer_s
+                    "live Whisper: a streamed encoder holds {holds:.2} s, so the buffer \
+                     and a step can too (max buffer {} s, step {} s)",
+                    o.max_buffer_s, o.step_s
                 )));
             }
             Some((stream, 0))
@@ -303,9 +305,11 @@ impl WhisperLive {
         match last {
             Some(h) if second_pass && !h.is_empty() => self.replace_buffered(h),
             // the last decoding completes what was agreed (a second pass
-            // that gave nothing usable leaves it as it is)
+            // that gave nothing usable leaves it as it is, and an empty
+            // decoding, one Whisper skipped as silence, the words not yet
+            // agreed on too: they are committed as they stand)
             last => {
-                if let Some(h) = last {
+                if let Some(h) = last.filter(|h| !h.is_empty()) {
                     let committed = self.agreement.commit(h);
                     self.keep(committed);
                 }
@@ -365,6 +369,14 @@ impl WhisperLive {
         (end >= self.buffer_start).then(|| end as f64 / SAMPLE_RATE as f64)
     }
 
+    /// Whether the VAD hears speech now or heard its end inside the buffer.
+    fn vad_heard_speech(&self) -> bool {
+        let Some((_, seg)) = &self.vad else {
+            return false;
+        };
+        seg.in_speech() || seg.speech_end().is_some_and(|end| end >= self.buffer_start)
+    }
+
     /// Adds newly committed words to the utterance and the prompt history.
     fn keep(&mut self, words: Vec<Word>) {
         let now = self.fed as f64 / SAMPLE_RATE as f64;
@@ -378,7 +390,8 @@ impl WhisperLive {
         }
     }
 
-    /// The buffer's hypothesis (words in stream seconds) and its segments' ends.
+    /// The buffer's hypothesis (words in stream seconds) and the ends of the
+    /// segments it kept (see [`spoken`]).
     fn decode(&mut self, last: bool) -> Result<(Vec<Word>, Vec<f64>)> {
         self.since_decode = 0;
         if self.buffer.is_empty() {
@@ -431,7 +444,7 @@ impl WhisperLive {
         )?;
         let mut words = Vec::new();
         let mut ends = Vec::new();
-        for s in spoken(&segments, &opts, self.vad.is_some()) {
+        for s in spoken(&segments, &opts, self.vad_heard_speech()) {
             ends.push(s.end + offset);
             // each word keeps its leading space (none after a hyphen)
             let said = s

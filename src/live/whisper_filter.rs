@@ -1,6 +1,5 @@
 //! Which segments of a live decoding count as speech: Whisper's own
-//! no-speech and repetition signals, weighed against the VAD, which has
-//! already said that the buffer holds speech.
+//! no-speech and repetition signals, weighed against the VAD's.
 
 use crate::whisper::decode::{DecodeOptions, Segment};
 
@@ -11,15 +10,19 @@ const NO_SPEECH_CUTOFF: f64 = 0.9;
 /// The segments of one decoding of the buffer that go into the hypothesis.
 ///
 /// A too repetitive segment (a decoding loop, which the fallback to
-/// sampling would have retried) is left out: the next step tries again. A
-/// segment over [`NO_SPEECH_CUTOFF`] is left out too, but for a decoding
-/// whose every segment is over it where a VAD has cut the utterance
-/// (`vad_heard_speech`): the VAD heard speech in the buffer, so its likely
-/// segments (Whisper's own rule: above `log_prob_threshold`) are kept.
-/// Without a VAD nothing but Whisper says the buffer holds speech. A distilled student's no-speech probability runs high on the
-/// whole of an utterance after a long pause (realdev's dev03: 0.93-0.95 on
-/// a clear sentence decoded at -0.3 a token), while on a decoding's tail
-/// after the speech a high one marks the words it makes up there.
+/// sampling would have retried) is left out: the next step tries again.
+/// Past the last segment under [`NO_SPEECH_CUTOFF`] (Whisper's no-speech
+/// probability is a window's, and a later window starts where the last
+/// one's text ended), one over it is the decoding going on into the
+/// silence after speech with words it makes up: left out. Before that one,
+/// or where none is under it but the VAD heard speech in the buffer
+/// (`vad_heard_speech`), a segment over it is kept when likely (Whisper's
+/// own rule: above `log_prob_threshold`; `transcribe` has already skipped
+/// the unlikely ones where `no_speech_threshold` is set). A distilled
+/// student's no-speech probability runs high on the whole of an utterance
+/// after a long pause (realdev's dev03: 0.93-0.95 on a clear sentence
+/// decoded at -0.3 a token). Without the VAD's word for it, a decoding
+/// heard as silence throughout gives nothing.
 pub(super) fn spoken<'a>(
     segments: &'a [Segment],
     opts: &DecodeOptions,
@@ -29,16 +32,20 @@ pub(super) fn spoken<'a>(
         opts.compression_ratio_threshold
             .is_some_and(|t| s.compression_ratio > t)
     };
-    let candidates = segments.iter().filter(|s| !repetitive(s));
-    let heard: Vec<&Segment> = candidates
-        .clone()
-        .filter(|s| s.no_speech_prob <= NO_SPEECH_CUTOFF)
-        .collect();
-    if !heard.is_empty() || !vad_heard_speech {
-        return heard;
-    }
     let likely = |s: &Segment| opts.log_prob_threshold.is_some_and(|t| s.avg_logprob > t);
-    candidates.filter(|s| likely(s)).collect()
+    let heard = |s: &Segment| s.no_speech_prob <= NO_SPEECH_CUTOFF;
+    let candidates: Vec<&Segment> = segments.iter().filter(|s| !repetitive(s)).collect();
+    let Some(last_heard) = candidates.iter().rposition(|s| heard(s)) else {
+        return match vad_heard_speech {
+            true => candidates.into_iter().filter(|s| likely(s)).collect(),
+            false => Vec::new(),
+        };
+    };
+    candidates
+        .into_iter()
+        .take(last_heard + 1)
+        .filter(|s| heard(s) || likely(s))
+        .collect()
 }
 
 #[cfg(test)]
@@ -92,6 +99,21 @@ mod tests {
         assert!(ids(&s, &strict).is_empty());
         // nor, without a VAD, anything but Whisper itself
         assert!(spoken(&s, &opts, false).is_empty());
+    }
+
+    #[test]
+    fn a_likely_window_before_a_heard_one_is_kept() {
+        let opts = DecodeOptions::default();
+        // the speech in a first window over the cut-off, its last words in
+        // a second one under it, then a tail
+        let s = [
+            segment(1, 0.95, -0.3, 0.9),
+            segment(2, 0.95, -1.5, 0.9),
+            segment(3, 0.7, -0.4, 1.0),
+            segment(4, 0.96, -0.2, 1.0),
+        ];
+        assert_eq!(ids(&s, &opts), vec![1, 3]);
+        assert_eq!(spoken(&s, &opts, false).len(), 2);
     }
 
     #[test]

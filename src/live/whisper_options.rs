@@ -39,8 +39,9 @@ pub struct WhisperLiveOptions {
     /// `None`: where the encoder streams. There the partial decodings read a
     /// fixed tail past the last streamed frame, and words agreed on early
     /// stay wrong (realdev: x2 at 8 +6 and 16 +14, bc2 and bc3 at 16 +14,
-    /// the final lines 0, 7, 3 and 13 words better with it); a whole-window checkpoint's agreed words
-    /// were better (tiny.en: 3 words), so it keeps them.
+    /// the final lines 0, 7, 3 and 13 words better with it); a whole-window
+    /// checkpoint's agreed words were better (tiny.en: 3 words), so it
+    /// keeps them.
     pub second_pass: Option<bool>,
     /// Partial decodings greedy at temperature 0 (the final pass keeps
     /// [`Self::decode`]). `None`: where a second pass makes the final
@@ -61,12 +62,19 @@ impl WhisperLiveOptions {
     /// Refuses steps and cuts the policy cannot run with.
     pub fn check(&self) -> Result<()> {
         let finite = self.step_s.is_finite() && self.max_buffer_s.is_finite();
-        if finite && self.step_s > 0.0 && self.trim_s > 0.0 && self.max_buffer_s >= self.trim_s {
+        let pre_roll = self.pre_roll_s.is_finite() && self.pre_roll_s >= 0.0;
+        if finite
+            && pre_roll
+            && self.step_s > 0.0
+            && self.trim_s > 0.0
+            && self.max_buffer_s >= self.trim_s
+        {
             return Ok(());
         }
         Err(crate::Error::Other(format!(
-            "live Whisper: needs a finite step > 0 and 0 < trim <= max buffer (got step {} s, trim {} s, max {} s)",
-            self.step_s, self.trim_s, self.max_buffer_s
+            "live Whisper: needs a finite step > 0, 0 < trim <= max buffer and a finite pre-roll >= 0 \
+             (got step {} s, trim {} s, max {} s, pre-roll {} s)",
+            self.step_s, self.trim_s, self.max_buffer_s, self.pre_roll_s
         )))
     }
 
@@ -149,6 +157,13 @@ mod tests {
         assert_eq!(longer.trim_s, o.max_buffer_s + 3.0);
         assert_eq!(longer.max_buffer_s, longer.trim_s);
         assert!(o.clone().with_trim(f64::INFINITY).check().is_err());
+        for pre_roll_s in [f64::INFINITY, -0.5, f64::NAN] {
+            let bad = WhisperLiveOptions {
+                pre_roll_s,
+                ..o.clone()
+            };
+            assert!(bad.check().is_err(), "pre-roll {pre_roll_s}");
+        }
         let shorter = o.clone().with_trim(5.0);
         assert_eq!(
             (shorter.trim_s, shorter.max_buffer_s),

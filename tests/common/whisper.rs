@@ -123,14 +123,8 @@ pub fn chunked_live(engine: pulsed::engine::Engine, stream_encoder: bool) -> (bo
     (live.streams_encoder(), finals.join(" "), partials)
 }
 
-/// [`chunked_live`]'s run over `audio` with the options `set` leaves: the
-/// policy after it and every update it gave.
-pub fn chunked_live_run(
-    engine: pulsed::engine::Engine,
-    audio: &[f32],
-    set: impl FnOnce(&mut pulsed::live::WhisperLiveOptions),
-) -> (pulsed::live::WhisperLive, Vec<pulsed::live::Update>) {
-    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+/// tiny.en with its encoder restricted as [`chunked_live`]'s.
+pub fn chunked_model() -> pulsed::whisper::WhisperModel {
     let mut m = model();
     m.config.encoder_context = Some(pulsed::whisper::EncoderContext {
         chunk: 16,
@@ -139,6 +133,18 @@ pub fn chunked_live_run(
         right_all_layers: false,
         right_copies: false,
     });
+    m
+}
+
+/// [`chunked_live`]'s run over `audio` with the options `set` leaves: the
+/// policy after it and every update it gave.
+pub fn chunked_live_run(
+    engine: pulsed::engine::Engine,
+    audio: &[f32],
+    set: impl FnOnce(&mut pulsed::live::WhisperLiveOptions),
+) -> (pulsed::live::WhisperLive, Vec<pulsed::live::Update>) {
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let m = chunked_model();
     let mut opts = WhisperLiveOptions {
         engine,
         ..WhisperLiveOptions::default()
