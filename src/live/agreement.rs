@@ -62,6 +62,19 @@ impl LocalAgreement {
         committed
     }
 
+    /// The utterance ended: its last decoding (if any) commits what it
+    /// agrees on, then every word left is committed; all are returned. An
+    /// empty last decoding (a buffer Whisper skipped as silence) leaves the
+    /// unconfirmed words to be committed as they stand.
+    pub fn complete(&mut self, last: Option<Vec<Word>>) -> Vec<Word> {
+        let mut words = match last {
+            Some(h) if !h.is_empty() => self.commit(h),
+            _ => Vec::new(),
+        };
+        words.extend(self.commit_all());
+        words
+    }
+
     /// Commits the whole last hypothesis (the utterance ended) and returns it.
     pub fn commit_all(&mut self) -> Vec<Word> {
         let rest = std::mem::take(&mut self.previous);
@@ -151,6 +164,21 @@ mod tests {
             .map(|w| w.text.as_str())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    #[test]
+    fn an_utterance_is_completed_by_its_last_decoding_if_it_gave_words() {
+        let mut a = LocalAgreement::new();
+        a.commit(words(0.0, "he was not"));
+        let mut empty = a.clone();
+        assert_eq!(texts(&empty.complete(Some(Vec::new()))), "he was not");
+        let mut none = a.clone();
+        assert_eq!(texts(&none.complete(None)), "he was not");
+        assert_eq!(
+            texts(&a.complete(Some(words(0.0, "he was an ill")))),
+            "he was an ill"
+        );
+        assert!(a.tentative().is_empty());
     }
 
     #[test]

@@ -305,16 +305,10 @@ impl WhisperLive {
         match last {
             Some(h) if second_pass && !h.is_empty() => self.replace_buffered(h),
             // the last decoding completes what was agreed (a second pass
-            // that gave nothing usable leaves it as it is, and an empty
-            // decoding, one Whisper skipped as silence, the words not yet
-            // agreed on too: they are committed as they stand)
+            // that gave nothing usable leaves it as it is)
             last => {
-                if let Some(h) = last.filter(|h| !h.is_empty()) {
-                    let committed = self.agreement.commit(h);
-                    self.keep(committed);
-                }
-                let rest = self.agreement.commit_all();
-                self.keep(rest);
+                let words = self.agreement.complete(last);
+                self.keep(words);
             }
         }
         self.agreement = LocalAgreement::new();
@@ -371,10 +365,8 @@ impl WhisperLive {
 
     /// Whether the VAD hears speech now or heard its end inside the buffer.
     fn vad_heard_speech(&self) -> bool {
-        let Some((_, seg)) = &self.vad else {
-            return false;
-        };
-        seg.in_speech() || seg.speech_end().is_some_and(|end| end >= self.buffer_start)
+        let in_speech = self.vad.as_ref().is_some_and(|(_, seg)| seg.in_speech());
+        in_speech || self.speech_end_s().is_some()
     }
 
     /// Adds newly committed words to the utterance and the prompt history.

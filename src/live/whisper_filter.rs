@@ -35,15 +35,14 @@ pub(super) fn spoken<'a>(
     let likely = |s: &Segment| opts.log_prob_threshold.is_some_and(|t| s.avg_logprob > t);
     let heard = |s: &Segment| s.no_speech_prob <= NO_SPEECH_CUTOFF;
     let candidates: Vec<&Segment> = segments.iter().filter(|s| !repetitive(s)).collect();
-    let Some(last_heard) = candidates.iter().rposition(|s| heard(s)) else {
-        return match vad_heard_speech {
-            true => candidates.into_iter().filter(|s| likely(s)).collect(),
-            false => Vec::new(),
-        };
+    let kept = match candidates.iter().rposition(|s| heard(s)) {
+        Some(last_heard) => last_heard + 1,
+        None if vad_heard_speech => candidates.len(),
+        None => 0,
     };
     candidates
         .into_iter()
-        .take(last_heard + 1)
+        .take(kept)
         .filter(|s| heard(s) || likely(s))
         .collect()
 }
