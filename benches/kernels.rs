@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pulsed::ops::conv::{Conv1d, ConvLayout};
+use pulsed::ops::copies_attention::CopiesAttention;
 use pulsed::ops::matmul::Linear;
 use pulsed::ops::{Op, Scratch, Tensor};
 
@@ -255,6 +256,36 @@ fn main() {
                 peak,
             );
         }
+    }
+
+    // whisper-base's self-attention over a 30 s window with right-context
+    // copies (the live path's tail; the streamed students' chunks are its
+    // rows): the flops of the keys each row sees
+    for (chunk, right) in [(16, 14), (8, 6)] {
+        let (t, d, heads) = (1500, 512, 8);
+        let a = CopiesAttention {
+            heads,
+            chunk,
+            left: 1500,
+            right,
+        };
+        let (q, k, v) = (
+            data(&[t, 2, d], 10),
+            data(&[t, 2, d], 11),
+            data(&[t, 2, d], 12),
+        );
+        let seen: usize = (0..t as i64)
+            .map(|i| {
+                let ((lo, hi), (clo, chi)) = a.keys(i, t as i64);
+                ((hi - lo + 1).max(0) + (chi - clo + 1).max(0)) as usize
+            })
+            .sum();
+        let flops = 2.0 * 2.0 * 2.0 * (seen * d) as f64;
+        row(
+            &format!("CopiesAttention T={t} d={d} chunk {chunk} +{right}"),
+            measure(&a, &[&q, &k, &v], flops),
+            peak,
+        );
     }
     println!();
     println!("total {:.1} s", start.elapsed().as_secs_f64());

@@ -44,8 +44,8 @@ use crate::Result;
 const HISTORY_WORDS: usize = 100;
 /// The most tokens a streamed partial decoding gives: this many, plus this
 /// many a second of audio heard (speech runs at 3-5 tokens a second).
-const PARTIAL_TOKENS_BASE: usize = 16;
-const PARTIAL_TOKENS_PER_S: f64 = 8.0;
+const HEARD_TOKENS_BASE: usize = 16;
+const HEARD_TOKENS_PER_S: f64 = 8.0;
 /// How long after the VAD's end of speech a word of the final decoding may
 /// start (word times run late by a few tenths of a second).
 const WORD_AFTER_SPEECH_S: f64 = 0.3;
@@ -407,21 +407,32 @@ impl WhisperLive {
         if heard == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        if self.encoder.is_some() && !last {
+        if self.encoder.is_some() {
             // past its last frame the decoder reads the fixed tail, where a
-            // decoding may loop: a partial decoding waits for some audio and
-            // is bounded to the tokens that audio can hold
-            if (heard as f64) < PARTIAL_MIN_HEARD_S * SAMPLE_RATE as f64 {
-                return Ok((Vec::new(), Vec::new()));
+            // decoding may loop
+            let most = HEARD_TOKENS_BASE
+                + (heard as f64 / SAMPLE_RATE as f64 * HEARD_TOKENS_PER_S) as usize;
+            if last {
+                // a final pass that loops is cut at the tokens each window's
+                // audio can hold and decoded again at the next
+                // temperature, as a repetitive one is: a looping beam
+                // search over one second of speech otherwise runs to 224
+                // tokens (18 s on two cores), holding up the audio after it
+                opts.cut_fails = true;
+                opts.max_tokens_for_audio = Some((HEARD_TOKENS_BASE, HEARD_TOKENS_PER_S));
+            } else {
+                // a partial decoding waits for some audio and is bounded to
+                // the tokens that audio can hold
+                if (heard as f64) < PARTIAL_MIN_HEARD_S * SAMPLE_RATE as f64 {
+                    return Ok((Vec::new(), Vec::new()));
+                }
+                opts.max_new_tokens = Some(opts.max_new_tokens.map_or(most, |m| m.min(most)));
+                // a window after the first is not streamed: the window
+                // encoder (on the CPU the slow, masked one) would encode it
+                // at every step; its few seconds wait for the next step (on
+                // realdev's dev03 x2's partial decodings started one 17 times)
+                opts.max_windows = Some(1);
             }
-            let most = PARTIAL_TOKENS_BASE
-                + (heard as f64 / SAMPLE_RATE as f64 * PARTIAL_TOKENS_PER_S) as usize;
-            opts.max_new_tokens = Some(opts.max_new_tokens.map_or(most, |m| m.min(most)));
-            // a window after the first is not streamed: the window encoder
-            // (on the CPU the slow, masked one) would encode it at every
-            // step; its few seconds wait for the next step (on realdev's
-            // dev03 x2's partial decodings started one 17 times)
-            opts.max_windows = Some(1);
         }
         transcribe(
             network,

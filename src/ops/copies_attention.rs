@@ -11,6 +11,8 @@ use super::limited_attention::check_qkv;
 use super::{contig, outputs_len, DType, Op, OpError, OpResult, Scratch, Tensor, TypedFact};
 use crate::op_common;
 
+mod blocked;
+
 /// Inputs `q, k, v` `[T, 2, heads * head_dim]` or `[B, T, 2, heads *
 /// head_dim]` (slot 0 the frame, slot 1 its copy, as `RightCopies` lays
 /// them out); output shaped like `q`.
@@ -158,19 +160,35 @@ pub(crate) fn attend_copies(
     outputs[0].ensure(DType::F32, shape);
     let out_all = outputs[0].as_slice_mut::<f32>()?;
     out_all.fill(0.0);
-    let scores = scratch.one((2 * tk).max(1));
+    let ranges = |i: usize| clip(keys(i), tk);
+    let [sn, an, wn, inv] = blocked::scratch_len(blocked::runs(tq, &ranges), dh);
+    let (scores, acc, work, inv) = scratch.four(sn.max(2 * tk).max(1), an, wn, inv);
+    let mut bufs = blocked::Buffers {
+        scores,
+        acc,
+        work,
+        inv,
+    };
     let (qn, kn) = (2 * tq * d, 2 * tk * d);
     for b in 0..batch {
         let kv = (&k[b * kn..(b + 1) * kn], &v[b * kn..(b + 1) * kn]);
+        let qb = &q[b * qn..(b + 1) * qn];
         let out = &mut out_all[b * qn..(b + 1) * qn];
-        for i in 0..tq {
-            let ranges = clip(keys(i), tk);
-            for s in 0..2 {
-                let row = (2 * i + s) * d;
+        for (frames, ranges) in blocked::runs(tq, &ranges) {
+            if blocked::blocked(frames.len(), &ranges) {
                 for h in 0..heads {
-                    let qh = &q[b * qn + row + h * dh..b * qn + row + (h + 1) * dh];
+                    let geometry = (d, h * dh, dh, scale);
+                    let inputs = (qb, kv.0, kv.1);
+                    blocked::attend_block(inputs, out, &frames, &ranges, geometry, &mut bufs)?;
+                }
+                continue;
+            }
+            for row in (2 * frames.start..2 * frames.end).map(|r| r * d) {
+                for h in 0..heads {
+                    let qh = &qb[row + h * dh..row + (h + 1) * dh];
                     let o = &mut out[row + h * dh..row + (h + 1) * dh];
-                    attend_row(qh, kv, o, scores, ranges.clone(), (d, h * dh, scale));
+                    let geometry = (d, h * dh, scale);
+                    attend_row(qh, kv, o, bufs.scores, ranges.clone(), geometry);
                 }
             }
         }
@@ -179,7 +197,7 @@ pub(crate) fn attend_copies(
 }
 
 /// The key ranges inside `0..tk`, as half-open ranges of key rows.
-fn clip(((lo, hi), (clo, chi)): KeyRanges, tk: usize) -> [std::ops::Range<usize>; 2] {
+fn clip(((lo, hi), (clo, chi)): KeyRanges, tk: usize) -> blocked::Ranges {
     let r = |lo: i64, hi: i64| {
         let lo = lo.clamp(0, tk as i64) as usize;
         let hi = (hi + 1).clamp(0, tk as i64) as usize;
@@ -314,6 +332,71 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(diff < 1e-6, "{diff}");
+    }
+
+    /// Every row against attention written out in f64 over the keys
+    /// `keys` names, batched: the first chunks' few keys take the
+    /// row-by-row path, the later ones blocks (where the CPU has SIMD).
+    #[test]
+    fn rows_and_blocks_give_attention_over_their_keys() {
+        let (batch, t, heads, d) = (2, 50, 2, 16);
+        let a = CopiesAttention {
+            heads,
+            chunk: 8,
+            left: 20,
+            right: 6,
+        };
+        let (q, k, v) = (
+            rand(&[batch, t, 2, d], 7),
+            rand(&[batch, t, 2, d], 8),
+            rand(&[batch, t, 2, d], 9),
+        );
+        let got = eval_op(&a, &[&q, &k, &v]).unwrap().remove(0).to_f32_vec();
+        let (q, k, v) = (q.to_f32_vec(), k.to_f32_vec(), v.to_f32_vec());
+        let dh = d / heads;
+        let ranges = |i: usize| clip(a.keys(i as i64, t as i64), t);
+        let row = |b: usize, j: usize, s: usize| ((b * t + j) * 2 + s) * d;
+        let mut worst = 0f64;
+        for (b, i, s, h) in (0..batch).flat_map(|b| {
+            (0..t)
+                .flat_map(move |i| (0..2).flat_map(move |s| (0..heads).map(move |h| (b, i, s, h))))
+        }) {
+            let qi = &q[row(b, i, s) + h * dh..][..dh];
+            let keys: Vec<usize> = ranges(i)
+                .iter()
+                .enumerate()
+                .flat_map(|(slot, r)| r.clone().map(move |j| row(b, j, slot) + h * dh))
+                .collect();
+            let scores: Vec<f64> = keys
+                .iter()
+                .map(|&kr| {
+                    let dot: f64 = qi
+                        .iter()
+                        .zip(&k[kr..kr + dh])
+                        .map(|(x, y)| (x * y) as f64)
+                        .sum();
+                    dot / (dh as f64).sqrt()
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+            let sum: f64 = w.iter().sum();
+            for e in 0..dh {
+                let want: f64 = keys
+                    .iter()
+                    .zip(&w)
+                    .map(|(&kr, w)| w / sum * v[kr + e] as f64)
+                    .sum();
+                worst = worst.max((got[row(b, i, s) + h * dh + e] as f64 - want).abs());
+            }
+        }
+        assert!(worst < 1e-5, "worst difference {worst}");
+        let runs: Vec<_> = blocked::runs(t, &ranges).collect();
+        assert_eq!(runs.len(), t.div_ceil(8), "a run a chunk");
+        if crate::ops::matmul::kernel() != crate::ops::matmul::Kernel::Crate {
+            assert!(runs.iter().any(|(f, r)| blocked::blocked(f.len(), r)));
+            assert!(runs.iter().any(|(f, r)| !blocked::blocked(f.len(), r)));
+        }
     }
 
     #[test]

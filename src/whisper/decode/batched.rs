@@ -217,6 +217,12 @@ fn check_options(
     if opts.word_timestamps && matches!(network, Network::Plain(_)) {
         return bad("word_timestamps", "the backend gives no cross-attention");
     }
+    if opts.max_tokens_for_audio.is_some() {
+        return bad(
+            "max_tokens_for_audio",
+            "the batched pipeline's windows share one prompt and one bound",
+        );
+    }
     if batched.batch_size == 0 {
         return bad("batch_size", "must be at least 1");
     }

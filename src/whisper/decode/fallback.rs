@@ -86,7 +86,9 @@ pub(crate) fn generate_with_fallback(
         };
 
         let mut needs_fallback = false;
-        if let Some(threshold) = opts.compression_ratio_threshold {
+        if opts.cut_fails && decoded.result.cut {
+            needs_fallback = true; // a loop cut short: as too repetitive
+        } else if let Some(threshold) = opts.compression_ratio_threshold {
             if ratio > threshold {
                 needs_fallback = true; // too repetitive
             } else {

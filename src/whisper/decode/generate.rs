@@ -53,6 +53,8 @@ pub(crate) struct Generation {
     pub score: f32,
     /// Probability of the no-speech token at `<|startoftranscript|>`.
     pub no_speech_prob: f32,
+    /// The search ran out of steps before the end of text.
+    pub cut: bool,
 }
 
 /// How a prompt splits: the tokens up to its last task token are fed at
@@ -200,6 +202,7 @@ pub(crate) fn generate(
         }
     };
     Ok(Generation {
+        cut: hyp.tokens.len() >= spec.max_length,
         tokens: hyp.tokens,
         score: hyp.score,
         no_speech_prob: no_speech_prob.or(step0_no_speech).unwrap_or(0.0),
@@ -268,6 +271,7 @@ pub(crate) fn generate_batch(
         .map(|(s, ns)| {
             let (hyp, step0) = s.result();
             Generation {
+                cut: hyp.tokens.len() >= spec.max_length,
                 tokens: hyp.tokens,
                 score: hyp.score,
                 no_speech_prob: ns.or(step0).unwrap_or(0.0),

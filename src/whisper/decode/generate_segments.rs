@@ -17,7 +17,7 @@ use super::window::window_features;
 use super::words::{add_word_timestamps, WordSegment};
 use super::{DecodeOptions, InitialPrompt, Network};
 use crate::whisper::tokenizer::py_strip;
-use crate::whisper::{GenerationConfig, SpecialTokens, WhisperError, WhisperTokenizer};
+use crate::whisper::{GenerationConfig, SpecialTokens, WhisperTokenizer};
 use crate::Result;
 
 /// Width of the median filter over the alignment heads' attention.
@@ -169,7 +169,12 @@ impl Run<'_> {
     }
 
     /// The prompt of the window at `cur`'s seek, in the current language.
-    pub(crate) fn window_prompt(&self, cur: &Cursor<'_>) -> Result<WindowPrompt> {
+    /// `segment_size`: the window's frames of audio.
+    pub(crate) fn window_prompt(
+        &self,
+        cur: &Cursor<'_>,
+        segment_size: usize,
+    ) -> Result<WindowPrompt> {
         let opts = self.opts;
         let sot_sequence =
             self.tokenizer
@@ -189,18 +194,8 @@ impl Run<'_> {
                 max_length: self.gen.max_length,
             },
         )?;
-        let max_length = match opts.max_new_tokens {
-            Some(n) => prompt.len() + n,
-            None => self.gen.max_length,
-        };
-        if max_length > self.gen.max_length {
-            return Err(WhisperError::PromptTooLong {
-                prompt: prompt.len(),
-                max_new_tokens: max_length - prompt.len(),
-                max_length: self.gen.max_length,
-            }
-            .into());
-        }
+        let seconds = segment_size as f64 * TIME_PER_FRAME;
+        let max_length = opts.window_max_length(prompt.len(), seconds, self.gen.max_length)?;
         Ok(WindowPrompt {
             sot_sequence,
             prompt,
@@ -252,7 +247,7 @@ impl Run<'_> {
                         self.language = code;
                     }
                 }
-                let wp = self.window_prompt(cur)?;
+                let wp = self.window_prompt(cur, planned.segment_size)?;
                 (planned, wp, None)
             }
         };

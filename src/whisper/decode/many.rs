@@ -64,7 +64,10 @@ pub fn transcribe_many(
     for s in &mut started {
         let first = match s.run.can_prefetch() {
             true => match s.run.next_window(&mut s.cursor, n_mels, window_frames) {
-                Some(p) => Some((p, s.run.window_prompt(&s.cursor)?)),
+                Some(p) => {
+                    let wp = s.run.window_prompt(&s.cursor, p.segment_size)?;
+                    Some((p, wp))
+                }
                 None => None,
             },
             false => None,

@@ -74,6 +74,19 @@ pub struct DecodeOptions {
     pub multilingual: bool,
     /// Most new tokens per window (else the model's limit).
     pub max_new_tokens: Option<usize>,
+    /// A decoding cut short by its bound (`max_new_tokens`, else the
+    /// model's 224) fails its temperature, as a too repetitive one does,
+    /// and the next temperature is tried: a tight bound then caps what a
+    /// loop costs instead of cutting the text (a looping beam search runs
+    /// to 224 tokens: 18 s for one second of speech, base on two cores).
+    pub cut_fails: bool,
+    /// A bound on each window's tokens by the audio it holds: the search
+    /// runs at least `base + per_s` a second of the window's audio steps
+    /// (never past the model's bound, nor past `max_new_tokens`), so that
+    /// a loop over a short window stops early (with `cut_fails`, to be
+    /// decoded again). Not for the batched pipeline, whose windows share
+    /// one prompt.
+    pub max_tokens_for_audio: Option<(usize, f64)>,
     /// `start, end, start, end...` seconds to decode; empty: everything.
     /// An odd count ends at the end of the recording.
     pub clip_timestamps: Vec<f64>,
@@ -92,6 +105,39 @@ pub struct DecodeOptions {
     /// What fills a window after the recording; `None`: what the
     /// checkpoint asks for ([`crate::whisper::WhisperBackend::window_padding`]).
     pub padding: Option<WindowPadding>,
+}
+
+impl DecodeOptions {
+    /// A window's `max_length` (its prompt plus new tokens) for a prompt of
+    /// `prompt` tokens over `seconds` of audio, under the model's `limit`.
+    /// The search takes the smaller of half of it and all but the fed
+    /// prompt (CTranslate2's rule), so the audio bound asks for twice its
+    /// steps.
+    pub(crate) fn window_max_length(
+        &self,
+        prompt: usize,
+        seconds: f64,
+        limit: usize,
+    ) -> std::result::Result<usize, crate::whisper::WhisperError> {
+        let asked = match self.max_new_tokens {
+            Some(n) => prompt + n,
+            None => limit,
+        };
+        if asked > limit {
+            return Err(crate::whisper::WhisperError::PromptTooLong {
+                prompt,
+                max_new_tokens: asked - prompt,
+                max_length: limit,
+            });
+        }
+        Ok(match self.max_tokens_for_audio {
+            Some((base, per_s)) => {
+                let steps = base + (seconds.max(0.0) * per_s) as usize;
+                asked.min(prompt + 2 * steps).min(limit)
+            }
+            None => asked,
+        })
+    }
 }
 
 impl Default for DecodeOptions {
@@ -123,6 +169,8 @@ impl Default for DecodeOptions {
             append_punctuations: "\"'.。,，!！?？:：”)]}、".to_string(),
             multilingual: false,
             max_new_tokens: None,
+            cut_fails: false,
+            max_tokens_for_audio: None,
             clip_timestamps: Vec::new(),
             max_windows: None,
             language_detection_threshold: 0.5,

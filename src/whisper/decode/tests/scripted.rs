@@ -205,6 +205,39 @@ fn silence_is_skipped_and_repetition_falls_back() {
     assert!(b.fed_log.iter().all(|s| s.first() != Some(&sp.sot_prev)));
 }
 
+/// With `cut_fails` a decoding cut short by its bound is tried
+/// again at the next temperature (and, failing at all, the likeliest is
+/// kept with the last temperature); one that ends before it is taken at 0.
+/// Without it the bound only cuts the text.
+#[test]
+fn a_decoding_that_fills_its_bound_falls_back_when_asked() {
+    let Some(tok) = local_tokenizer() else { return };
+    let sp = *tok.special();
+    let tb = sp.timestamp_begin;
+    // " Hello world." then more words than the bound: not repetitive
+    let mut long = vec![tb, 18435, 995, 13];
+    long.extend([314, 836, 470, 760, 13, 632, 318, 257, 1332, 13]);
+    long.extend([tb + 100, sp.eot]);
+    let short = vec![tb, 18435, 995, 13, tb + 100, sp.eot];
+    let audio = vec![0.0; 3 * 16_000];
+    // the search takes min(half, all but the fed prompt) of prompt + 20
+    let bounded = |fails: bool| DecodeOptions {
+        max_new_tokens: Some(20),
+        cut_fails: fails,
+        ..DecodeOptions::default()
+    };
+    let first = |plan: &[u32], opts: &DecodeOptions| {
+        let mut b = planned(&tok, plan.to_vec(), 30.0, None);
+        let (segs, _) = run(&mut b, &tok, &audio, opts);
+        (segs[0].temperature, segs[0].tokens.len())
+    };
+    assert_eq!(first(&long, &bounded(false)).0, 0.0);
+    let (t, n) = first(&long, &bounded(true));
+    assert_eq!(t, 1.0, "every temperature filled the bound");
+    assert!(n < long.len() - 1, "{n} tokens");
+    assert_eq!(first(&short, &bounded(true)).0, 0.0);
+}
+
 #[test]
 fn word_timestamps_follow_the_attention() {
     let Some(tok) = local_tokenizer() else { return };
