@@ -121,9 +121,21 @@ fn shipped_encoder_chunk_step_allocates_nothing() {
 }
 
 /// Right-context copies (a copy slot beside each frame, attention over a
-/// chunk's frames and its own copies) step without allocating too.
+/// chunk's frames and its own copies) step without allocating too: with
+/// few keys (attention row by row) and with many (a chunk's rows as matrix
+/// products), steps measured while the left context still fills up.
 #[test]
 fn copies_graph_step_allocates_nothing() {
+    for (chunk, left, right) in [(4, 8, 2), (8, 64, 6)] {
+        let n = copies_step_allocs(chunk, left, right);
+        assert_eq!(
+            n, 0,
+            "chunk {chunk} left {left}: steady-state steps allocated {n} times"
+        );
+    }
+}
+
+fn copies_step_allocs(chunk: usize, left: usize, right: usize) -> usize {
     use pulsed::ops::copies_attention::CopiesAttention;
     use pulsed::ops::gather::Gather;
     use pulsed::ops::right_copies::RightCopies;
@@ -132,30 +144,29 @@ fn copies_graph_step_allocates_nothing() {
     let x = b
         .input("x", TypedFact::new(DType::F32, [Dim::s(), Dim::n(c)]))
         .unwrap();
-    let x2 = b
-        .op("copies", RightCopies { chunk: 4, right: 2 }, &[x])
-        .unwrap();
+    let x2 = b.op("copies", RightCopies { chunk, right }, &[x]).unwrap();
     let two = b.constant("two", Tensor::scalar(2.0f32)).unwrap();
     let q = b.op("q", Binary::Mul, &[x2, two]).unwrap();
     let k = b.op("k", Unary::Tanh, &[x2]).unwrap();
     let v = b.op("v", Unary::Silu, &[x2]).unwrap();
     let attn = CopiesAttention {
         heads: 2,
-        chunk: 4,
-        left: 8,
-        right: 2,
+        chunk,
+        left,
+        right,
     };
     let a = b.op("attn", attn, &[q, k, v]).unwrap();
     let frame = b.constant("frame", Tensor::scalar(0i64)).unwrap();
     let y = b.op("frames", Gather { axis: -2 }, &[a, frame]).unwrap();
     b.output("y", y);
-    let model = pulsify(&b.build().unwrap(), 4).unwrap();
+    let model = pulsify(&b.build().unwrap(), chunk).unwrap();
     let mut s = StreamingSession::new(model).unwrap();
-    s.push(&vec![0.25f32; 4 * c as usize * 3]).unwrap();
-    let n = count_allocs(|| {
+    s.push(&vec![0.25f32; chunk * c as usize * 13]).unwrap();
+    s.step_only().unwrap();
+    s.step_only().unwrap();
+    count_allocs(|| {
         for _ in 0..10 {
             s.step_only().unwrap();
         }
-    });
-    assert_eq!(n, 0, "steady-state steps allocated {n} times");
+    })
 }

@@ -161,7 +161,7 @@ pub(crate) fn attend_copies(
     let out_all = outputs[0].as_slice_mut::<f32>()?;
     out_all.fill(0.0);
     let ranges = |i: usize| clip(keys(i), tk);
-    let [sn, an, wn, inv] = blocked::scratch_len(blocked::runs(tq, &ranges), dh);
+    let [sn, an, wn, inv] = blocked::scratch_len(blocked::runs(tq, &ranges), tk, dh);
     let (scores, acc, work, inv) = scratch.four(sn.max(2 * tk).max(1), an, wn, inv);
     let mut bufs = blocked::Buffers {
         scores,

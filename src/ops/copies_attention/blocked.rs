@@ -45,17 +45,17 @@ pub(super) fn blocked(frames: usize, ranges: &Ranges) -> bool {
     kernel() != Kernel::Crate && 2 * frames >= MIN_ROWS && keys >= MIN_KEYS
 }
 
-/// Scratch lengths of the largest block among `runs`: scores, result,
-/// the products' work area, each row's `1 / sum`.
+/// Scratch lengths for any block among `runs` over `tk` key rows (two
+/// slots each): scores, result, the products' work area, each row's
+/// `1 / sum`. Sized by what could be seen, not what is, so that a stream
+/// whose left context fills up step by step allocates only once.
 pub(super) fn scratch_len(
     runs: impl Iterator<Item = (Range<usize>, Ranges)>,
+    tk: usize,
     dh: usize,
 ) -> [usize; 4] {
-    let (mut m, mut n) = (0, 0);
-    for (rows, ranges) in runs.filter(|(r, k)| blocked(r.len(), k)) {
-        m = m.max(2 * rows.len());
-        n = n.max(ranges.iter().map(|r| r.len()).sum());
-    }
+    let m = runs.map(|(r, _)| 2 * r.len()).max().unwrap_or(0);
+    let n = 2 * tk;
     let work = rows_work_len(m, n, dh).max(pack_len(dh, n));
     [m * n, m * dh, work, m]
 }
