@@ -42,8 +42,9 @@ use crate::Result;
 
 /// Committed words kept for the prompt.
 const HISTORY_WORDS: usize = 100;
-/// The most tokens a streamed partial decoding gives: this many, plus this
-/// many a second of audio heard (speech runs at 3-5 tokens a second).
+/// The most tokens a streamed decoding gives: this many, plus this many a
+/// second of audio heard (speech runs at 3-5 tokens a second); a partial
+/// decoding for its whole buffer, a final pass for each window.
 const HEARD_TOKENS_BASE: usize = 16;
 const HEARD_TOKENS_PER_S: f64 = 8.0;
 /// How long after the VAD's end of speech a word of the final decoding may
@@ -410,8 +411,6 @@ impl WhisperLive {
         if self.encoder.is_some() {
             // past its last frame the decoder reads the fixed tail, where a
             // decoding may loop
-            let most = HEARD_TOKENS_BASE
-                + (heard as f64 / SAMPLE_RATE as f64 * HEARD_TOKENS_PER_S) as usize;
             if last {
                 // a final pass that loops is cut at the tokens each window's
                 // audio can hold and decoded again at the next
@@ -426,6 +425,8 @@ impl WhisperLive {
                 if (heard as f64) < PARTIAL_MIN_HEARD_S * SAMPLE_RATE as f64 {
                     return Ok((Vec::new(), Vec::new()));
                 }
+                let most = HEARD_TOKENS_BASE
+                    + (heard as f64 / SAMPLE_RATE as f64 * HEARD_TOKENS_PER_S) as usize;
                 opts.max_new_tokens = Some(opts.max_new_tokens.map_or(most, |m| m.min(most)));
                 // a window after the first is not streamed: the window
                 // encoder (on the CPU the slow, masked one) would encode it
