@@ -61,6 +61,8 @@ pub struct Args {
     /// buffer at every decoding instead of streaming the encoder.
     #[arg(long)]
     window_encoder: bool,
+    #[command(flatten)]
+    policy: crate::cli::text_policy::PolicyArgs,
     /// Whisper: at each end of speech the buffer decoded once more, as a
     /// whole, replaces the words agreed on meanwhile as the final line
     /// (committed words of the partial lines may change). Default: on where
@@ -161,7 +163,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
     };
     let mut decode = pulsed::whisper::decode::DecodeOptions::default();
     a.decode.apply(a.beam, &mut decode)?;
-    let opts = WhisperLiveOptions {
+    let mut opts = WhisperLiveOptions {
         step_s: a.step,
         end_silence_s: a.end_silence,
         // a file fed as fast as possible is decoded at every step, as if
@@ -175,6 +177,7 @@ fn run_whisper(a: Args) -> Result<ExitCode, String> {
         ..WhisperLiveOptions::default()
     }
     .with_trim(a.trim);
+    a.policy.apply(&mut opts);
     let live = WhisperLive::open(spec, vad.as_ref(), opts).map_err(|e| e.to_string())?;
     let rate = live.sample_rate();
     let buffer = LiveOptions {

@@ -9,6 +9,7 @@ mod eval;
 mod inspect;
 mod lm;
 mod mic;
+mod text_policy;
 mod transcribe;
 mod transcribe_bench;
 mod vad;

@@ -15,6 +15,7 @@ mod whisper;
 mod whisper_buffer;
 mod whisper_filter;
 mod whisper_options;
+mod whisper_stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

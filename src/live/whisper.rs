@@ -30,6 +30,7 @@ use super::agreement::LocalAgreement;
 use super::whisper_buffer::{cut_point, prompt_text, text_of, trimmed, Cut};
 use super::whisper_filter::spoken;
 use super::whisper_options::WhisperLiveOptions;
+use super::whisper_stream::TextStream;
 use super::LiveEvent;
 use crate::decode::Word;
 use crate::vad::{SegmentOptions, Segmenter, Vad, VadSession, CHUNK};
@@ -41,7 +42,7 @@ use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::Result;
 
 /// Committed words kept for the prompt.
-const HISTORY_WORDS: usize = 100;
+pub(super) const HISTORY_WORDS: usize = 100;
 /// The most tokens a streamed decoding gives: this many, plus this many a
 /// second of audio heard (speech runs at 3-5 tokens a second); a partial
 /// decoding for its whole buffer, a final pass for each window.
@@ -68,37 +69,43 @@ pub struct Update {
     /// For each committed word, the stream position (seconds of audio
     /// taken) when it was committed (in a final line: when it became final).
     pub committed_at_s: Vec<f64>,
+    /// In a final line of the streaming decoder, for each word: the
+    /// stream position when its text was first shown where it stayed
+    /// (empty otherwise).
+    pub shown_at_s: Vec<f64>,
 }
 
 /// The streaming policy over one Whisper network.
 pub struct WhisperLive {
-    net: Box<dyn AlignedBackend + Send>,
-    tokenizer: Arc<WhisperTokenizer>,
-    gen: Arc<GenerationConfig>,
-    o: WhisperLiveOptions,
-    vad: Option<(VadSession, Segmenter)>,
+    pub(super) net: Box<dyn AlignedBackend + Send>,
+    pub(super) tokenizer: Arc<WhisperTokenizer>,
+    pub(super) gen: Arc<GenerationConfig>,
+    pub(super) o: WhisperLiveOptions,
+    pub(super) vad: Option<(VadSession, Segmenter)>,
     /// The rolling buffer and the stream sample its first one is.
-    buffer: Vec<f32>,
-    buffer_start: u64,
+    pub(super) buffer: Vec<f32>,
+    pub(super) buffer_start: u64,
     /// Samples taken so far.
-    fed: u64,
+    pub(super) fed: u64,
     /// Samples taken since the last decoding (in an utterance).
-    since_decode: usize,
-    in_utterance: bool,
-    agreement: LocalAgreement,
+    pub(super) since_decode: usize,
+    pub(super) in_utterance: bool,
+    pub(super) agreement: LocalAgreement,
     /// The current utterance's committed words, and when each was committed.
-    utterance: Vec<Word>,
-    committed_at: Vec<f64>,
+    pub(super) utterance: Vec<Word>,
+    pub(super) committed_at: Vec<f64>,
     /// Committed words of this and earlier utterances, for the prompt.
-    history: VecDeque<Word>,
+    pub(super) history: VecDeque<Word>,
     /// Text of the last partial update (so an unchanged one is not repeated).
-    last_partial: String,
+    pub(super) last_partial: String,
     /// The streamed encoder, and the stream sample its stream starts at.
-    encoder: Option<(EncoderStream, u64)>,
+    pub(super) encoder: Option<(EncoderStream, u64)>,
     /// [`WhisperLiveOptions::second_pass`] and
     /// [`WhisperLiveOptions::greedy_partials`], resolved for the model.
-    second_pass: bool,
-    greedy_partials: bool,
+    pub(super) second_pass: bool,
+    pub(super) greedy_partials: bool,
+    /// The streaming decoder ([`WhisperLiveOptions::stream_text`]).
+    pub(super) text: Option<TextStream>,
 }
 
 impl WhisperLive {
@@ -140,7 +147,20 @@ impl WhisperLive {
         } else {
             None
         };
+        if o.stream_text == Some(true) && !o.streams_encoder(model) {
+            return Err(crate::Error::Other(
+                "live Whisper: the stream policy needs a chunked checkpoint's streamed encoder \
+                 (this one encodes whole windows: --policy agreement)"
+                    .into(),
+            ));
+        }
+        let text = if o.stream_text_for(model) {
+            Some(TextStream::new(model, &o, &tokenizer, &gen)?)
+        } else {
+            None
+        };
         Ok(WhisperLive {
+            text,
             net,
             encoder,
             second_pass: o.second_pass_for(model),
@@ -201,7 +221,10 @@ impl WhisperLive {
                 "sample {i} is not finite ({v})"
             )));
         }
-        let step = (self.o.step_s * SAMPLE_RATE as f64).round().max(1.0) as usize;
+        let step = match &self.text {
+            Some(t) => t.pulse,
+            None => (self.o.step_s * SAMPLE_RATE as f64).round().max(1.0) as usize,
+        };
         let mut out = Vec::new();
         let mut rest = samples;
         while !rest.is_empty() {
@@ -219,6 +242,12 @@ impl WhisperLive {
                     out.extend(self.end_utterance()?);
                     continue;
                 }
+            }
+            if self.text.is_some() && self.in_utterance && self.buffer_s() >= self.o.max_buffer_s {
+                // the streamed window is full: the utterance ends here
+                out.extend(self.end_utterance()?);
+                self.in_utterance = true;
+                continue;
             }
             let due = self.in_utterance && self.since_decode >= step;
             if due && (self.o.paced || rest.is_empty()) {
@@ -262,6 +291,9 @@ impl WhisperLive {
 
     /// Decodes the buffer, commits what two hypotheses agree on, trims.
     fn step(&mut self) -> Result<Option<Update>> {
+        if self.text.is_some() {
+            return self.stream_pulse(false);
+        }
         let (hypothesis, segment_ends) = self.decode(false)?;
         let committed = self.agreement.commit(hypothesis);
         self.keep(committed);
@@ -283,12 +315,22 @@ impl WhisperLive {
             stable: self.utterance.len(),
             is_final: false,
             committed_at_s: self.committed_at.clone(),
+            shown_at_s: Vec::new(),
         }))
     }
 
     /// Decodes the buffer once more and makes the utterance final (see
     /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
+        if let Some(ts) = &mut self.text {
+            if !self.second_pass {
+                let update = self.stream_pulse(true)?;
+                self.next_utterance();
+                return Ok(update);
+            }
+            // the buffer decoded whole makes the final line
+            ts.restart();
+        }
         let second_pass = self.second_pass() && !self.buffer.is_empty();
         let last = if second_pass || self.since_decode > 0 {
             let (mut hypothesis, _) = self.decode(true)?;
@@ -312,14 +354,7 @@ impl WhisperLive {
                 self.keep(words);
             }
         }
-        self.agreement = LocalAgreement::new();
-        self.in_utterance = self.vad.is_none();
-        self.since_decode = 0;
-        self.last_partial.clear();
-        let keep = (self.o.pre_roll_s * SAMPLE_RATE as f64) as usize;
-        let drop = self.buffer.len().saturating_sub(keep);
-        self.buffer.drain(..drop);
-        self.buffer_start += drop as u64;
+        self.next_utterance();
         let words = std::mem::take(&mut self.utterance);
         let committed_at_s = std::mem::take(&mut self.committed_at);
         if words.is_empty() {
@@ -331,7 +366,20 @@ impl WhisperLive {
             words: trimmed(words),
             is_final: true,
             committed_at_s,
+            shown_at_s: Vec::new(),
         }))
+    }
+
+    /// Waits for the next utterance: the buffer back to its pre-roll.
+    fn next_utterance(&mut self) {
+        self.agreement = LocalAgreement::new();
+        self.in_utterance = self.vad.is_none();
+        self.since_decode = 0;
+        self.last_partial.clear();
+        let keep = (self.o.pre_roll_s * SAMPLE_RATE as f64) as usize;
+        let drop = self.buffer.len().saturating_sub(keep);
+        self.buffer.drain(..drop);
+        self.buffer_start += drop as u64;
     }
 
     /// The second pass: the words committed inside the buffer (and in the

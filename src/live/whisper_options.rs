@@ -3,7 +3,7 @@
 //! model.
 
 use crate::engine::Engine;
-use crate::whisper::decode::DecodeOptions;
+use crate::whisper::decode::{DecodeOptions, StreamOptions};
 use crate::whisper::WhisperModel;
 use crate::Result;
 
@@ -50,6 +50,15 @@ pub struct WhisperLiveOptions {
     /// `trim_s`, which stay as agreed); there it is what lets a base-sized
     /// student keep up on a small CPU.
     pub greedy_partials: Option<bool>,
+    /// The text streams as the encoder does: at every encoder pulse the
+    /// decoder continues from the tokens it committed and commits by where
+    /// they attend ([`crate::whisper::decode::StreamDecoder`], AlignAtt);
+    /// each final line is its committed text and the rest decoded at the
+    /// end of speech. `Some(false)`: the rolling buffer with
+    /// LocalAgreement. `None`: where the encoder streams.
+    pub stream_text: Option<bool>,
+    /// How the streaming decoder commits and feeds.
+    pub stream: StreamOptions,
 }
 
 impl WhisperLiveOptions {
@@ -99,10 +108,17 @@ impl WhisperLiveOptions {
         opts
     }
 
+    /// [`Self::stream_text`], resolved for a policy over `model`.
+    pub fn stream_text_for(&self, model: &WhisperModel) -> bool {
+        self.stream_text
+            .unwrap_or_else(|| self.streams_encoder(model))
+            && self.streams_encoder(model)
+    }
+
     /// [`Self::second_pass`], resolved for a policy over `model`.
     pub fn second_pass_for(&self, model: &WhisperModel) -> bool {
         self.second_pass
-            .unwrap_or_else(|| self.streams_encoder(model))
+            .unwrap_or_else(|| self.streams_encoder(model) && !self.stream_text_for(model))
     }
 
     /// [`Self::greedy_partials`], resolved for a policy over `model`.
@@ -127,6 +143,8 @@ impl Default for WhisperLiveOptions {
             engine: Engine::Cpu,
             second_pass: None,
             greedy_partials: None,
+            stream_text: None,
+            stream: StreamOptions::default(),
         }
     }
 }

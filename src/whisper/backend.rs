@@ -65,6 +65,25 @@ pub trait WhisperBackend {
         Err(crate::Error::Whisper(super::WhisperError::NoFrameInput))
     }
 
+    /// Replaces encoded window 0's frames `from..from + n` (rows of the
+    /// window [`WhisperBackend::encode_frames`] took) with `rows` (`[n, d]`
+    /// row-major): a streamed encoder's new frames, at their cost alone.
+    /// `Ok(false)`, having changed nothing, where this backend takes whole
+    /// windows only.
+    fn encode_frame_rows(&mut self, from: usize, rows: &[f32]) -> Result<bool> {
+        let _ = (from, rows);
+        Ok(false)
+    }
+
+    /// Keeps the first `len` text positions of every sequence and forgets
+    /// the rest, so that decoding continues from a shorter prefix without
+    /// feeding it again. `Ok(false)` where this backend cannot: the caller
+    /// starts again and feeds the prefix.
+    fn rewind(&mut self, len: usize) -> Result<bool> {
+        let _ = len;
+        Ok(false)
+    }
+
     /// Makes room for `sequences` decoded at once (the rows of a batch of
     /// beams), before [`WhisperBackend::start`]: a backend whose cache has a
     /// fixed size may make a new one, losing what the old one held.
@@ -172,4 +191,20 @@ pub trait AlignmentSource {
         tokens: &[u32],
         heads: &[(usize, usize)],
     ) -> Result<Vec<f32>>;
+
+    /// Keeps (`Some`) or stops keeping (`None`) the cross-attention weights
+    /// of `heads` for every position fed from now on; false, keeping
+    /// nothing, where this backend's decoder steps cannot (they run where
+    /// the weights are not kept: [`AlignmentSource::cross_attention`] then
+    /// gives them in a pass of its own).
+    fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
+        let _ = heads;
+        false
+    }
+
+    /// The weights kept since the last take: per head, `[rows, frames]`
+    /// for every position fed (batch 1).
+    fn take_attention(&mut self) -> Vec<Vec<f32>> {
+        Vec::new()
+    }
 }

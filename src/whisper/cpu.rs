@@ -114,7 +114,8 @@ impl WhisperNet<CpuRunners> {
             prompt: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
             step: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
         };
-        WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
+        let rows = Runner::new(graphs::cross_kv_rows(cfg, w)?)?;
+        Ok(WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)?.with_cross_rows(rows))
     }
 
     /// The encoder output of the last [`WhisperBackend::encode`] call,

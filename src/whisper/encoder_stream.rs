@@ -146,6 +146,18 @@ impl EncoderStream {
         &self.frames[from * self.d..to * self.d]
     }
 
+    /// What the decoder reads at encoder frames `from..to` before they
+    /// are heard: the tail's rows (none for a
+    /// [`EncoderStream::frames_only`] stream).
+    pub fn tail_rows(&self, from: usize, to: usize) -> &[f32] {
+        self.tail.get(from * self.d..to * self.d).unwrap_or(&[])
+    }
+
+    /// Encoder frames in a window (1500).
+    pub fn window_frames(&self) -> usize {
+        self.window
+    }
+
     /// The samples a stream takes before it must be finished: a window
     /// (30 s) less the padding its last chunk's look-ahead reads (0.3-0.6 s
     /// for chunks of 8-16 frames).

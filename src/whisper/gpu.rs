@@ -311,7 +311,9 @@ impl WhisperNet<GpuRunners> {
                 Some(_) => None,
             },
         };
-        WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
+        // a pulse's few new frames: on the CPU (the mirror takes the window)
+        let rows = crate::graph::Runner::new(graphs::cross_kv_rows(cfg, w)?)?;
+        Ok(WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)?.with_cross_rows(rows))
     }
 
     /// Where the nodes of the decoder step run: `(gpu, cpu)` counts, once a

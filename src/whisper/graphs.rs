@@ -188,18 +188,23 @@ fn cross_outputs(
 /// elsewhere (a streamed encoder's): input `encoder` `[B, 1500, d]`;
 /// outputs as [`encoder`]'s after its first (`cross_k.L`, `cross_v.L`).
 pub fn cross_kv(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
+    let frames = Dim::n(cfg.max_source_positions as i64);
+    cross_graph(cfg, w, [Dim::s(), frames])
+}
+
+/// As [`cross_kv`] over some frames of one window (`[1, S, d]`): the rows
+/// a streamed encoder's new frames change, so that a pulse costs its own
+/// frames, not the window's.
+pub fn cross_kv_rows(cfg: &WhisperConfig, w: &Weights) -> Result<Graph> {
+    cross_graph(cfg, w, [Dim::n(1), Dim::s()])
+}
+
+fn cross_graph(cfg: &WhisperConfig, w: &Weights, [windows, frames]: [Dim; 2]) -> Result<Graph> {
     let d = cfg.d_model;
     let mut b = GraphBuilder::new();
     let enc = b.input(
         "encoder",
-        TypedFact::new(
-            DType::F32,
-            [
-                Dim::s(),
-                Dim::n(cfg.max_source_positions as i64),
-                Dim::n(d as i64),
-            ],
-        ),
+        TypedFact::new(DType::F32, [windows, frames, Dim::n(d as i64)]),
     )?;
     let mut n = Net { b: &mut b, w, d };
     for (name, o) in cross_outputs(&mut n, enc, cfg)? {

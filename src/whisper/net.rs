@@ -75,6 +75,9 @@ pub struct WhisperNet<R: NetRunners> {
     /// The output projection (the token embedding, as stored).
     projection: Projection,
     rows: Vec<f32>,
+    /// The cross-attention keys and values of a few encoder frames
+    /// ([`super::graphs::cross_kv_rows`]), on the CPU whatever the engine.
+    cross_rows: Option<crate::graph::Runner>,
 }
 
 fn internal(what: String) -> Error {
@@ -127,7 +130,15 @@ impl<R: NetRunners> WhisperNet<R> {
             cache,
             projection: Projection::new(embedding)?,
             rows: Vec::new(),
+            cross_rows: None,
         })
+    }
+
+    /// Computes a streamed encoder's new frames' cross-attention keys and
+    /// values with `cross_rows` ([`super::graphs::cross_kv_rows`]).
+    pub(super) fn with_cross_rows(mut self, cross_rows: crate::graph::Runner) -> Self {
+        self.cross_rows = Some(cross_rows);
+        self
     }
 
     /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
@@ -220,6 +231,34 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         let cross = self.runners.cross(frames.len())?;
         cross.step(&[&enc])?;
         keep_cross(&self.cache, self.cfg.decoder_layers, cross, 0)
+    }
+
+    fn encode_frame_rows(&mut self, from: usize, rows: &[f32]) -> Result<bool> {
+        let Some(runner) = &mut self.cross_rows else {
+            return Ok(false);
+        };
+        let d = self.cfg.d_model;
+        if rows.is_empty() {
+            return Ok(true);
+        }
+        if rows.len() % d != 0 {
+            return Err(Error::Input {
+                name: "encoder".into(),
+                reason: format!("{} values are not rows of {d}", rows.len()),
+            });
+        }
+        let enc = Tensor::from_vec(vec![1, rows.len() / d, d], rows.to_vec())?;
+        runner.step(&[&enc])?;
+        for l in 0..self.cfg.decoder_layers {
+            let (k, v) = (runner.output(2 * l), runner.output(2 * l + 1));
+            self.cache.set_cross_rows(l, from, k, v)?;
+        }
+        Ok(true)
+    }
+
+    fn rewind(&mut self, len: usize) -> Result<bool> {
+        self.cache.truncate(len)?;
+        Ok(true)
     }
 
     fn reserve(&mut self, sequences: usize) -> Result<()> {
@@ -402,6 +441,18 @@ impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
         self.cache.record(None);
         r?;
         Ok(rec.concat())
+    }
+
+    fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
+        if !self.cache.on_host() {
+            return false;
+        }
+        self.cache.record(heads.map(<[_]>::to_vec));
+        true
+    }
+
+    fn take_attention(&mut self) -> Vec<Vec<f32>> {
+        self.cache.take_recorded()
     }
 }
 

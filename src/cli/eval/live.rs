@@ -29,6 +29,7 @@ pub(super) fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode
         ..WhisperLiveOptions::default()
     }
     .with_trim(a.trim);
+    a.policy.apply(&mut opts);
     a.whisper.decode.apply(a.beam, &mut opts.decode)?;
     opts.check().map_err(|e| e.to_string())?;
     let multilingual = pulsed::whisper::GenerationConfig::load(&model.dir)
@@ -120,13 +121,16 @@ fn live_files(
     });
     bar.finish_and_clear();
     done.sort_by_key(|(i, _)| *i);
-    let (mut hyps, mut latencies, mut audio_s) = (Vec::new(), Vec::new(), 0.0);
+    let (mut hyps, mut audio_s) = (Vec::new(), 0.0);
+    let (mut latencies, mut computed, mut first_shown) = (Vec::new(), Vec::new(), Vec::new());
     let mut partial = Vec::new();
     for ((_, r), it) in done.into_iter().zip(items) {
         let f = r?;
         partial.push(partial_counts(&it.text, &f.finals, &f.shown, f.audio_s));
         hyps.push(f.text);
         latencies.extend(f.latencies);
+        computed.extend(f.computed);
+        first_shown.extend(f.first_shown);
         audio_s += f.audio_s;
     }
     if hyps.len() != items.len() {
@@ -134,14 +138,26 @@ fn live_files(
     }
     let wall = t0.elapsed().as_secs_f64();
     eprintln!("pulsed: {audio_s:.1} s of audio in {wall:.1} s ({jobs} workers)");
-    latencies.sort_by(f64::total_cmp);
-    if let (Some(max), false) = (latencies.last(), latencies.is_empty()) {
-        let med = latencies[(latencies.len() - 1) / 2];
+    let rows = [
+        ("committed, compute not counted", latencies),
+        (
+            "committed, compute counted at real-time pace on this machine",
+            computed,
+        ),
+        ("first shown where it stayed, compute counted", first_shown),
+    ];
+    for (what, mut l) in rows {
+        if l.is_empty() {
+            continue;
+        }
+        l.sort_by(f64::total_cmp);
+        let at = |q: f64| l[((l.len() - 1) as f64 * q).round() as usize] * 1000.0;
         println!(
-            "latency from a word's end to the audio position where it was committed: median {:.0} ms, max {:.0} ms over {} words (compute time not included)",
-            med * 1000.0,
-            max * 1000.0,
-            latencies.len()
+            "latency from a word's end to its text {what}: median {:.0} ms, p90 {:.0} ms, max {:.0} ms over {} words",
+            at(0.5),
+            at(0.9),
+            at(1.0),
+            l.len()
         );
     }
     println!("partial lines (the text shown at each partial update, against the reference words spoken by then; those timed by the final words they align with):");
@@ -165,11 +181,16 @@ pub(super) fn encoder_mode(
 }
 
 /// One file through the live policy.
+#[derive(Default)]
 struct LiveFile {
     /// The final lines, joined.
     text: String,
     /// From each final word's end to the stream position that committed it.
     latencies: Vec<f64>,
+    /// The same with compute counted, and to when its text was first shown
+    /// where it stayed (where the policy says).
+    computed: Vec<f64>,
+    first_shown: Vec<f64>,
     audio_s: f64,
     /// The final words and their end times, and the texts shown before.
     finals: Vec<(String, f64)>,
@@ -187,7 +208,7 @@ fn live_file(
     let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
     let mut live =
         pulsed::live::WhisperLive::new(model, Some(vad), opts.clone()).map_err(in_file)?;
-    let updates = feed(&audio, |block| {
+    let (updates, clock) = feed(&audio, |block| {
         match block {
             Some(b) => live.push(b),
             None => live.finish(),
@@ -196,9 +217,14 @@ fn live_file(
     })?;
     let said = updates.into_iter().map(|(at_s, u)| {
         let line = if u.is_final {
-            let words = u.words.iter().zip(&u.committed_at_s);
+            let words = u.words.iter().zip(&u.committed_at_s).enumerate();
             let words = words
-                .map(|(w, at)| (w.text.clone(), w.end_s, *at))
+                .map(|(i, (w, at))| Spoken {
+                    text: w.text.clone(),
+                    end_s: w.end_s,
+                    committed_s: *at,
+                    shown_s: u.shown_at_s.get(i).copied(),
+                })
                 .collect();
             Said::Final(u.text, words)
         } else {
@@ -206,7 +232,7 @@ fn live_file(
         };
         (at_s, line)
     });
-    Ok(LiveFile::from_said(audio.duration_s, said))
+    Ok(LiveFile::from_said(audio.duration_s, said, &clock))
 }
 
 fn live_file_ctc(job: &crate::cli::ctc::CtcJob, path: &Path) -> Result<LiveFile, String> {
@@ -214,7 +240,7 @@ fn live_file_ctc(job: &crate::cli::ctc::CtcJob, path: &Path) -> Result<LiveFile,
     let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
     let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
     let mut live = CtcLive::new(job.stream().map_err(in_file)?, 0.6);
-    let events = feed(&audio, |block| {
+    let (events, clock) = feed(&audio, |block| {
         match block {
             Some(b) => live.push_samples(b),
             None => live.end(),
@@ -225,68 +251,119 @@ fn live_file_ctc(job: &crate::cli::ctc::CtcJob, path: &Path) -> Result<LiveFile,
         let line = match e {
             LiveEvent::Partial { text, .. } => Said::Partial(text),
             LiveEvent::Final { text, words, .. } => {
-                let words = words.into_iter().map(|w| (w.text, w.end_s, at_s)).collect();
+                let words = words
+                    .into_iter()
+                    .map(|w| Spoken {
+                        text: w.text,
+                        end_s: w.end_s,
+                        committed_s: at_s,
+                        shown_s: None,
+                    })
+                    .collect();
                 Said::Final(text, words)
             }
             _ => return None,
         };
         Some((at_s, line))
     });
-    Ok(LiveFile::from_said(audio.duration_s, said))
+    Ok(LiveFile::from_said(audio.duration_s, said, &clock))
 }
 
 /// A recording through a live policy in 20 ms blocks (`step(Some(block))`),
 /// then its end (`step(None)`): what the policy gave, each with the stream
-/// time it came at.
+/// time it came at, and the clock with compute counted (the block's
+/// arrival, or the end of the previous step if that is later, plus the
+/// step's own time) at the end of each step.
 fn feed<E>(
     audio: &pulsed::audio::Audio,
     mut step: impl FnMut(Option<&[f32]>) -> Result<Vec<E>, String>,
-) -> Result<Vec<(f64, E)>, String> {
+) -> Result<(Vec<(f64, E)>, Clock), String> {
     let mut out = Vec::new();
+    let mut clock = Clock::default();
     let mut taken = 0usize;
     for block in audio.samples.chunks(320) {
         taken += block.len();
         let at_s = taken as f64 / 16_000.0;
-        out.extend(step(Some(block))?.into_iter().map(|e| (at_s, e)));
+        let t = std::time::Instant::now();
+        let events = step(Some(block))?;
+        clock.stepped(at_s, t.elapsed().as_secs_f64());
+        out.extend(events.into_iter().map(|e| (at_s, e)));
     }
     let end_s = audio.duration_s;
-    out.extend(step(None)?.into_iter().map(|e| (end_s, e)));
-    Ok(out)
+    let t = std::time::Instant::now();
+    let events = step(None)?;
+    clock.stepped(end_s, t.elapsed().as_secs_f64());
+    out.extend(events.into_iter().map(|e| (end_s, e)));
+    Ok((out, clock))
+}
+
+/// A live policy fed at real-time pace on this machine, simulated: after
+/// each step, the stream position it had taken and the time it ended.
+#[derive(Default)]
+struct Clock {
+    steps: Vec<(f64, f64)>,
+}
+
+impl Clock {
+    fn stepped(&mut self, at_s: f64, compute_s: f64) {
+        let free = self.steps.last().map_or(at_s, |&(_, end)| end.max(at_s));
+        self.steps.push((at_s, free + compute_s));
+    }
+
+    /// When the step that had taken stream position `at_s` ended.
+    fn at(&self, at_s: f64) -> f64 {
+        let i = self.steps.partition_point(|&(p, _)| p < at_s - 1e-9);
+        self.steps
+            .get(i)
+            .or(self.steps.last())
+            .map_or(at_s, |s| s.1)
+    }
 }
 
 /// A line a live policy gave: partial text, or a final line with each
 /// word's end and the stream time that committed it.
 enum Said {
     Partial(String),
-    Final(String, Vec<(String, f64, f64)>),
+    Final(String, Vec<Spoken>),
+}
+
+/// A final word: its text and end, the stream position that committed it
+/// and the one where it was first shown (if known).
+struct Spoken {
+    text: String,
+    end_s: f64,
+    committed_s: f64,
+    shown_s: Option<f64>,
 }
 
 impl LiveFile {
-    fn from_said(audio_s: f64, said: impl Iterator<Item = (f64, Said)>) -> LiveFile {
-        let (mut text, mut latencies, mut finals, mut shown) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    fn from_said(audio_s: f64, said: impl Iterator<Item = (f64, Said)>, clock: &Clock) -> LiveFile {
+        let mut f = LiveFile {
+            audio_s,
+            ..LiveFile::default()
+        };
+        let mut text = Vec::new();
         for (at_s, line) in said {
             match line {
                 // what the user sees: the final lines so far, then this one
-                Said::Partial(t) => shown.push(Shown {
+                Said::Partial(t) => f.shown.push(Shown {
                     at_s,
                     text: format!("{} {t}", text.join(" ")),
                 }),
                 Said::Final(t, words) => {
                     text.push(t);
-                    for (w, end_s, at) in words {
-                        latencies.push(at - end_s);
-                        finals.push((w, end_s));
+                    for w in words {
+                        f.latencies.push(w.committed_s - w.end_s);
+                        f.computed.push(clock.at(w.committed_s) - w.end_s);
+                        if let Some(s) = w.shown_s {
+                            f.first_shown.push(clock.at(s) - w.end_s);
+                        }
+                        f.finals.push((w.text, w.end_s));
                     }
                 }
             }
         }
-        LiveFile {
-            text: text.join(" "),
-            latencies,
-            audio_s,
-            finals,
-            shown,
-        }
+        f.text = text.join(" ");
+        f
     }
 }

@@ -42,6 +42,8 @@ pub struct Args {
     /// whole buffer at every decoding instead of streaming the encoder.
     #[arg(long, requires = "live")]
     window_encoder: bool,
+    #[command(flatten)]
+    policy: crate::cli::text_policy::PolicyArgs,
     /// With --live: at each end of speech the buffer decoded once more, as
     /// a whole, replaces the words agreed on meanwhile as the final line.
     /// Default: on where the encoder streams (a chunked checkpoint);

@@ -227,6 +227,80 @@ impl KvCache {
         Ok(())
     }
 
+    /// Replaces layer `layer`'s cross-attention keys and values of window
+    /// 0's frames `from..` with `k` and `v` (`[1, rows, width]` f32 each):
+    /// a streamed encoder's new frames, the rest of the window kept.
+    pub fn set_cross_rows(
+        &self,
+        layer: usize,
+        from: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> OpResult<()> {
+        let mut st = self.lock();
+        if layer >= st.layers {
+            return Err(param(format!("layer {layer} of {}", st.layers)));
+        }
+        let (k, v) = (contig(k), contig(v));
+        let rows = k.shape().get(1).copied().unwrap_or(0);
+        let fits = |t: &Tensor| {
+            t.rank() == 3 && t.shape() == [1, rows, st.width] && t.dtype() == DType::F32
+        };
+        if !fits(&k) || !fits(&v) || st.windows == 0 || from + rows > st.frames {
+            return Err(OpError::Shape(format!(
+                "cross rows {:?} and {:?} from frame {from} do not fit {} windows of {} frames x {}",
+                k.shape(),
+                v.shape(),
+                st.windows,
+                st.frames,
+                st.width
+            )));
+        }
+        let span = from * st.width..(from + rows) * st.width;
+        st.cross_k[layer][span.clone()].copy_from_slice(k.as_slice::<f32>()?);
+        st.cross_v[layer][span].copy_from_slice(v.as_slice::<f32>()?);
+        if let Some(m) = &st.mirror {
+            // a mirror takes whole windows
+            let shape = vec![st.windows, st.frames, st.width];
+            let k = Tensor::from_vec(shape.clone(), st.cross_k[layer].clone())?;
+            let v = Tensor::from_vec(shape, st.cross_v[layer].clone())?;
+            m.set_cross(layer, &k, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets every text position from `len` on (of every sequence): a
+    /// decoding that continues from a shorter prefix, without feeding it
+    /// again.
+    pub fn truncate(&self, len: usize) -> OpResult<()> {
+        let mut st = self.lock();
+        if len > st.len {
+            return Err(param(format!(
+                "cannot keep {len} text positions of {}",
+                st.len
+            )));
+        }
+        st.len = len;
+        if let Some(m) = &st.mirror {
+            m.set_len(len)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the weights kept since [`KvCache::record`] or the last take,
+    /// recording on.
+    pub fn take_recorded(&self) -> Vec<Vec<f32>> {
+        let mut st = self.lock();
+        let n = st.recorded.len();
+        std::mem::replace(&mut st.recorded, vec![Vec::new(); n])
+    }
+
+    /// Whether decoder steps over this cache run on the host (and so can
+    /// record cross-attention weights).
+    pub fn on_host(&self) -> bool {
+        self.lock().mirror.is_none()
+    }
+
     /// Starts one sequence per entry of `windows` (the encoder window each
     /// reads), with no text position filled.
     pub fn start(&self, windows: &[usize]) -> OpResult<()> {

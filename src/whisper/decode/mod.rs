@@ -20,6 +20,7 @@
 //! | `transcribe.rs`, `generate_segments.rs` | the whole recording: [`transcribe`], window by window |
 //! | `many.rs`, `on_window.rs` | several recordings, first windows batched: [`transcribe_many`] |
 //! | `batched.rs`, `speech.rs`, `chunks.rs` | the VAD-segmented batched mode: [`transcribe_batched`] |
+//! | `stream.rs` | decoding that follows a streamed encoder (AlignAtt): [`StreamDecoder`] |
 
 mod align;
 mod batched;
@@ -39,6 +40,7 @@ mod prompt;
 mod search;
 mod segments;
 mod speech;
+mod stream;
 #[cfg(test)]
 mod testing;
 #[cfg(test)]
@@ -51,8 +53,13 @@ pub use batched::{batched_speech, transcribe_batched, transcribe_batched_many, B
 pub use fallback::compression_ratio;
 pub use many::{transcribe_many, Recording};
 pub use options::{DecodeOptions, InitialPrompt, WindowPadding};
+pub use stream::{StreamDecoder, StreamOptions, StreamSpec};
 pub use transcribe::{transcribe, transcribe_features, Segment, TranscriptionInfo, SAMPLE_RATE};
 pub use words::Word;
+
+pub(crate) use align::{find_alignment, AlignSpec};
+pub(crate) use prompt::prompt_tokens;
+pub(crate) use transcribe::suppressed_tokens;
 
 use crate::whisper::{AlignmentSource, WhisperBackend};
 

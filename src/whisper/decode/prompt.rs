@@ -19,6 +19,28 @@ pub(crate) struct PromptSpec<'a> {
 }
 
 /// Builds the prompt of one window.
+/// A prompt without timestamps: `previous` text (as an initial prompt is
+/// written), then `sot_sequence` and `<|notimestamps|>`.
+pub(crate) fn prompt_tokens(
+    tokenizer: &WhisperTokenizer,
+    previous: &str,
+    sot_sequence: &[u32],
+    max_length: usize,
+) -> Result<Vec<u32>, WhisperError> {
+    let previous = match previous.trim() {
+        "" => Vec::new(),
+        text => tokenizer.encode(&format!(" {text}"))?,
+    };
+    let spec = PromptSpec {
+        sot_sequence,
+        without_timestamps: true,
+        prefix: None,
+        hotwords: None,
+        max_length,
+    };
+    get_prompt(tokenizer, &previous, &spec)
+}
+
 pub(crate) fn get_prompt(
     tokenizer: &WhisperTokenizer,
     previous_tokens: &[u32],

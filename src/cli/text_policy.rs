@@ -1,0 +1,46 @@
+//! How live Whisper commits text, the flags `mic` and `eval --live` share.
+
+use pulsed::live::WhisperLiveOptions;
+
+/// How live text is committed.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// The decoder continues from its committed tokens at every encoder
+    /// pulse and commits a token once its attention lies --margin frames
+    /// before the last frame heard (AlignAtt); needs a streamed encoder.
+    Stream,
+    /// The rolling buffer decoded again every --step seconds; words two
+    /// decodings agree on are committed (LocalAgreement).
+    Agreement,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Live Whisper: how text is committed (default: stream where the
+    /// encoder streams, a chunked checkpoint; agreement otherwise).
+    #[arg(long, value_enum)]
+    pub policy: Option<Policy>,
+    /// With --policy stream: a token is committed once its attention peak
+    /// lies this many encoder frames (20 ms each) before the last heard.
+    #[arg(long, default_value_t = 20)]
+    pub margin: usize,
+    /// With --policy stream: a token whose attention peak lies more than
+    /// this many frames before the last committed token's is taken for a
+    /// loop, and not committed.
+    #[arg(long, default_value_t = 25)]
+    pub backstep: usize,
+    /// With --policy stream: feed the committed tokens again in one pass
+    /// at every pulse instead of keeping them in the decoder's cache.
+    #[arg(long)]
+    pub refill: bool,
+}
+
+impl PolicyArgs {
+    /// Sets the live options these flags choose.
+    pub fn apply(&self, o: &mut WhisperLiveOptions) {
+        o.stream_text = self.policy.map(|p| p == Policy::Stream);
+        o.stream.margin = self.margin;
+        o.stream.refill = self.refill;
+        o.stream.backstep = self.backstep;
+    }
+}

@@ -1,0 +1,362 @@
+//! Live Whisper whose text streams with its encoder: at every encoder
+//! pulse the new frames' cross-attention keys and values replace the
+//! tail's in the decoder's window, and the [`StreamDecoder`] continues
+//! from the tokens it committed (AlignAtt). Partial lines are the
+//! committed text and the pulse's uncommitted token; at the end of speech
+//! the rest is decoded and the final line's words are timed by Whisper's
+//! own alignment. Committed text is never taken back: a final line starts
+//! with every token committed in its utterance.
+//!
+//! An utterance longer than the buffer's hard limit is made final there
+//! and the next one starts after it (the VAD is still in speech).
+
+use super::whisper::{Update, WhisperLive};
+use super::whisper_buffer::{prompt_text, text_of, trimmed};
+use crate::decode::Word;
+use crate::whisper::decode::{
+    find_alignment, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder, StreamOptions,
+    StreamSpec, SAMPLE_RATE,
+};
+use crate::whisper::GenerationConfig;
+use crate::{Error, Result};
+
+/// Median filter width of Whisper's word alignment.
+const MEDIAN_FILTER_WIDTH: usize = 7;
+
+/// The streaming decoder's state across pulses and utterances.
+pub(super) struct TextStream {
+    o: StreamOptions,
+    language: String,
+    sot_sequence: Vec<u32>,
+    suppress: Vec<u32>,
+    suppress_begin: Vec<u32>,
+    heads: Vec<(usize, usize)>,
+    /// The current utterance's decoding (none between utterances).
+    decoder: Option<StreamDecoder>,
+    /// Encoder frames of the backend's window that hold heard audio (the
+    /// rest the tail's); `None` before the window is first set.
+    rows: Option<usize>,
+    /// Per committed token: when it was committed and when first shown
+    /// (stream seconds).
+    committed_at: Vec<f64>,
+    shown_at: Vec<f64>,
+    /// The tokens shown last (committed, then tentative), each with when
+    /// it was first shown there.
+    shown: Vec<(u32, f64)>,
+    /// Samples between two pulses: one encoder chunk.
+    pub(super) pulse: usize,
+    /// Tokens fed one at a time and in batched passes, over all pulses.
+    pub fed_single: usize,
+    pub fed_batched: usize,
+}
+
+impl TextStream {
+    pub(super) fn new(
+        model: &crate::whisper::WhisperModel,
+        live: &crate::live::WhisperLiveOptions,
+        tokenizer: &crate::whisper::WhisperTokenizer,
+        gen: &GenerationConfig,
+    ) -> Result<TextStream> {
+        let chunk = crate::whisper::streaming::context(&model.config)?.chunk;
+        let language = live.decode.language.clone().unwrap_or_else(|| "en".into());
+        let sot_sequence =
+            tokenizer.sot_sequence(gen.is_multilingual, &language, live.decode.task)?;
+        let mut suppress = suppressed_tokens(tokenizer, live.decode.suppress_tokens.as_deref())?;
+        // text alone: no timestamp token (ids past the vocabulary are ignored)
+        let sp = tokenizer.special();
+        suppress.push(sp.no_timestamps);
+        suppress.extend(sp.timestamp_begin..sp.timestamp_begin + 1501);
+        let suppress_begin = if live.decode.suppress_blank {
+            gen.begin_suppress_tokens.clone()
+        } else {
+            Vec::new()
+        };
+        if gen.alignment_heads.is_empty() {
+            return Err(Error::Other(
+                "live Whisper: the streaming decoder needs the checkpoint's alignment heads".into(),
+            ));
+        }
+        Ok(TextStream {
+            o: live.stream.clone(),
+            language,
+            sot_sequence,
+            suppress,
+            suppress_begin,
+            heads: gen.alignment_heads.clone(),
+            decoder: None,
+            rows: None,
+            committed_at: Vec::new(),
+            shown_at: Vec::new(),
+            shown: Vec::new(),
+            pulse: 2 * chunk * crate::whisper::graphs::HOP,
+            fed_single: 0,
+            fed_batched: 0,
+        })
+    }
+
+    /// Forgets the utterance's decoding and the window's rows (another
+    /// decoding of the buffer is about to use the backend).
+    pub(super) fn restart(&mut self) {
+        self.decoder = None;
+        self.rows = None;
+        self.committed_at.clear();
+        self.shown_at.clear();
+        self.shown.clear();
+    }
+
+    fn count(&mut self) {
+        if let Some(d) = &self.decoder {
+            self.fed_single = d.fed_single;
+            self.fed_batched = d.fed_batched;
+        }
+    }
+}
+
+impl WhisperLive {
+    /// One pulse of the streaming decoder over the audio so far; `last`:
+    /// the utterance ended, its final line is made.
+    pub(super) fn stream_pulse(&mut self, last: bool) -> Result<Option<Update>> {
+        self.since_decode = 0;
+        let now = self.fed as f64 / SAMPLE_RATE as f64;
+        let heard = self.stream_frames(last)?;
+        let offset = self.buffer_start as f64 / SAMPLE_RATE as f64;
+        let prompt = self.stream_prompt(offset)?;
+        let Some(ts) = self.text.as_mut() else {
+            return Ok(None);
+        };
+        if heard == 0 && !last {
+            return Ok(None);
+        }
+        if ts.decoder.is_none() {
+            let spec = StreamSpec {
+                prompt,
+                eot: self.tokenizer.special().eot,
+                suppress: ts.suppress.clone(),
+                suppress_begin: ts.suppress_begin.clone(),
+                heads: ts.heads.clone(),
+            };
+            let mut d = StreamDecoder::new(spec, ts.o.clone())?;
+            (d.fed_single, d.fed_batched) = (ts.fed_single, ts.fed_batched);
+            ts.decoder = Some(d);
+        }
+        let Some(decoder) = ts.decoder.as_mut() else {
+            return Ok(None);
+        };
+        let committed = decoder.pulse(&mut *self.net, heard, last)?;
+        let tokens = decoder.committed().to_vec();
+        let tentative = decoder.tentative().to_vec();
+        ts.count();
+        // when each token was first shown: kept while it stays in place
+        let mut shown: Vec<(u32, f64)> = Vec::with_capacity(tokens.len() + tentative.len());
+        for (i, &t) in tokens.iter().chain(&tentative).enumerate() {
+            let since = match ts.shown.get(i) {
+                Some(&(s, at)) if s == t && shown.len() == i => at,
+                _ => now,
+            };
+            shown.push((t, since));
+        }
+        for i in tokens.len() - committed..tokens.len() {
+            ts.committed_at.push(now);
+            ts.shown_at.push(shown[i].1);
+        }
+        ts.shown = shown;
+        if last {
+            return self.stream_final(tokens, heard, offset, now);
+        }
+        let mut all = tokens;
+        all.extend(&tentative);
+        let text = self.tokenizer.decode(&all)?.trim().to_string();
+        if text.is_empty() || text == self.last_partial {
+            return Ok(None);
+        }
+        self.last_partial.clone_from(&text);
+        let words = self.token_words(&all, offset)?;
+        let stable = self.stable_words(&words, committed_len(&self.text));
+        Ok(Some(Update {
+            text,
+            words: trimmed(words),
+            stable,
+            is_final: false,
+            committed_at_s: self.committed_at.clone(),
+            shown_at_s: Vec::new(),
+        }))
+    }
+
+    /// Pushes the buffer's new audio into the streamed encoder (its stream
+    /// started again where the buffer starts) and gives the backend's
+    /// window the new frames; returns the frames heard.
+    fn stream_frames(&mut self, last: bool) -> Result<usize> {
+        let (Some((stream, start)), Some(ts)) = (self.encoder.as_mut(), self.text.as_mut()) else {
+            return Err(Error::Other(
+                "live Whisper: a streaming decoder without a streamed encoder".into(),
+            ));
+        };
+        if *start != self.buffer_start || stream.samples() > self.buffer.len() {
+            stream.reset();
+            *start = self.buffer_start;
+        }
+        stream.push(&self.buffer[stream.samples()..])?;
+        if last {
+            stream.finish()?;
+        }
+        let heard = stream.frames();
+        let net = &mut *self.net;
+        let set = match ts.rows {
+            None => false,
+            // the stream started again: its frames so far, then the tail
+            // where the last stream's frames were
+            Some(r) if heard < r => {
+                net.encode_frame_rows(0, stream.frame_rows(0, heard))?
+                    && net.encode_frame_rows(heard, stream.tail_rows(heard, r))?
+            }
+            Some(r) => net.encode_frame_rows(r, stream.frame_rows(r, heard))?,
+        };
+        if !set {
+            net.encode_frames(&[&stream.window()])?;
+        }
+        ts.rows = Some(heard);
+        if last {
+            // the next utterance starts a stream of its own
+            stream.reset();
+        }
+        Ok(heard)
+    }
+
+    /// The prompt of a new decoding: the committed words before `offset`
+    /// as previous text, then the start of transcript without timestamps.
+    fn stream_prompt(&self, offset: f64) -> Result<Vec<u32>> {
+        let Some(ts) = &self.text else {
+            return Ok(Vec::new());
+        };
+        let previous = prompt_text(&self.history, offset + 1e-3, self.o.prompt_chars);
+        Ok(prompt_tokens(
+            &self.tokenizer,
+            &previous,
+            &ts.sot_sequence,
+            self.gen.max_length,
+        )?)
+    }
+
+    /// The final line of the utterance: every token, its words timed by
+    /// Whisper's alignment over the window.
+    fn stream_final(
+        &mut self,
+        tokens: Vec<u32>,
+        heard: usize,
+        offset: f64,
+        now: f64,
+    ) -> Result<Option<Update>> {
+        let Some(ts) = self.text.as_mut() else {
+            return Ok(None);
+        };
+        ts.decoder = None;
+        let committed_at = std::mem::take(&mut ts.committed_at);
+        let shown_at = std::mem::take(&mut ts.shown_at);
+        ts.shown.clear();
+        let spec = AlignSpec {
+            sot_sequence: &ts.sot_sequence,
+            language: &ts.language,
+            heads: &ts.heads,
+            num_frames: 2 * heard,
+            median_filter_width: MEDIAN_FILTER_WIDTH,
+        };
+        let eot = self.tokenizer.special().eot;
+        let text_tokens: Vec<u32> = tokens.iter().copied().filter(|&t| t < eot).collect();
+        let timings = find_alignment(&mut *self.net, &self.tokenizer, &text_tokens, &spec)?;
+        let (mut words, mut at, mut first) = (Vec::new(), Vec::new(), Vec::new());
+        let mut n = 0;
+        for t in timings {
+            n += t.tokens.len();
+            let last_token = n.min(committed_at.len().max(1)) - 1;
+            at.push(
+                committed_at
+                    .get(last_token)
+                    .copied()
+                    .unwrap_or(now)
+                    .min(now),
+            );
+            first.push(shown_at.get(last_token).copied().unwrap_or(now).min(now));
+            if n > committed_at.len() {
+                // decoded at the end of speech
+                *at.last_mut().unwrap_or(&mut 0.0) = now;
+                *first.last_mut().unwrap_or(&mut 0.0) = now;
+            }
+            words.push(Word {
+                text: t.word,
+                start_s: t.start + offset,
+                end_s: t.end + offset,
+                confidence: t.probability as f32,
+            });
+        }
+        let said: Vec<(Word, f64, f64)> = words
+            .into_iter()
+            .zip(at.into_iter().zip(first))
+            .filter(|(w, _)| !w.text.trim().is_empty())
+            .map(|(w, (a, f))| (w, a, f))
+            .collect();
+        for (w, _, _) in &said {
+            self.history.push_back(w.clone());
+            if self.history.len() > super::whisper::HISTORY_WORDS {
+                self.history.pop_front();
+            }
+        }
+        self.last_partial.clear();
+        if said.is_empty() {
+            return Ok(None);
+        }
+        let text = self.tokenizer.decode(&text_tokens)?.trim().to_string();
+        let words: Vec<Word> = said.iter().map(|s| s.0.clone()).collect();
+        Ok(Some(Update {
+            text: if text.is_empty() {
+                text_of(&words)
+            } else {
+                text
+            },
+            stable: words.len(),
+            words: trimmed(words),
+            is_final: true,
+            committed_at_s: said.iter().map(|s| s.1).collect(),
+            shown_at_s: said.iter().map(|s| s.2).collect(),
+        }))
+    }
+
+    /// Words of `tokens` (a partial line), each timed by nothing better
+    /// than the buffer's start: partial lines carry text, final lines times.
+    fn token_words(&self, tokens: &[u32], offset: f64) -> Result<Vec<Word>> {
+        let language = self.text.as_ref().map_or("en", |t| t.language.as_str());
+        let (words, _) = self.tokenizer.split_to_word_tokens(tokens, language)?;
+        Ok(words
+            .into_iter()
+            .filter(|w| !w.trim().is_empty())
+            .map(|text| Word {
+                text,
+                start_s: offset,
+                end_s: offset,
+                confidence: 1.0,
+            })
+            .collect())
+    }
+
+    /// Words of a partial line that are committed whole: all but the last
+    /// word the committed tokens reach (a later token may still extend it).
+    fn stable_words(&self, words: &[Word], committed_tokens: usize) -> usize {
+        let Some(ts) = &self.text else { return 0 };
+        let Some(d) = &ts.decoder else { return 0 };
+        let committed = &d.committed()[..committed_tokens.min(d.committed().len())];
+        let language = ts.language.as_str();
+        match self.tokenizer.split_to_word_tokens(committed, language) {
+            Ok((w, _)) => {
+                let n = w.iter().filter(|w| !w.trim().is_empty()).count();
+                n.saturating_sub(1).min(words.len())
+            }
+            Err(_) => 0,
+        }
+    }
+}
+
+/// Tokens committed in the current decoding.
+fn committed_len(ts: &Option<TextStream>) -> usize {
+    ts.as_ref()
+        .and_then(|t| t.decoder.as_ref())
+        .map_or(0, |d| d.committed().len())
+}

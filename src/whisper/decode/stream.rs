@@ -1,0 +1,340 @@
+//! Decoding that follows a streamed encoder (AlignAtt, Papi et al. 2023,
+//! the policy SimulStreaming runs Whisper with): at each pulse the decoder
+//! continues from the tokens it has committed, greedily, and commits a
+//! token while its alignment heads' cross-attention peaks at least
+//! `margin` encoder frames before the last frame heard; the first token
+//! that fails stops the pulse and is shown, uncommitted, as partial text.
+//! A committed token is never taken back.
+//!
+//! The committed prefix is never decoded token by token again: the
+//! backend's cache keeps it ([`StreamOptions::refill`] off: only the last
+//! committed token is fed again, so that its step reads the new frames), or
+//! it is fed again in one batched pass per pulse (on: every committed
+//! token's state then sees the new frames, as SimulStreaming does).
+//!
+//! At the end of the audio ([`StreamDecoder::pulse`] with `last`) the rest
+//! is decoded to the end of text with no rule: fed the whole utterance in
+//! one pulse, the decoder gives the offline greedy decoding of a window
+//! without timestamps.
+
+use super::logits::LogitRules;
+use super::AlignedBackend;
+use crate::{Error, Result};
+
+/// How a [`StreamDecoder`] commits and feeds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOptions {
+    /// A token is committed while its attention peak lies at least this
+    /// many encoder frames (20 ms each) before the last frame heard.
+    pub margin: usize,
+    /// Attention moves forward with the audio: a token whose peak lies
+    /// more than this many frames before the last committed token's is
+    /// the decoder going back over what it said (a loop), and ends the
+    /// pulse (and, at the end of the audio, the decoding).
+    pub backstep: usize,
+    /// Feed the committed prefix again in one pass at every pulse instead
+    /// of keeping it in the backend's cache.
+    pub refill: bool,
+    /// Most tokens after the prompt: this many, plus this many a second of
+    /// audio heard (speech runs at 3-5 tokens a second), so that a decoder
+    /// looping over the tail cannot run on.
+    pub max_tokens: (usize, f64),
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            margin: 20,
+            backstep: 25,
+            refill: false,
+            max_tokens: (16, 8.0),
+        }
+    }
+}
+
+/// What one decoding streams over: the prompt (previous text, the
+/// start-of-transcript sequence and `<|notimestamps|>`), the logit rules
+/// and the heads whose attention follows the audio.
+#[derive(Debug, Clone)]
+pub struct StreamSpec {
+    pub prompt: Vec<u32>,
+    pub eot: u32,
+    pub suppress: Vec<u32>,
+    pub suppress_begin: Vec<u32>,
+    pub heads: Vec<(usize, usize)>,
+}
+
+/// The tokens of one decoding and how they were fed.
+pub struct StreamDecoder {
+    spec: StreamSpec,
+    rules: LogitRules,
+    o: StreamOptions,
+    /// Text tokens committed (after the prompt), and each one's attention
+    /// peak (encoder frame).
+    committed: Vec<u32>,
+    peaks: Vec<usize>,
+    /// The last pulse's uncommitted continuation.
+    tentative: Vec<u32>,
+    /// Positions of prompt + committed the backend's cache holds (keep mode).
+    cached: usize,
+    /// The end of text was decoded at a last pulse.
+    ended: bool,
+    /// Tokens fed one at a time, and tokens fed in batched passes.
+    pub fed_single: usize,
+    pub fed_batched: usize,
+    logits: Vec<f32>,
+}
+
+/// The peak frame of one position's attention, averaged over heads.
+fn peak(rows: &[&[f32]], frames: usize) -> usize {
+    let mut best = (0, f32::NEG_INFINITY);
+    for f in 0..frames {
+        let s: f32 = rows.iter().map(|r| r[f]).sum();
+        if s > best.1 {
+            best = (f, s);
+        }
+    }
+    best.0
+}
+
+impl StreamDecoder {
+    /// A decoding from `spec.prompt`, nothing committed.
+    pub fn new(spec: StreamSpec, o: StreamOptions) -> Result<StreamDecoder> {
+        if spec.prompt.is_empty() || spec.heads.is_empty() {
+            return Err(Error::Other(
+                "streaming decoder: needs a prompt and alignment heads".into(),
+            ));
+        }
+        let rules = LogitRules {
+            suppress: spec.suppress.clone(),
+            suppress_begin: spec.suppress_begin.clone(),
+            ..LogitRules::default()
+        };
+        Ok(StreamDecoder {
+            spec,
+            rules,
+            o,
+            committed: Vec::new(),
+            peaks: Vec::new(),
+            tentative: Vec::new(),
+            cached: 0,
+            ended: false,
+            fed_single: 0,
+            fed_batched: 0,
+            logits: Vec::new(),
+        })
+    }
+
+    /// A decoding whose first text tokens are `forced`, committed already
+    /// (a long utterance's words carried over a cut of its window).
+    pub fn with_committed(mut self, forced: &[u32]) -> Self {
+        self.committed = forced.to_vec();
+        self.peaks = vec![0; forced.len()];
+        self
+    }
+
+    /// The committed text tokens.
+    pub fn committed(&self) -> &[u32] {
+        &self.committed
+    }
+
+    /// Each committed token's attention peak (encoder frame).
+    pub fn peaks(&self) -> &[usize] {
+        &self.peaks
+    }
+
+    /// The last pulse's uncommitted continuation.
+    pub fn tentative(&self) -> &[u32] {
+        &self.tentative
+    }
+
+    /// The end of text was decoded (after a last pulse).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The backend's cache no longer holds this decoding's positions
+    /// (another decoding ran on it): the next pulse feeds the prefix again.
+    pub fn forget_cache(&mut self) {
+        self.cached = 0;
+    }
+
+    /// Decodes over the window the backend holds, whose first `heard`
+    /// encoder frames are the audio's (the rest its stand-in); `last`: the
+    /// audio ended, so everything left is decoded. Returns how many tokens
+    /// it committed.
+    pub fn pulse(
+        &mut self,
+        net: &mut dyn AlignedBackend,
+        heard: usize,
+        last: bool,
+    ) -> Result<usize> {
+        self.tentative.clear();
+        if self.ended {
+            return Ok(0);
+        }
+        let heads = self.spec.heads.clone();
+        let records = net.record_attention(Some(&heads));
+        let r = self.decode(net, heard, last, records);
+        if records {
+            net.record_attention(None);
+        }
+        let before = self.committed.len();
+        r?;
+        if !records {
+            self.commit_aligned(net, heard, last)?;
+        }
+        Ok(self.committed.len() - before)
+    }
+
+    /// Feeds what the pulse needs and runs the greedy search; with
+    /// `records`, commits as it goes (else every token is tentative until
+    /// [`StreamDecoder::commit_aligned`]).
+    fn decode(
+        &mut self,
+        net: &mut dyn AlignedBackend,
+        heard: usize,
+        last: bool,
+        records: bool,
+    ) -> Result<()> {
+        let mut seq = self.spec.prompt.clone();
+        seq.extend(&self.committed);
+        let n = seq.len();
+        let bound = self.o.max_tokens.0 + (heard as f64 * 0.02 * self.o.max_tokens.1) as usize;
+        let room = net
+            .max_text_positions()
+            .saturating_sub(self.spec.prompt.len() + 1);
+        let bound = bound.min(room);
+        let keep = !self.o.refill && self.cached == n && n > 1 && net.rewind(n - 1)?;
+        if keep {
+            net.feed(&seq[n - 1..], 1, &[0], &mut self.logits)?;
+            self.fed_single += 1;
+        } else {
+            net.start(&[0])?;
+            net.feed(&seq, n, &[n - 1], &mut self.logits)?;
+            self.fed_batched += n;
+        }
+        self.cached = n;
+        let mut attention = if records {
+            net.take_attention()
+        } else {
+            Vec::new()
+        };
+        loop {
+            if self.committed.len() + self.tentative.len() >= bound {
+                break;
+            }
+            let mut sequence = self.committed.clone();
+            sequence.extend(&self.tentative);
+            let step = sequence.len();
+            let logits = &mut self.logits;
+            self.rules.apply(step, logits, &sequence, 0);
+            let token = logits
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+                .map_or(self.spec.eot, |(i, _)| i as u32);
+            if token == self.spec.eot {
+                self.ended = last;
+                break;
+            }
+            if records {
+                let frames = net.window_frames() / 2;
+                let p = peak(&last_rows(&attention, frames)?, frames);
+                if self.goes_back(p) {
+                    self.ended = last;
+                    break;
+                }
+                if !last && p + self.o.margin >= heard {
+                    self.tentative.push(token);
+                    break;
+                }
+                self.committed.push(token);
+                self.peaks.push(p);
+            } else {
+                self.tentative.push(token);
+            }
+            net.feed(&[token], 1, &[0], &mut self.logits)?;
+            self.fed_single += 1;
+            if records {
+                self.cached += 1;
+                attention = net.take_attention();
+            }
+        }
+        if last && !self.ended && records {
+            // cut by the bound: the decoding is over all the same
+            self.ended = true;
+        }
+        Ok(())
+    }
+
+    /// Whether a token peaking at frame `p` goes back over what was said.
+    fn goes_back(&self, p: usize) -> bool {
+        self.peaks
+            .last()
+            .is_some_and(|&prev| p + self.o.backstep < prev)
+    }
+
+    /// Commits the tentative tokens whose attention (a pass of its own,
+    /// for a backend whose steps keep none) passes the rule.
+    fn commit_aligned(
+        &mut self,
+        net: &mut dyn AlignedBackend,
+        heard: usize,
+        last: bool,
+    ) -> Result<()> {
+        if self.tentative.is_empty() {
+            if last {
+                self.ended = true;
+            }
+            return Ok(());
+        }
+        let mut seq = self.spec.prompt.clone();
+        seq.extend(&self.committed);
+        let first = seq.len() - 1;
+        seq.extend(&self.tentative);
+        let heads = &self.spec.heads;
+        let attn = net.cross_attention(0, &seq, heads)?;
+        let t = seq.len();
+        let frames = attn.len() / (heads.len() * t).max(1);
+        if frames == 0 {
+            return Err(Error::Other("streaming decoder: no cross-attention".into()));
+        }
+        let tentative = std::mem::take(&mut self.tentative);
+        let mut passed = 0;
+        for (i, &token) in tentative.iter().enumerate() {
+            let row = first + i;
+            let rows: Vec<&[f32]> = (0..heads.len())
+                .map(|h| &attn[(h * t + row) * frames..(h * t + row + 1) * frames])
+                .collect();
+            let p = peak(&rows, frames);
+            if self.goes_back(p) || (!last && p + self.o.margin >= heard) {
+                break;
+            }
+            self.committed.push(token);
+            self.peaks.push(p);
+            passed += 1;
+        }
+        self.tentative = tentative[passed..].to_vec();
+        // every tentative token was fed, into the decoder's own cache (the
+        // pass above runs over a cache of its own): the prompt and the
+        // committed tokens stay valid there
+        self.cached = self.spec.prompt.len() + self.committed.len();
+        if last {
+            self.ended = true;
+            self.tentative.clear();
+        }
+        Ok(())
+    }
+}
+
+/// The last fed position's row of each head's kept attention (`[rows,
+/// frames]` a head).
+fn last_rows(attention: &[Vec<f32>], frames: usize) -> Result<Vec<&[f32]>> {
+    if frames == 0 || attention.is_empty() || attention.iter().any(|a| a.len() < frames) {
+        return Err(Error::Other(
+            "streaming decoder: the backend kept no attention".into(),
+        ));
+    }
+    Ok(attention.iter().map(|a| &a[a.len() - frames..]).collect())
+}
