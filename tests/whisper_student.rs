@@ -135,3 +135,135 @@ fn live_the_students_final_line_is_what_was_said() {
     let text = finals.join(" ");
     assert!(word_errors(SAID, &text) <= 1, "{text:?}");
 }
+
+/// Fed the whole clip as one pulse, the streaming decoder over the streamed
+/// encoder's window gives offline greedy decoding's tokens (no timestamps,
+/// the same window), and commits them all.
+#[test]
+fn the_streaming_decoder_fed_the_whole_clip_at_once_decodes_as_offline_greedy() {
+    use pulsed::engine::Engine;
+    use pulsed::whisper::decode::{
+        transcribe, DecodeOptions, Network, StreamDecoder, StreamOptions, StreamSpec,
+    };
+    use pulsed::whisper::encoder_stream::{EncoderStream, FirstWindowFrames};
+    use pulsed::whisper::{GenerationConfig, WhisperTokenizer};
+
+    let m = model(MODEL);
+    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000).unwrap();
+    let tokenizer = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
+    let gen = GenerationConfig::load(&m.dir).unwrap();
+    let mut net = pulsed::whisper::network(&m, &Engine::Cpu).unwrap();
+    let mut stream = EncoderStream::new(&m, net.window_padding(), &Engine::Cpu).unwrap();
+    stream.push(&audio.samples).unwrap();
+    stream.finish().unwrap();
+    let (heard, window) = (stream.frames(), stream.window());
+
+    let opts = DecodeOptions {
+        beam_size: 1,
+        temperatures: vec![0.0],
+        without_timestamps: true,
+        language: Some("en".into()),
+        ..DecodeOptions::default()
+    };
+    let mut offline = Vec::new();
+    let mut frames = FirstWindowFrames::new(&mut *net, window.clone());
+    transcribe(
+        Network::Aligned(&mut frames),
+        &tokenizer,
+        &gen,
+        &audio.samples,
+        &opts,
+        |s| {
+            offline.extend(s.tokens);
+            Ok(())
+        },
+    )
+    .unwrap();
+    let sp = *tokenizer.special();
+    offline.retain(|&t| t < sp.eot);
+    assert!(offline.len() > 5, "offline gave {offline:?}");
+
+    let mut prompt = tokenizer.sot_sequence(true, "en", opts.task).unwrap();
+    prompt.push(sp.no_timestamps);
+    let mut suppress = tokenizer.non_speech_tokens().unwrap();
+    suppress.extend([
+        sp.transcribe,
+        sp.translate,
+        sp.sot,
+        sp.sot_prev,
+        sp.sot_lm,
+        sp.no_speech,
+    ]);
+    let spec = StreamSpec {
+        prompt,
+        eot: sp.eot,
+        suppress,
+        suppress_begin: gen.begin_suppress_tokens.clone(),
+        heads: gen.alignment_heads.clone(),
+    };
+    // the guards against loops off: offline greedy repeats this clip's
+    // sentence, which they stop (asserted below)
+    let unguarded = StreamOptions {
+        backstep: usize::MAX,
+        stop_past_audio: false,
+        ..StreamOptions::default()
+    };
+    let mut d = StreamDecoder::new(spec.clone(), unguarded).unwrap();
+    net.encode_frames(&[&window]).unwrap();
+    d.pulse(&mut *net, heard, true).unwrap();
+    assert!(d.ended());
+    assert_eq!(d.committed(), offline.as_slice());
+    assert_eq!(d.fed_single, offline.len(), "each token fed once");
+
+    let mut guarded = StreamDecoder::new(spec, StreamOptions::default()).unwrap();
+    guarded.pulse(&mut *net, heard, true).unwrap();
+    let said = tokenizer.decode(guarded.committed()).unwrap();
+    assert!(word_errors(SAID, &said) <= 1, "guarded: {said}");
+}
+
+/// Live with the stream policy (the default over a streamed encoder), fed
+/// in 20 ms blocks: the final line is what was said, it starts with every
+/// token committed before it, and committed text arrives while the audio
+/// does.
+#[test]
+fn live_the_streamed_text_commits_before_the_end_and_keeps_it() {
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let m = model(MODEL);
+    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000).unwrap();
+    let mut o = WhisperLiveOptions::default();
+    o.decode.language = Some("en".into());
+    assert!(o.stream_text_for(&m));
+    let mut live = WhisperLive::new(&m, None, o).unwrap();
+    let mut partial = Vec::new();
+    for block in audio.samples.chunks(320) {
+        partial.extend(live.push(block).unwrap());
+    }
+    let last = live.finish().unwrap();
+    assert_eq!(last.len(), 1, "{partial:?}\n{last:?}");
+    let fin = &last[0];
+    assert!(fin.is_final);
+    assert!(word_errors(SAID, &fin.text) <= 1, "final: {}", fin.text);
+    assert!(!partial.is_empty());
+    let stable = partial
+        .iter()
+        .rev()
+        .find(|u| u.stable > 0)
+        .expect("words committed before the end");
+    let committed: Vec<&str> = stable.words[..stable.stable]
+        .iter()
+        .map(|w| w.text.as_str())
+        .collect();
+    let final_words: Vec<&str> = fin.words.iter().map(|w| w.text.as_str()).collect();
+    assert_eq!(
+        committed,
+        final_words[..committed.len()],
+        "committed text taken back"
+    );
+    assert_eq!(fin.committed_at_s.len(), fin.words.len());
+    assert!(
+        fin.committed_at_s[0] < audio.duration_s,
+        "the first word committed at {} s of {} s ({fin:?})",
+        fin.committed_at_s[0],
+        audio.duration_s
+    );
+}

@@ -257,6 +257,11 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn rewind(&mut self, len: usize) -> Result<bool> {
+        // a GPU's copy of the cache is only ever grown or started again:
+        // there the prefix is fed again instead
+        if !self.cache.on_host() {
+            return Ok(false);
+        }
         self.cache.truncate(len)?;
         Ok(true)
     }

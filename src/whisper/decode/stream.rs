@@ -32,6 +32,10 @@ pub struct StreamOptions {
     /// the decoder going back over what it said (a loop), and ends the
     /// pulse (and, at the end of the audio, the decoding).
     pub backstep: usize,
+    /// At the end of the audio, a token whose attention peaks past the
+    /// last frame heard is text the audio does not hold (the decoder going
+    /// on into the padding), and ends the decoding.
+    pub stop_past_audio: bool,
     /// Feed the committed prefix again in one pass at every pulse instead
     /// of keeping it in the backend's cache.
     pub refill: bool,
@@ -46,6 +50,7 @@ impl Default for StreamOptions {
         StreamOptions {
             margin: 20,
             backstep: 25,
+            stop_past_audio: true,
             refill: false,
             max_tokens: (16, 8.0),
         }
@@ -173,13 +178,13 @@ impl StreamDecoder {
         if self.ended {
             return Ok(0);
         }
+        let before = self.committed.len();
         let heads = self.spec.heads.clone();
         let records = net.record_attention(Some(&heads));
         let r = self.decode(net, heard, last, records);
         if records {
             net.record_attention(None);
         }
-        let before = self.committed.len();
         r?;
         if !records {
             self.commit_aligned(net, heard, last)?;
@@ -241,7 +246,8 @@ impl StreamDecoder {
             if records {
                 let frames = net.window_frames() / 2;
                 let p = peak(&last_rows(&attention, frames)?, frames);
-                if self.goes_back(p) {
+                if self.goes_back(p) || (last && self.o.stop_past_audio && p >= heard) {
+                    // a loop, or (at the end) text the audio does not hold
                     self.ended = last;
                     break;
                 }
@@ -272,7 +278,7 @@ impl StreamDecoder {
     fn goes_back(&self, p: usize) -> bool {
         self.peaks
             .last()
-            .is_some_and(|&prev| p + self.o.backstep < prev)
+            .is_some_and(|&prev| p.saturating_add(self.o.backstep) < prev)
     }
 
     /// Commits the tentative tokens whose attention (a pass of its own,
@@ -308,7 +314,12 @@ impl StreamDecoder {
                 .map(|h| &attn[(h * t + row) * frames..(h * t + row + 1) * frames])
                 .collect();
             let p = peak(&rows, frames);
-            if self.goes_back(p) || (!last && p + self.o.margin >= heard) {
+            let past = if last {
+                self.o.stop_past_audio && p >= heard
+            } else {
+                p + self.o.margin >= heard
+            };
+            if self.goes_back(p) || past {
                 break;
             }
             self.committed.push(token);
@@ -337,4 +348,237 @@ fn last_rows(attention: &[Vec<f32>], frames: usize) -> Result<Vec<&[f32]>> {
         ));
     }
     Ok(attention.iter().map(|a| &a[a.len() - frames..]).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::whisper::{AlignmentSource, WhisperBackend};
+
+    const EOT: u32 = 50;
+    const PROMPT: [u32; 2] = [60, 61];
+    const FRAMES: usize = 1500;
+
+    /// A decoder that reads `words` tokens, token `k` (1-based) spoken at
+    /// encoder frame `10 k`; the position that predicts token `k` attends
+    /// there (or, `loop_at`, back to frame 0 from that token on: a loop).
+    struct Fake {
+        words: u32,
+        loop_at: Option<u32>,
+        /// Text positions fed: the sequence as the cache holds it.
+        seq: Vec<u32>,
+        /// Positions fed one token at a time, in order.
+        single: Vec<usize>,
+        recording: bool,
+        kept: Vec<f32>,
+    }
+
+    impl Fake {
+        fn new(words: u32) -> Fake {
+            Fake {
+                words,
+                loop_at: None,
+                seq: Vec::new(),
+                single: Vec::new(),
+                recording: false,
+                kept: Vec::new(),
+            }
+        }
+
+        /// The next token after `seq` and the frame its predicting
+        /// position attends to.
+        fn next(&self, seq: &[u32]) -> (u32, usize) {
+            let said = seq.len() - PROMPT.len();
+            let k = said as u32 + 1;
+            if self.loop_at.is_some_and(|l| k >= l) {
+                return (1 + k % 2, 0);
+            }
+            if k > self.words {
+                (EOT, 10 * k as usize)
+            } else {
+                (k, 10 * k as usize)
+            }
+        }
+    }
+
+    impl WhisperBackend for Fake {
+        fn n_mels(&self) -> usize {
+            80
+        }
+        fn window_frames(&self) -> usize {
+            2 * FRAMES
+        }
+        fn vocab_size(&self) -> usize {
+            64
+        }
+        fn max_text_positions(&self) -> usize {
+            448
+        }
+        fn log_mel(&mut self, _audio: &[f32]) -> Result<Vec<f32>> {
+            Ok(Vec::new())
+        }
+        fn encode(&mut self, _windows: &[&[f32]]) -> Result<()> {
+            Ok(())
+        }
+        fn start(&mut self, _windows: &[usize]) -> Result<()> {
+            self.seq.clear();
+            Ok(())
+        }
+        fn rewind(&mut self, len: usize) -> Result<bool> {
+            assert!(len <= self.seq.len(), "rewind past the cache");
+            self.seq.truncate(len);
+            Ok(true)
+        }
+        fn feed(
+            &mut self,
+            tokens: &[u32],
+            n: usize,
+            _p: &[usize],
+            logits: &mut Vec<f32>,
+        ) -> Result<()> {
+            assert_eq!(tokens.len(), n);
+            if n == 1 {
+                self.single.push(self.seq.len());
+            }
+            for &t in tokens {
+                self.seq.push(t);
+                if self.recording {
+                    let (_, at) = self.next(&self.seq);
+                    let mut row = vec![0.0; FRAMES];
+                    row[at.min(FRAMES - 1)] = 1.0;
+                    self.kept.extend(row);
+                }
+            }
+            let (token, _) = self.next(&self.seq);
+            logits.clear();
+            logits.resize(64, 0.0);
+            logits[token as usize] = 10.0;
+            Ok(())
+        }
+        fn reorder(&mut self, _src: &[usize]) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    impl AlignmentSource for Fake {
+        fn cross_attention(
+            &mut self,
+            _w: usize,
+            _t: &[u32],
+            _h: &[(usize, usize)],
+        ) -> Result<Vec<f32>> {
+            unreachable!("the fake keeps attention as it decodes")
+        }
+        fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
+            self.recording = heads.is_some();
+            self.kept.clear();
+            true
+        }
+        fn take_attention(&mut self) -> Vec<Vec<f32>> {
+            vec![std::mem::take(&mut self.kept)]
+        }
+    }
+
+    fn decoder(o: StreamOptions) -> StreamDecoder {
+        let spec = StreamSpec {
+            prompt: PROMPT.to_vec(),
+            eot: EOT,
+            suppress: Vec::new(),
+            suppress_begin: Vec::new(),
+            heads: vec![(0, 0)],
+        };
+        StreamDecoder::new(spec, o).unwrap()
+    }
+
+    /// Pulses every 32 frames up to `frames`, then the last one.
+    fn stream(net: &mut Fake, d: &mut StreamDecoder, frames: usize) -> Vec<usize> {
+        let mut committed_after = Vec::new();
+        for heard in (32..frames).step_by(32) {
+            let before = d.committed().len();
+            let new = d.pulse(net, heard, false).unwrap();
+            assert_eq!(new, d.committed().len() - before, "the count of new tokens");
+            committed_after.push(d.committed().len());
+        }
+        d.pulse(net, frames, true).unwrap();
+        committed_after
+    }
+
+    #[test]
+    fn one_pulse_over_the_whole_audio_is_the_greedy_decoding() {
+        let mut net = Fake::new(12);
+        let mut d = decoder(StreamOptions::default());
+        d.pulse(&mut net, 200, true).unwrap();
+        assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
+        assert!(d.ended() && d.tentative().is_empty());
+        // every token fed once, after the prompt fed in one pass
+        assert_eq!((d.fed_batched, d.fed_single), (PROMPT.len(), 12));
+    }
+
+    #[test]
+    fn pulses_commit_what_lies_a_margin_before_the_last_frame_heard() {
+        for refill in [false, true] {
+            let o = StreamOptions {
+                margin: 20,
+                refill,
+                ..StreamOptions::default()
+            };
+            let (mut net, mut d) = (Fake::new(12), decoder(o));
+            let after = stream(&mut net, &mut d, 140);
+            for (i, &n) in after.iter().enumerate() {
+                let heard = 32 * (i + 1);
+                // token k peaks at 10 k: committed while 10 k + 20 < heard
+                let expect = (1..=12).filter(|k| 10 * k + 20 < heard).count();
+                assert_eq!(n, expect, "refill {refill}, heard {heard}");
+            }
+            assert_eq!(
+                d.committed(),
+                (1..=12).collect::<Vec<u32>>(),
+                "refill {refill}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_committed_prefix_is_not_fed_token_by_token_again() {
+        for refill in [false, true] {
+            let o = StreamOptions {
+                refill,
+                ..StreamOptions::default()
+            };
+            let (mut net, mut d) = (Fake::new(12), decoder(o));
+            let pulses = stream(&mut net, &mut d, 140).len() + 1;
+            let mut seen = vec![0usize; 448];
+            for &p in &net.single {
+                seen[p] += 1;
+            }
+            // a position is fed alone once when its token is committed; with
+            // the cache kept, the last committed one is fed again at each
+            // pulse (its step reads the new frames) and nothing before it
+            let again: usize = seen.iter().map(|&n| n.saturating_sub(1)).sum();
+            if refill {
+                assert_eq!(again, 0);
+                assert_eq!(d.fed_single, 12);
+            } else {
+                assert!(
+                    again < pulses,
+                    "{again} repeated feeds over {pulses} pulses"
+                );
+                assert_eq!(
+                    d.fed_batched,
+                    PROMPT.len(),
+                    "the prompt is fed in one pass, once"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_decoder_going_back_over_what_it_said_commits_nothing_more() {
+        let mut net = Fake::new(12);
+        net.loop_at = Some(6);
+        let mut d = decoder(StreamOptions::default());
+        stream(&mut net, &mut d, 140);
+        assert_eq!(d.committed(), (1..=5).collect::<Vec<u32>>());
+        assert!(d.ended());
+    }
 }
