@@ -311,9 +311,7 @@ impl WhisperNet<GpuRunners> {
                 Some(_) => None,
             },
         };
-        // a pulse's few new frames: on the CPU (the mirror takes the window)
-        let rows = crate::graph::Runner::new(graphs::cross_kv_rows(cfg, w)?)?;
-        Ok(WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)?.with_cross_rows(rows))
+        WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
     }
 
     /// Where the nodes of the decoder step run: `(gpu, cpu)` counts, once a
