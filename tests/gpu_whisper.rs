@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use common::gpu::dev;
 use common::whisper::{
-    check_beams_share_a_window, chunked_live, clip, max_abs_diff, model, window, Golden,
+    check_beams_share_a_window, chunked_live, chunked_live_run, clip, max_abs_diff, model, window,
+    Golden,
 };
 use pulsed::asr::metrics::{edit_distance, normalize};
 use pulsed::gpu::memory::capture_allocations;
@@ -631,6 +632,51 @@ fn live_streams_a_chunked_encoder_on_the_gpu() {
         ) <= 1,
         "cpu {cpu:?} gpu {gpu:?}"
     );
+}
+
+/// The streamed text (AlignAtt) on the GPU: its decoder steps keep no
+/// attention there, so each pulse's tokens are checked in an alignment pass
+/// of their own and the prefix is fed again; the committed and final text
+/// as on the CPU, which keeps the attention as it decodes.
+#[test]
+fn live_streamed_text_on_the_gpu_commits_as_on_the_cpu() {
+    use pulsed::engine::Engine;
+    let Some(d) = dev() else { return };
+    let audio = clip();
+    let run = |engine: Engine| {
+        let (_, updates) = chunked_live_run(engine, &audio, |o| o.stream_text = Some(true));
+        let fin = updates
+            .iter()
+            .rfind(|u| u.is_final)
+            .expect("a final line")
+            .clone();
+        let partials = updates.iter().filter(|u| !u.is_final).count();
+        (fin, partials)
+    };
+    let (cpu, cpu_partials) = run(Engine::Cpu);
+    let gpu_engine = Engine::Gpu {
+        device: d,
+        options: GpuRunnerOptions::new(Precision::F32),
+    };
+    let (gpu, gpu_partials) = run(gpu_engine);
+    eprintln!(
+        "streamed text: cpu {:?} ({cpu_partials} partials), gpu {:?} ({gpu_partials} partials)",
+        cpu.text, gpu.text
+    );
+    assert!(gpu_partials > 0);
+    let (c, g) = (normalize(&cpu.text), normalize(&gpu.text));
+    assert!(
+        edit_distance(
+            &c.split_whitespace().collect::<Vec<_>>(),
+            &g.split_whitespace().collect::<Vec<_>>()
+        ) <= 1,
+        "cpu {:?} gpu {:?}",
+        cpu.text,
+        gpu.text
+    );
+    // words committed before the end of the audio on both
+    let end = audio.len() as f64 / 16_000.0;
+    assert!(gpu.committed_at_s.iter().any(|&t| t < end - 0.5), "{gpu:?}");
 }
 
 /// Live streams on several threads with one GPU engine (as `eval --live

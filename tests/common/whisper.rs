@@ -151,6 +151,8 @@ pub fn chunked_live_run(
     };
     opts.decode.beam_size = 1;
     opts.decode.temperatures = vec![0.0];
+    // the rolling buffer's policy unless `set` asks for the streamed text
+    opts.stream_text = Some(false);
     set(&mut opts);
     let mut live = WhisperLive::new(&m, None, opts).unwrap();
     let mut updates = Vec::new();

@@ -50,9 +50,15 @@ pub(super) fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode
         language,
         encoder_mode(&model, &opts),
         if opts.second_pass_for(&model) {
-            "a second pass"
+            "a second pass".to_string()
+        } else if opts.stream_text_for(&model) {
+            format!(
+                "streamed (AlignAtt, margin {} frames{})",
+                opts.stream.margin,
+                if opts.stream.refill { ", refill" } else { "" }
+            )
         } else {
-            "as agreed"
+            "as agreed".to_string()
         },
         if opts.greedy_partials_for(&model) {
             ", partials greedy"
