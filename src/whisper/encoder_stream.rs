@@ -57,12 +57,7 @@ impl EncoderStream {
         padding: WindowPadding,
         engine: &Engine,
     ) -> Result<EncoderStream> {
-        let (cfg, w) = (&model.config, &model.f32_weights);
-        let (frames, m) = (cfg.window_frames(), cfg.num_mel_bins);
-        let pad = vec![padding.value(&[]); frames * m];
-        let mut whole = Runner::new(streaming::encoder(cfg, w)?)?;
-        whole.step(&[&Tensor::from_vec(vec![frames, m], pad)?])?;
-        let tail = whole.output(0).to_f32_vec();
+        let tail = tail_of(model, padding)?;
         EncoderStream::with_tail(model, padding, engine, tail)
     }
 
@@ -261,6 +256,38 @@ impl EncoderStream {
         }
         w
     }
+}
+
+/// The encoder's output for a window of padding alone, computed once per
+/// process for each model, encoder context and padding: a whole-window
+/// run costs seconds on a CPU, and every stream of one model reads the
+/// same tail (`eval --live` opens one stream a file).
+fn tail_of(model: &WhisperModel, padding: WindowPadding) -> Result<Vec<f32>> {
+    type Tails = Vec<(String, std::sync::Arc<Vec<f32>>)>;
+    static TAILS: std::sync::Mutex<Tails> = std::sync::Mutex::new(Vec::new());
+    let cfg = &model.config;
+    let key = format!(
+        "{} {:?} {} {} {}",
+        model.dir.display(),
+        cfg.encoder_context,
+        padding.value(&[]).to_bits(),
+        cfg.d_model,
+        cfg.encoder_layers
+    );
+    let known = |tails: &Tails| tails.iter().find(|(k, _)| *k == key).map(|(_, t)| t.clone());
+    if let Some(t) = known(&TAILS.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Ok(t.to_vec());
+    }
+    let (frames, m) = (cfg.window_frames(), cfg.num_mel_bins);
+    let pad = vec![padding.value(&[]); frames * m];
+    let mut whole = Runner::new(streaming::encoder(cfg, &model.f32_weights)?)?;
+    whole.step(&[&Tensor::from_vec(vec![frames, m], pad)?])?;
+    let tail = std::sync::Arc::new(whole.output(0).to_f32_vec());
+    let mut tails = TAILS.lock().unwrap_or_else(|p| p.into_inner());
+    if known(&tails).is_none() {
+        tails.push((key, tail.clone()));
+    }
+    Ok(tail.to_vec())
 }
 
 /// A backend whose first `encode` call takes `frames` (a streamed
