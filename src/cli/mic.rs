@@ -275,6 +275,9 @@ struct Printer {
     timed: bool,
     committed_latency: bool,
     latencies_ms: Vec<f64>,
+    /// From each final word's end to when its text was first shown where
+    /// it stayed.
+    shown_ms: Vec<f64>,
     /// Words of the current utterance: text as last shown, when that text
     /// first appeared, and when it first appeared committed.
     shown: Vec<(String, Instant, Option<Instant>)>,
@@ -291,6 +294,7 @@ impl Printer {
             timed,
             committed_latency,
             latencies_ms: Vec::new(),
+            shown_ms: Vec::new(),
             shown: Vec::new(),
             last_text: String::new(),
             overruns: 0,
@@ -330,12 +334,16 @@ impl Printer {
                 }
                 let mut lat = Vec::new();
                 if let (true, true, Some(t0)) = (fin, self.timed, started) {
+                    let ms = |t: &Instant, w: &pulsed::decode::Word| {
+                        (t.duration_since(t0).as_secs_f64() - w.end_s) * 1000.0
+                    };
                     for (w, (_, seen, committed)) in words.iter().zip(&self.shown) {
                         let t = match committed {
                             Some(c) if self.committed_latency => c,
                             _ => seen,
                         };
-                        lat.push((t.duration_since(t0).as_secs_f64() - w.end_s) * 1000.0);
+                        lat.push(ms(t, w));
+                        self.shown_ms.push(ms(seen, w));
                     }
                     self.latencies_ms.extend(&lat);
                 }
@@ -411,6 +419,17 @@ impl Printer {
             l.len(),
             self.overruns
         );
+        if self.committed_latency {
+            let mut s = self.shown_ms.clone();
+            s.sort_by(f64::total_cmp);
+            let q = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize];
+            eprintln!(
+                "latency from a word's end in the audio to its text first shown where it stayed: median {:.0} ms, p90 {:.0} ms, max {:.0} ms",
+                q(0.5),
+                q(0.9),
+                s[s.len() - 1],
+            );
+        }
     }
 }
 

@@ -29,6 +29,10 @@ pub struct PolicyArgs {
     /// loop, and not committed.
     #[arg(long, default_value_t = 25)]
     pub backstep: usize,
+    /// With --policy stream: tokens decoded past the first uncommitted one
+    /// (while they attend to audio heard) and shown as partial text.
+    #[arg(long, default_value_t = 0)]
+    pub show: usize,
     /// With --policy stream: feed the committed tokens again in one pass
     /// at every pulse instead of keeping them in the decoder's cache.
     #[arg(long)]
@@ -42,5 +46,6 @@ impl PolicyArgs {
         o.stream.margin = self.margin;
         o.stream.refill = self.refill;
         o.stream.backstep = self.backstep;
+        o.stream.show = self.show;
     }
 }

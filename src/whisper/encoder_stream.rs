@@ -274,7 +274,12 @@ fn tail_of(model: &WhisperModel, padding: WindowPadding) -> Result<Vec<f32>> {
         cfg.d_model,
         cfg.encoder_layers
     );
-    let known = |tails: &Tails| tails.iter().find(|(k, _)| *k == key).map(|(_, t)| t.clone());
+    let known = |tails: &Tails| {
+        tails
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, t)| t.clone())
+    };
     if let Some(t) = known(&TAILS.lock().unwrap_or_else(|p| p.into_inner())) {
         return Ok(t.to_vec());
     }

@@ -36,6 +36,9 @@ pub struct StreamOptions {
     /// last frame heard is text the audio does not hold (the decoder going
     /// on into the padding), and ends the decoding.
     pub stop_past_audio: bool,
+    /// Tokens decoded past the first uncommitted one, while they attend to
+    /// audio heard, shown as partial text (a decoder step each).
+    pub show: usize,
     /// Feed the committed prefix again in one pass at every pulse instead
     /// of keeping it in the backend's cache.
     pub refill: bool,
@@ -51,6 +54,7 @@ impl Default for StreamOptions {
             margin: 20,
             backstep: 25,
             stop_past_audio: true,
+            show: 0,
             refill: false,
             max_tokens: (16, 8.0),
         }
@@ -251,19 +255,31 @@ impl StreamDecoder {
                     self.ended = last;
                     break;
                 }
-                if !last && p + self.o.margin >= heard {
+                if !self.tentative.is_empty() {
+                    // past the first uncommitted token: shown while it
+                    // reads audio heard
+                    if p >= heard || self.tentative.len() > self.o.show {
+                        break;
+                    }
                     self.tentative.push(token);
-                    break;
+                } else if !last && p + self.o.margin >= heard {
+                    self.tentative.push(token);
+                    if self.o.show == 0 {
+                        break;
+                    }
+                } else {
+                    self.committed.push(token);
+                    self.peaks.push(p);
                 }
-                self.committed.push(token);
-                self.peaks.push(p);
             } else {
                 self.tentative.push(token);
             }
             net.feed(&[token], 1, &[0], &mut self.logits)?;
             self.fed_single += 1;
             if records {
-                self.cached += 1;
+                if self.tentative.is_empty() {
+                    self.cached += 1;
+                }
                 attention = net.take_attention();
             }
         }
@@ -569,6 +585,31 @@ mod tests {
                     "the prompt is fed in one pass, once"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn tokens_past_the_first_uncommitted_one_are_shown_while_they_read_heard_audio() {
+        for refill in [false, true] {
+            let o = StreamOptions {
+                show: 3,
+                refill,
+                ..StreamOptions::default()
+            };
+            let (mut net, mut d) = (Fake::new(12), decoder(o));
+            d.pulse(&mut net, 64, false).unwrap();
+            // committed while 10 k + 20 < 64; shown while 10 k < 64
+            assert_eq!(d.committed(), [1, 2, 3, 4]);
+            assert_eq!(d.tentative(), [5, 6]);
+            d.pulse(&mut net, 96, false).unwrap();
+            assert_eq!(d.committed(), [1, 2, 3, 4, 5, 6, 7]);
+            assert_eq!(d.tentative(), [8, 9]);
+            d.pulse(&mut net, 140, true).unwrap();
+            assert_eq!(
+                d.committed(),
+                (1..=12).collect::<Vec<u32>>(),
+                "refill {refill}"
+            );
         }
     }
 
