@@ -31,6 +31,7 @@ pub(super) struct TextStream {
     suppress: Vec<u32>,
     suppress_begin: Vec<u32>,
     heads: Vec<(usize, usize)>,
+    word_starts: std::sync::Arc<Vec<bool>>,
     /// The current utterance's decoding (none between utterances).
     decoder: Option<StreamDecoder>,
     /// Encoder frames of the backend's window that hold heard audio (the
@@ -83,6 +84,7 @@ impl TextStream {
             suppress,
             suppress_begin,
             heads: gen.alignment_heads.clone(),
+            word_starts: std::sync::Arc::new(tokenizer.word_starts(model.config.vocab_size)),
             decoder: None,
             rows: None,
             committed_at: Vec::new(),
@@ -134,6 +136,7 @@ impl WhisperLive {
                 suppress: ts.suppress.clone(),
                 suppress_begin: ts.suppress_begin.clone(),
                 heads: ts.heads.clone(),
+                word_starts: Some(ts.word_starts.clone()),
             };
             let mut d = StreamDecoder::new(spec, ts.o.clone())?;
             (d.fed_single, d.fed_batched) = (ts.fed_single, ts.fed_batched);

@@ -224,6 +224,20 @@ impl WhisperTokenizer {
     /// Tokens of speaker tags and non-speech annotations (`♪`, `[`, `(`...)
     /// that `suppress_tokens = [-1]` suppresses, keeping basic punctuation;
     /// sorted.
+    /// For each id below `vocab`: whether its text starts a new word
+    /// (byte-level BPE writes a leading space as `Ġ`); special tokens do.
+    pub fn word_starts(&self, vocab: usize) -> Vec<bool> {
+        (0..vocab as u32)
+            .map(|id| {
+                id >= self.special.eot
+                    || self
+                        .inner
+                        .id_to_token(id)
+                        .is_none_or(|t| t.starts_with('\u{120}') || t.starts_with(' '))
+            })
+            .collect()
+    }
+
     pub fn non_speech_tokens(&self) -> Result<Vec<u32>, WhisperError> {
         let mut symbols: Vec<String> = "\"#()*+/:;<=>@[\\]^_`{|}~「」『』"
             .chars()

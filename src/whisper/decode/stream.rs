@@ -71,6 +71,10 @@ pub struct StreamSpec {
     pub suppress: Vec<u32>,
     pub suppress_begin: Vec<u32>,
     pub heads: Vec<(usize, usize)>,
+    /// For each token id, whether it starts a word
+    /// ([`crate::whisper::WhisperTokenizer::word_starts`]): a pulse then
+    /// commits whole words only. `None`: tokens one by one.
+    pub word_starts: Option<std::sync::Arc<Vec<bool>>>,
 }
 
 /// The tokens of one decoding and how they were fed.
@@ -193,7 +197,32 @@ impl StreamDecoder {
         if !records {
             self.commit_aligned(net, heard, last)?;
         }
+        if !last {
+            self.hold_partial_word(before);
+        }
         Ok(self.committed.len() - before)
+    }
+
+    /// A word whose first tokens passed the rule but whose next one did
+    /// not may still be spelled otherwise once its end is heard: the tokens
+    /// of it committed at this pulse (those after `before`) go back to the
+    /// tentative ones.
+    fn hold_partial_word(&mut self, before: usize) {
+        let (Some(starts), Some(&next)) = (&self.spec.word_starts, self.tentative.first()) else {
+            return;
+        };
+        if starts.get(next as usize).is_none_or(|&s| s) {
+            return;
+        }
+        let pulse = &self.committed[before..];
+        let keep = pulse
+            .iter()
+            .rposition(|&t| starts.get(t as usize).is_none_or(|&s| s))
+            .map_or(before, |i| before + i);
+        let held: Vec<u32> = self.committed.drain(keep..).collect();
+        self.peaks.truncate(keep);
+        self.tentative.splice(0..0, held);
+        self.cached = self.cached.min(self.spec.prompt.len() + self.committed.len());
     }
 
     /// Feeds what the pulse needs and runs the greedy search; with
@@ -502,6 +531,7 @@ mod tests {
             suppress: Vec::new(),
             suppress_begin: Vec::new(),
             heads: vec![(0, 0)],
+            word_starts: None,
         };
         StreamDecoder::new(spec, o).unwrap()
     }
@@ -611,6 +641,30 @@ mod tests {
                 "refill {refill}"
             );
         }
+    }
+
+    #[test]
+    fn a_pulse_commits_whole_words() {
+        // words of two tokens: odd ids start them
+        let starts: Vec<bool> = (0..64).map(|t| t % 2 == 1 || t >= EOT as usize).collect();
+        let spec = StreamSpec {
+            prompt: PROMPT.to_vec(),
+            eot: EOT,
+            suppress: Vec::new(),
+            suppress_begin: Vec::new(),
+            heads: vec![(0, 0)],
+            word_starts: Some(std::sync::Arc::new(starts)),
+        };
+        let mut net = Fake::new(12);
+        let mut d = StreamDecoder::new(spec, StreamOptions::default()).unwrap();
+        // 10 k + 20 < 80 passes 1..=5; 6 continues 5's word, which waits
+        assert_eq!(d.pulse(&mut net, 80, false).unwrap(), 4);
+        assert_eq!((d.committed(), d.tentative()), (&[1, 2, 3, 4][..], &[5, 6][..]));
+        // 1..=6 pass, 7 starts a word: 5 and 6 are committed
+        assert_eq!(d.pulse(&mut net, 90, false).unwrap(), 2);
+        assert_eq!(d.committed(), [1, 2, 3, 4, 5, 6]);
+        d.pulse(&mut net, 140, true).unwrap();
+        assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
     }
 
     #[test]
