@@ -340,8 +340,8 @@ impl WhisperLive {
             .collect())
     }
 
-    /// Words of a partial line that are committed whole: all but the last
-    /// word the committed tokens reach (a later token may still extend it).
+    /// Words of a partial line that are committed: every word the committed
+    /// tokens make (a pulse commits whole words).
     fn stable_words(&self, words: &[Word], committed_tokens: usize) -> usize {
         let Some(ts) = &self.text else { return 0 };
         let Some(d) = &ts.decoder else { return 0 };
@@ -350,7 +350,7 @@ impl WhisperLive {
         match self.tokenizer.split_to_word_tokens(committed, language) {
             Ok((w, _)) => {
                 let n = w.iter().filter(|w| !w.trim().is_empty()).count();
-                n.saturating_sub(1).min(words.len())
+                n.min(words.len())
             }
             Err(_) => 0,
         }

@@ -222,7 +222,9 @@ impl StreamDecoder {
         let held: Vec<u32> = self.committed.drain(keep..).collect();
         self.peaks.truncate(keep);
         self.tentative.splice(0..0, held);
-        self.cached = self.cached.min(self.spec.prompt.len() + self.committed.len());
+        self.cached = self
+            .cached
+            .min(self.spec.prompt.len() + self.committed.len());
     }
 
     /// Feeds what the pulse needs and runs the greedy search; with
@@ -659,7 +661,10 @@ mod tests {
         let mut d = StreamDecoder::new(spec, StreamOptions::default()).unwrap();
         // 10 k + 20 < 80 passes 1..=5; 6 continues 5's word, which waits
         assert_eq!(d.pulse(&mut net, 80, false).unwrap(), 4);
-        assert_eq!((d.committed(), d.tentative()), (&[1, 2, 3, 4][..], &[5, 6][..]));
+        assert_eq!(
+            (d.committed(), d.tentative()),
+            (&[1, 2, 3, 4][..], &[5, 6][..])
+        );
         // 1..=6 pass, 7 starts a word: 5 and 6 are committed
         assert_eq!(d.pulse(&mut net, 90, false).unwrap(), 2);
         assert_eq!(d.committed(), [1, 2, 3, 4, 5, 6]);
