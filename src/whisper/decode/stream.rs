@@ -373,7 +373,10 @@ impl StreamDecoder {
             self.peaks.push(p);
             passed += 1;
         }
-        self.tentative = tentative[passed..].to_vec();
+        // shown as the steps that keep attention show it: the first
+        // uncommitted token and `show` more (the rest read the tail)
+        let shown = (tentative.len() - passed).min(1 + self.o.show);
+        self.tentative = tentative[passed..passed + shown].to_vec();
         // every tentative token was fed, into the decoder's own cache (the
         // pass above runs over a cache of its own): the prompt and the
         // committed tokens stay valid there
