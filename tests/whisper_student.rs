@@ -143,7 +143,8 @@ fn live_the_students_final_line_is_what_was_said() {
 fn the_streaming_decoder_fed_the_whole_clip_at_once_decodes_as_offline_greedy() {
     use pulsed::engine::Engine;
     use pulsed::whisper::decode::{
-        transcribe, DecodeOptions, Network, StreamDecoder, StreamOptions, StreamSpec,
+        suppressed_tokens, transcribe, DecodeOptions, Network, StreamDecoder, StreamOptions,
+        StreamSpec,
     };
     use pulsed::whisper::encoder_stream::{EncoderStream, FirstWindowFrames};
     use pulsed::whisper::{GenerationConfig, WhisperTokenizer};
@@ -185,15 +186,7 @@ fn the_streaming_decoder_fed_the_whole_clip_at_once_decodes_as_offline_greedy() 
 
     let mut prompt = tokenizer.sot_sequence(true, "en", opts.task).unwrap();
     prompt.push(sp.no_timestamps);
-    let mut suppress = tokenizer.non_speech_tokens().unwrap();
-    suppress.extend([
-        sp.transcribe,
-        sp.translate,
-        sp.sot,
-        sp.sot_prev,
-        sp.sot_lm,
-        sp.no_speech,
-    ]);
+    let suppress = suppressed_tokens(&tokenizer, opts.suppress_tokens.as_deref()).unwrap();
     let spec = StreamSpec {
         prompt,
         eot: sp.eot,

@@ -59,7 +59,7 @@ pub use words::Word;
 
 pub(crate) use align::{find_alignment, AlignSpec};
 pub(crate) use prompt::prompt_tokens;
-pub(crate) use transcribe::suppressed_tokens;
+pub use transcribe::suppressed_tokens;
 
 use crate::whisper::{AlignmentSource, WhisperBackend};
 

@@ -235,10 +235,7 @@ fn seek_clips(clip_timestamps: &[f64], content_frames: usize) -> Vec<(usize, usi
 /// faster-whisper's `get_suppressed_tokens`: `-1` becomes the non-speech
 /// symbols; the task, start and no-speech tokens are always added; `None`
 /// or empty suppresses nothing.
-pub(crate) fn suppressed_tokens(
-    tokenizer: &WhisperTokenizer,
-    ids: Option<&[i64]>,
-) -> Result<Vec<u32>> {
+pub fn suppressed_tokens(tokenizer: &WhisperTokenizer, ids: Option<&[i64]>) -> Result<Vec<u32>> {
     let Some(ids) = ids.filter(|i| !i.is_empty()) else {
         return Ok(Vec::new());
     };
