@@ -158,9 +158,9 @@ impl WhisperLive {
             };
             shown.push((t, since));
         }
-        for i in tokens.len() - committed..tokens.len() {
+        for &(_, since) in &shown[tokens.len() - committed..tokens.len()] {
             ts.committed_at.push(now);
-            ts.shown_at.push(shown[i].1);
+            ts.shown_at.push(since);
         }
         ts.shown = shown;
         if last {

@@ -241,7 +241,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         if rows.is_empty() {
             return Ok(true);
         }
-        if rows.len() % d != 0 {
+        if !rows.len().is_multiple_of(d) {
             return Err(Error::Input {
                 name: "encoder".into(),
                 reason: format!("{} values are not rows of {d}", rows.len()),
