@@ -399,35 +399,25 @@ impl Printer {
             eprintln!("latency: not measured (the input was not fed at real-time pace; --realtime measures it)");
             return;
         }
-        let mut l = self.latencies_ms.clone();
-        if l.is_empty() {
+        if self.latencies_ms.is_empty() {
             eprintln!("latency: no words recognised");
             return;
         }
-        l.sort_by(f64::total_cmp);
-        let q = |p: f64| l[((l.len() - 1) as f64 * p).round() as usize];
         let what = if self.committed_latency {
             "committed text"
         } else {
             "text"
         };
+        let (med, p90, max) = spread(&self.latencies_ms);
         eprintln!(
-            "latency from a word's end in the audio to its {what}: median {:.0} ms, p90 {:.0} ms, max {:.0} ms over {} words; overruns: {} samples dropped",
-            q(0.5),
-            q(0.9),
-            l[l.len() - 1],
-            l.len(),
+            "latency from a word's end in the audio to its {what}: median {med:.0} ms, p90 {p90:.0} ms, max {max:.0} ms over {} words; overruns: {} samples dropped",
+            self.latencies_ms.len(),
             self.overruns
         );
         if self.committed_latency {
-            let mut s = self.shown_ms.clone();
-            s.sort_by(f64::total_cmp);
-            let q = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize];
+            let (med, p90, max) = spread(&self.shown_ms);
             eprintln!(
-                "latency from a word's end in the audio to its text first shown where it stayed: median {:.0} ms, p90 {:.0} ms, max {:.0} ms",
-                q(0.5),
-                q(0.9),
-                s[s.len() - 1],
+                "latency from a word's end in the audio to its text first shown where it stayed: median {med:.0} ms, p90 {p90:.0} ms, max {max:.0} ms"
             );
         }
     }
@@ -435,4 +425,12 @@ impl Printer {
 
 fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
+}
+
+/// Median, 90th percentile and maximum of `values` (not empty).
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut l = values.to_vec();
+    l.sort_by(f64::total_cmp);
+    let q = |p: f64| l[((l.len() - 1) as f64 * p).round() as usize];
+    (q(0.5), q(0.9), q(1.0))
 }

@@ -110,9 +110,7 @@ impl WhisperLiveOptions {
 
     /// [`Self::stream_text`], resolved for a policy over `model`.
     pub fn stream_text_for(&self, model: &WhisperModel) -> bool {
-        self.stream_text
-            .unwrap_or_else(|| self.streams_encoder(model))
-            && self.streams_encoder(model)
+        self.streams_encoder(model) && self.stream_text != Some(false)
     }
 
     /// [`Self::second_pass`], resolved for a policy over `model`.

@@ -11,7 +11,7 @@
 //! and the next one starts after it (the VAD is still in speech).
 
 use super::whisper::{Update, WhisperLive};
-use super::whisper_buffer::{prompt_text, text_of, trimmed};
+use super::whisper_buffer::{prompt_text, trimmed};
 use crate::decode::Word;
 use crate::whisper::decode::{
     find_alignment, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder, StreamOptions,
@@ -19,6 +19,7 @@ use crate::whisper::decode::{
 };
 use crate::whisper::GenerationConfig;
 use crate::{Error, Result};
+use std::sync::Arc;
 
 /// Median filter width of Whisper's word alignment.
 const MEDIAN_FILTER_WIDTH: usize = 7;
@@ -28,10 +29,9 @@ pub(super) struct TextStream {
     o: StreamOptions,
     language: String,
     sot_sequence: Vec<u32>,
-    suppress: Vec<u32>,
-    suppress_begin: Vec<u32>,
-    heads: Vec<(usize, usize)>,
-    word_starts: std::sync::Arc<Vec<bool>>,
+    /// What every utterance's decoding shares (its prompt is set when it
+    /// starts).
+    spec: StreamSpec,
     /// The current utterance's decoding (none between utterances).
     decoder: Option<StreamDecoder>,
     /// Encoder frames of the backend's window that hold heard audio (the
@@ -46,9 +46,6 @@ pub(super) struct TextStream {
     shown: Vec<(u32, f64)>,
     /// Samples between two pulses: one encoder chunk.
     pub(super) pulse: usize,
-    /// Tokens fed one at a time and in batched passes, over all pulses.
-    pub fed_single: usize,
-    pub fed_batched: usize,
 }
 
 impl TextStream {
@@ -63,10 +60,10 @@ impl TextStream {
         let sot_sequence =
             tokenizer.sot_sequence(gen.is_multilingual, &language, live.decode.task)?;
         let mut suppress = suppressed_tokens(tokenizer, live.decode.suppress_tokens.as_deref())?;
-        // text alone: no timestamp token (ids past the vocabulary are ignored)
+        // text alone: every id past the end of text is special (languages,
+        // tasks, timestamps), so the committed tokens are all text
         let sp = tokenizer.special();
-        suppress.push(sp.no_timestamps);
-        suppress.extend(sp.timestamp_begin..sp.timestamp_begin + 1501);
+        suppress.extend(sp.eot + 1..model.config.vocab_size as u32);
         let suppress_begin = if live.decode.suppress_blank {
             gen.begin_suppress_tokens.clone()
         } else {
@@ -81,18 +78,20 @@ impl TextStream {
             o: live.stream.clone(),
             language,
             sot_sequence,
-            suppress,
-            suppress_begin,
-            heads: gen.alignment_heads.clone(),
-            word_starts: std::sync::Arc::new(tokenizer.word_starts(model.config.vocab_size)),
+            spec: StreamSpec {
+                prompt: Vec::new(),
+                eot: sp.eot,
+                suppress,
+                suppress_begin,
+                heads: gen.alignment_heads.clone(),
+                word_starts: Some(Arc::new(tokenizer.word_starts(model.config.vocab_size))),
+            },
             decoder: None,
             rows: None,
             committed_at: Vec::new(),
             shown_at: Vec::new(),
             shown: Vec::new(),
             pulse: 2 * chunk * crate::whisper::graphs::HOP,
-            fed_single: 0,
-            fed_batched: 0,
         })
     }
 
@@ -105,13 +104,6 @@ impl TextStream {
         self.shown_at.clear();
         self.shown.clear();
     }
-
-    fn count(&mut self) {
-        if let Some(d) = &self.decoder {
-            self.fed_single = d.fed_single;
-            self.fed_batched = d.fed_batched;
-        }
-    }
 }
 
 impl WhisperLive {
@@ -122,38 +114,33 @@ impl WhisperLive {
         let now = self.fed as f64 / SAMPLE_RATE as f64;
         let heard = self.stream_frames(last)?;
         let offset = self.buffer_start as f64 / SAMPLE_RATE as f64;
-        let prompt = self.stream_prompt(offset)?;
-        let Some(ts) = self.text.as_mut() else {
-            return Ok(None);
-        };
         if heard == 0 && !last {
             return Ok(None);
         }
-        if ts.decoder.is_none() {
-            let spec = StreamSpec {
-                prompt,
-                eot: self.tokenizer.special().eot,
-                suppress: ts.suppress.clone(),
-                suppress_begin: ts.suppress_begin.clone(),
-                heads: ts.heads.clone(),
-                word_starts: Some(ts.word_starts.clone()),
-            };
-            let mut d = StreamDecoder::new(spec, ts.o.clone())?;
-            (d.fed_single, d.fed_batched) = (ts.fed_single, ts.fed_batched);
-            ts.decoder = Some(d);
+        if self.text.as_ref().is_some_and(|t| t.decoder.is_none()) {
+            let prompt = self.stream_prompt(offset)?;
+            if let Some(ts) = self.text.as_mut() {
+                let spec = StreamSpec {
+                    prompt,
+                    ..ts.spec.clone()
+                };
+                ts.decoder = Some(StreamDecoder::new(spec, ts.o.clone())?);
+            }
         }
+        let Some(ts) = self.text.as_mut() else {
+            return Ok(None);
+        };
         let Some(decoder) = ts.decoder.as_mut() else {
             return Ok(None);
         };
         let committed = decoder.pulse(&mut *self.net, heard, last)?;
         let tokens = decoder.committed().to_vec();
         let tentative = decoder.tentative().to_vec();
-        ts.count();
         // when each token was first shown: kept while it stays in place
         let mut shown: Vec<(u32, f64)> = Vec::with_capacity(tokens.len() + tentative.len());
         for (i, &t) in tokens.iter().chain(&tentative).enumerate() {
             let since = match ts.shown.get(i) {
-                Some(&(s, at)) if s == t && shown.len() == i => at,
+                Some(&(s, at)) if s == t => at,
                 _ => now,
             };
             shown.push((t, since));
@@ -166,6 +153,8 @@ impl WhisperLive {
         if last {
             return self.stream_final(tokens, heard, offset, now);
         }
+        // a pulse commits whole words: every committed word is stable
+        let stable = self.token_words(&tokens, offset)?.len();
         let mut all = tokens;
         all.extend(&tentative);
         let text = self.tokenizer.decode(&all)?.trim().to_string();
@@ -174,13 +163,12 @@ impl WhisperLive {
         }
         self.last_partial.clone_from(&text);
         let words = self.token_words(&all, offset)?;
-        let stable = self.stable_words(&words, committed_len(&self.text));
         Ok(Some(Update {
+            stable: stable.min(words.len()),
             text,
             words: trimmed(words),
-            stable,
             is_final: false,
-            committed_at_s: self.committed_at.clone(),
+            committed_at_s: Vec::new(),
             shown_at_s: Vec::new(),
         }))
     }
@@ -259,31 +247,18 @@ impl WhisperLive {
         let spec = AlignSpec {
             sot_sequence: &ts.sot_sequence,
             language: &ts.language,
-            heads: &ts.heads,
+            heads: &ts.spec.heads,
             num_frames: 2 * heard,
             median_filter_width: MEDIAN_FILTER_WIDTH,
         };
-        let eot = self.tokenizer.special().eot;
-        let text_tokens: Vec<u32> = tokens.iter().copied().filter(|&t| t < eot).collect();
-        let timings = find_alignment(&mut *self.net, &self.tokenizer, &text_tokens, &spec)?;
+        let timings = find_alignment(&mut *self.net, &self.tokenizer, &tokens, &spec)?;
         let (mut words, mut at, mut first) = (Vec::new(), Vec::new(), Vec::new());
         let mut n = 0;
         for t in timings {
+            // a word is committed (and shown) with its last token
             n += t.tokens.len();
-            let last_token = n.min(committed_at.len().max(1)) - 1;
-            at.push(
-                committed_at
-                    .get(last_token)
-                    .copied()
-                    .unwrap_or(now)
-                    .min(now),
-            );
-            first.push(shown_at.get(last_token).copied().unwrap_or(now).min(now));
-            if n > committed_at.len() {
-                // decoded at the end of speech
-                *at.last_mut().unwrap_or(&mut 0.0) = now;
-                *first.last_mut().unwrap_or(&mut 0.0) = now;
-            }
+            at.push(committed_at.get(n - 1).copied().unwrap_or(now));
+            first.push(shown_at.get(n - 1).copied().unwrap_or(now));
             words.push(Word {
                 text: t.word,
                 start_s: t.start + offset,
@@ -307,14 +282,10 @@ impl WhisperLive {
         if said.is_empty() {
             return Ok(None);
         }
-        let text = self.tokenizer.decode(&text_tokens)?.trim().to_string();
+        let text = self.tokenizer.decode(&tokens)?.trim().to_string();
         let words: Vec<Word> = said.iter().map(|s| s.0.clone()).collect();
         Ok(Some(Update {
-            text: if text.is_empty() {
-                text_of(&words)
-            } else {
-                text
-            },
+            text,
             stable: words.len(),
             words: trimmed(words),
             is_final: true,
@@ -339,27 +310,4 @@ impl WhisperLive {
             })
             .collect())
     }
-
-    /// Words of a partial line that are committed: every word the committed
-    /// tokens make (a pulse commits whole words).
-    fn stable_words(&self, words: &[Word], committed_tokens: usize) -> usize {
-        let Some(ts) = &self.text else { return 0 };
-        let Some(d) = &ts.decoder else { return 0 };
-        let committed = &d.committed()[..committed_tokens.min(d.committed().len())];
-        let language = ts.language.as_str();
-        match self.tokenizer.split_to_word_tokens(committed, language) {
-            Ok((w, _)) => {
-                let n = w.iter().filter(|w| !w.trim().is_empty()).count();
-                n.min(words.len())
-            }
-            Err(_) => 0,
-        }
-    }
-}
-
-/// Tokens committed in the current decoding.
-fn committed_len(ts: &Option<TextStream>) -> usize {
-    ts.as_ref()
-        .and_then(|t| t.decoder.as_ref())
-        .map_or(0, |d| d.committed().len())
 }

@@ -10,6 +10,8 @@
 //! [`FirstWindowFrames`] hands those frames to decoding: it stands in for
 //! a backend and answers the first window's `encode` with them.
 
+use std::sync::Arc;
+
 use super::backend::{forward_backend, AlignmentSource, Chosen, WhisperBackend};
 use super::decode::{AlignedBackend, WindowPadding};
 use super::graphs::{self, HOP};
@@ -38,8 +40,9 @@ pub struct EncoderStream {
     max: f32,
     /// Encoder frames so far, `[n, d]` row-major.
     frames: Vec<f32>,
-    /// The encoder's output for a window of padding alone, `[window, d]`.
-    tail: Vec<f32>,
+    /// The encoder's output for a window of padding alone, `[window, d]`
+    /// (shared by every stream of the model in this process).
+    tail: Arc<Vec<f32>>,
     samples: usize,
     clamped: Vec<f32>,
     /// The feature padding value (what the tail was computed over).
@@ -69,14 +72,14 @@ impl EncoderStream {
         padding: WindowPadding,
         engine: &Engine,
     ) -> Result<EncoderStream> {
-        EncoderStream::with_tail(model, padding, engine, Vec::new())
+        EncoderStream::with_tail(model, padding, engine, Arc::default())
     }
 
     fn with_tail(
         model: &WhisperModel,
         padding: WindowPadding,
         engine: &Engine,
-        tail: Vec<f32>,
+        tail: Arc<Vec<f32>>,
     ) -> Result<EncoderStream> {
         let (cfg, w) = (&model.config, &model.f32_weights);
         let ctx = streaming::context(cfg)?;
@@ -146,11 +149,6 @@ impl EncoderStream {
     /// [`EncoderStream::frames_only`] stream).
     pub fn tail_rows(&self, from: usize, to: usize) -> &[f32] {
         self.tail.get(from * self.d..to * self.d).unwrap_or(&[])
-    }
-
-    /// Encoder frames in a window (1500).
-    pub fn window_frames(&self) -> usize {
-        self.window
     }
 
     /// The samples a stream takes before it must be finished: a window
@@ -262,8 +260,8 @@ impl EncoderStream {
 /// process for each model, encoder context and padding: a whole-window
 /// run costs seconds on a CPU, and every stream of one model reads the
 /// same tail (`eval --live` opens one stream a file).
-fn tail_of(model: &WhisperModel, padding: WindowPadding) -> Result<Vec<f32>> {
-    type Tails = Vec<(String, std::sync::Arc<Vec<f32>>)>;
+fn tail_of(model: &WhisperModel, padding: WindowPadding) -> Result<Arc<Vec<f32>>> {
+    type Tails = Vec<(String, Arc<Vec<f32>>)>;
     static TAILS: std::sync::Mutex<Tails> = std::sync::Mutex::new(Vec::new());
     let cfg = &model.config;
     let key = format!(
@@ -281,18 +279,18 @@ fn tail_of(model: &WhisperModel, padding: WindowPadding) -> Result<Vec<f32>> {
             .map(|(_, t)| t.clone())
     };
     if let Some(t) = known(&TAILS.lock().unwrap_or_else(|p| p.into_inner())) {
-        return Ok(t.to_vec());
+        return Ok(t);
     }
     let (frames, m) = (cfg.window_frames(), cfg.num_mel_bins);
     let pad = vec![padding.value(&[]); frames * m];
     let mut whole = Runner::new(streaming::encoder(cfg, &model.f32_weights)?)?;
     whole.step(&[&Tensor::from_vec(vec![frames, m], pad)?])?;
-    let tail = std::sync::Arc::new(whole.output(0).to_f32_vec());
+    let tail = Arc::new(whole.output(0).to_f32_vec());
     let mut tails = TAILS.lock().unwrap_or_else(|p| p.into_inner());
     if known(&tails).is_none() {
         tails.push((key, tail.clone()));
     }
-    Ok(tail.to_vec())
+    Ok(tail)
 }
 
 /// A backend whose first `encode` call takes `frames` (a streamed

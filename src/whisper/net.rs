@@ -257,8 +257,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn rewind(&mut self, len: usize) -> Result<bool> {
-        // a GPU's copy of the cache is only ever grown or started again:
-        // there the prefix is fed again instead
+        // a GPU's copy of the cache only grows: there the prefix is fed again
         if !self.cache.on_host() {
             return Ok(false);
         }

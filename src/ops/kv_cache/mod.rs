@@ -241,6 +241,9 @@ impl KvCache {
         if layer >= st.layers {
             return Err(param(format!("layer {layer} of {}", st.layers)));
         }
+        if st.mirror.is_some() {
+            return Err(param("a cache kept on a GPU takes whole windows".into()));
+        }
         let (k, v) = (contig(k), contig(v));
         let rows = k.shape().get(1).copied().unwrap_or(0);
         let fits = |t: &Tensor| {
@@ -259,21 +262,19 @@ impl KvCache {
         let span = from * st.width..(from + rows) * st.width;
         st.cross_k[layer][span.clone()].copy_from_slice(k.as_slice::<f32>()?);
         st.cross_v[layer][span].copy_from_slice(v.as_slice::<f32>()?);
-        if let Some(m) = &st.mirror {
-            // a mirror takes whole windows
-            let shape = vec![st.windows, st.frames, st.width];
-            let k = Tensor::from_vec(shape.clone(), st.cross_k[layer].clone())?;
-            let v = Tensor::from_vec(shape, st.cross_v[layer].clone())?;
-            m.set_cross(layer, &k, &v)?;
-        }
         Ok(())
     }
 
     /// Forgets every text position from `len` on (of every sequence): a
     /// decoding that continues from a shorter prefix, without feeding it
-    /// again.
+    /// again. A cache kept on a GPU only grows (or starts again).
     pub fn truncate(&self, len: usize) -> OpResult<()> {
         let mut st = self.lock();
+        if st.mirror.is_some() {
+            return Err(param(
+                "a cache kept on a GPU cannot forget positions".into(),
+            ));
+        }
         if len > st.len {
             return Err(param(format!(
                 "cannot keep {len} text positions of {}",
@@ -281,9 +282,6 @@ impl KvCache {
             )));
         }
         st.len = len;
-        if let Some(m) = &st.mirror {
-            m.set_len(len)?;
-        }
         Ok(())
     }
 

@@ -138,14 +138,6 @@ impl StreamDecoder {
         })
     }
 
-    /// A decoding whose first text tokens are `forced`, committed already
-    /// (a long utterance's words carried over a cut of its window).
-    pub fn with_committed(mut self, forced: &[u32]) -> Self {
-        self.committed = forced.to_vec();
-        self.peaks = vec![0; forced.len()];
-        self
-    }
-
     /// The committed text tokens.
     pub fn committed(&self) -> &[u32] {
         &self.committed
@@ -166,12 +158,6 @@ impl StreamDecoder {
         self.ended
     }
 
-    /// The backend's cache no longer holds this decoding's positions
-    /// (another decoding ran on it): the next pulse feeds the prefix again.
-    pub fn forget_cache(&mut self) {
-        self.cached = 0;
-    }
-
     /// Decodes over the window the backend holds, whose first `heard`
     /// encoder frames are the audio's (the rest its stand-in); `last`: the
     /// audio ended, so everything left is decoded. Returns how many tokens
@@ -187,8 +173,7 @@ impl StreamDecoder {
             return Ok(0);
         }
         let before = self.committed.len();
-        let heads = self.spec.heads.clone();
-        let records = net.record_attention(Some(&heads));
+        let records = net.record_attention(Some(&self.spec.heads));
         let r = self.decode(net, heard, last, records);
         if records {
             net.record_attention(None);
@@ -260,15 +245,12 @@ impl StreamDecoder {
         } else {
             Vec::new()
         };
-        loop {
-            if self.committed.len() + self.tentative.len() >= bound {
-                break;
-            }
-            let mut sequence = self.committed.clone();
-            sequence.extend(&self.tentative);
-            let step = sequence.len();
+        // the text so far: committed, then tentative tokens, in the order
+        // they were chosen
+        let mut sequence = self.committed.clone();
+        while sequence.len() < bound {
             let logits = &mut self.logits;
-            self.rules.apply(step, logits, &sequence, 0);
+            self.rules.apply(sequence.len(), logits, &sequence, 0);
             let token = logits
                 .iter()
                 .enumerate()
@@ -305,6 +287,7 @@ impl StreamDecoder {
             } else {
                 self.tentative.push(token);
             }
+            sequence.push(token);
             net.feed(&[token], 1, &[0], &mut self.logits)?;
             self.fed_single += 1;
             if records {
@@ -554,6 +537,18 @@ mod tests {
         committed_after
     }
 
+    /// A decoder over a fake of 12 tokens per way of feeding the committed
+    /// prefix (kept in the cache, refilled), with options `o` otherwise.
+    fn both_feeds(o: StreamOptions) -> [(bool, Fake, StreamDecoder); 2] {
+        [false, true].map(|refill| {
+            let o = StreamOptions {
+                refill,
+                ..o.clone()
+            };
+            (refill, Fake::new(12), decoder(o))
+        })
+    }
+
     #[test]
     fn one_pulse_over_the_whole_audio_is_the_greedy_decoding() {
         let mut net = Fake::new(12);
@@ -567,13 +562,10 @@ mod tests {
 
     #[test]
     fn pulses_commit_what_lies_a_margin_before_the_last_frame_heard() {
-        for refill in [false, true] {
-            let o = StreamOptions {
-                margin: 20,
-                refill,
-                ..StreamOptions::default()
-            };
-            let (mut net, mut d) = (Fake::new(12), decoder(o));
+        for (refill, mut net, mut d) in both_feeds(StreamOptions {
+            margin: 20,
+            ..StreamOptions::default()
+        }) {
             let after = stream(&mut net, &mut d, 140);
             for (i, &n) in after.iter().enumerate() {
                 let heard = 32 * (i + 1);
@@ -591,12 +583,7 @@ mod tests {
 
     #[test]
     fn the_committed_prefix_is_not_fed_token_by_token_again() {
-        for refill in [false, true] {
-            let o = StreamOptions {
-                refill,
-                ..StreamOptions::default()
-            };
-            let (mut net, mut d) = (Fake::new(12), decoder(o));
+        for (refill, mut net, mut d) in both_feeds(StreamOptions::default()) {
             let pulses = stream(&mut net, &mut d, 140).len() + 1;
             let mut seen = vec![0usize; 448];
             for &p in &net.single {
@@ -625,13 +612,10 @@ mod tests {
 
     #[test]
     fn tokens_past_the_first_uncommitted_one_are_shown_while_they_read_heard_audio() {
-        for refill in [false, true] {
-            let o = StreamOptions {
-                show: 3,
-                refill,
-                ..StreamOptions::default()
-            };
-            let (mut net, mut d) = (Fake::new(12), decoder(o));
+        for (refill, mut net, mut d) in both_feeds(StreamOptions {
+            show: 3,
+            ..StreamOptions::default()
+        }) {
             d.pulse(&mut net, 64, false).unwrap();
             // committed while 10 k + 20 < 64; shown while 10 k < 64
             assert_eq!(d.committed(), [1, 2, 3, 4]);
