@@ -512,16 +512,19 @@ mod tests {
         }
     }
 
-    fn decoder(o: StreamOptions) -> StreamDecoder {
-        let spec = StreamSpec {
+    fn spec(word_starts: Option<Vec<bool>>) -> StreamSpec {
+        StreamSpec {
             prompt: PROMPT.to_vec(),
             eot: EOT,
             suppress: Vec::new(),
             suppress_begin: Vec::new(),
             heads: vec![(0, 0)],
-            word_starts: None,
-        };
-        StreamDecoder::new(spec, o).unwrap()
+            word_starts: word_starts.map(std::sync::Arc::new),
+        }
+    }
+
+    fn decoder(o: StreamOptions) -> StreamDecoder {
+        StreamDecoder::new(spec(None), o).unwrap()
     }
 
     /// Pulses every 32 frames up to `frames`, then the last one.
@@ -636,16 +639,8 @@ mod tests {
     fn a_pulse_commits_whole_words() {
         // words of two tokens: odd ids start them
         let starts: Vec<bool> = (0..64).map(|t| t % 2 == 1 || t >= EOT as usize).collect();
-        let spec = StreamSpec {
-            prompt: PROMPT.to_vec(),
-            eot: EOT,
-            suppress: Vec::new(),
-            suppress_begin: Vec::new(),
-            heads: vec![(0, 0)],
-            word_starts: Some(std::sync::Arc::new(starts)),
-        };
         let mut net = Fake::new(12);
-        let mut d = StreamDecoder::new(spec, StreamOptions::default()).unwrap();
+        let mut d = StreamDecoder::new(spec(Some(starts)), StreamOptions::default()).unwrap();
         // 10 k + 20 < 80 passes 1..=5; 6 continues 5's word, which waits
         assert_eq!(d.pulse(&mut net, 80, false).unwrap(), 4);
         assert_eq!(
