@@ -194,6 +194,7 @@ fn the_streaming_decoder_fed_the_whole_clip_at_once_decodes_as_offline_greedy() 
         suppress_begin: gen.begin_suppress_tokens.clone(),
         heads: gen.alignment_heads.clone(),
         word_starts: None,
+        keys: None,
     };
     // the guards against loops off: offline greedy repeats this clip's
     // sentence, which they stop (asserted below)

@@ -37,6 +37,11 @@ pub struct PolicyArgs {
     /// at every pulse instead of keeping them in the decoder's cache.
     #[arg(long)]
     pub refill: bool,
+    /// With --policy stream: a word that makes the text end in this many
+    /// copies of one phrase is not committed; at the end of speech such a
+    /// loop sends the utterance to the second pass (0: off).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
 }
 
 impl PolicyArgs {
@@ -47,5 +52,6 @@ impl PolicyArgs {
         o.stream.refill = self.refill;
         o.stream.backstep = self.backstep;
         o.stream.show = self.show;
+        o.stream.repeats = self.repeats;
     }
 }

@@ -322,16 +322,22 @@ impl WhisperLive {
     /// Decodes the buffer once more and makes the utterance final (see
     /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
-        if let Some(ts) = &mut self.text {
+        let mut looped = false;
+        if self.text.is_some() {
             if !self.second_pass {
                 let update = self.stream_pulse(true)?;
-                self.next_utterance();
-                return Ok(update);
+                looped = self.text.as_ref().is_some_and(|ts| ts.looped);
+                if !looped {
+                    self.next_utterance();
+                    return Ok(update);
+                }
             }
             // the buffer decoded whole makes the final line
-            ts.restart();
+            if let Some(ts) = &mut self.text {
+                ts.restart();
+            }
         }
-        let second_pass = self.second_pass() && !self.buffer.is_empty();
+        let second_pass = (self.second_pass() || looped) && !self.buffer.is_empty();
         let last = if second_pass || self.since_decode > 0 {
             let (mut hypothesis, _) = self.decode(true)?;
             // a decoding into the silence after speech may go on with words

@@ -46,6 +46,10 @@ pub(super) struct TextStream {
     shown: Vec<(u32, f64)>,
     /// Samples between two pulses: one encoder chunk.
     pub(super) pulse: usize,
+    /// The utterance's decoding ended in a loop
+    /// ([`StreamOptions::repeats`]): its final line comes from the second
+    /// pass instead.
+    pub(super) looped: bool,
 }
 
 impl TextStream {
@@ -85,6 +89,7 @@ impl TextStream {
                 suppress_begin,
                 heads: gen.alignment_heads.clone(),
                 word_starts: Some(Arc::new(tokenizer.word_starts(model.config.vocab_size))),
+                keys: Some(Arc::new(tokenizer.text_keys(model.config.vocab_size))),
             },
             decoder: None,
             rows: None,
@@ -92,6 +97,7 @@ impl TextStream {
             shown_at: Vec::new(),
             shown: Vec::new(),
             pulse: 2 * chunk * crate::whisper::graphs::HOP,
+            looped: false,
         })
     }
 
@@ -103,6 +109,7 @@ impl TextStream {
         self.committed_at.clear();
         self.shown_at.clear();
         self.shown.clear();
+        self.looped = false;
     }
 }
 
@@ -150,6 +157,10 @@ impl WhisperLive {
             ts.shown_at.push(since);
         }
         ts.shown = shown;
+        if last && decoder.looped() {
+            ts.looped = true;
+            return Ok(None);
+        }
         if last {
             return self.stream_final(tokens, heard, offset, now);
         }

@@ -238,6 +238,36 @@ impl WhisperTokenizer {
             .collect()
     }
 
+    /// For each id below `vocab`, its text folded to a number: lower case,
+    /// letters and digits alone, equal texts equal numbers; 0 for a token
+    /// with none (punctuation, spaces, special tokens). Repeats of a phrase
+    /// then compare equal whatever their case, spacing and punctuation.
+    pub fn text_keys(&self, vocab: usize) -> Vec<u32> {
+        let mut seen: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+        (0..vocab as u32)
+            .map(|id| {
+                if id >= self.special.eot {
+                    return 0;
+                }
+                let folded: String = self
+                    .inner
+                    .id_to_token(id)
+                    .unwrap_or_default()
+                    .chars()
+                    // byte-level pieces of other scripts (>= U+0080) stay
+                    // as they are; 'Ġ' (U+0120) is a space
+                    .filter(|c| c.is_ascii_alphanumeric() || (*c >= '\u{80}' && *c != '\u{120}'))
+                    .map(|c| c.to_ascii_lowercase())
+                    .collect();
+                if folded.is_empty() {
+                    return 0;
+                }
+                let next = seen.len() as u32 + 1;
+                *seen.entry(folded).or_insert(next)
+            })
+            .collect()
+    }
+
     pub fn non_speech_tokens(&self) -> Result<Vec<u32>, WhisperError> {
         let mut symbols: Vec<String> = "\"#()*+/:;<=>@[\\]^_`{|}~「」『』"
             .chars()

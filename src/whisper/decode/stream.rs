@@ -46,7 +46,18 @@ pub struct StreamOptions {
     /// audio heard (speech runs at 3-5 tokens a second), so that a decoder
     /// looping over the tail cannot run on.
     pub max_tokens: (usize, f64),
+    /// A token that makes the text end in this many copies of one phrase
+    /// (up to [`LOOP_PERIOD`] tokens, punctuation and case aside; one more
+    /// for a phrase of one token) is not committed: a greedy decoder loops over spontaneous speech with its
+    /// attention moving forward, where the backstep guard does not see it.
+    /// At the end of the audio it ends the decoding and marks it
+    /// [`StreamDecoder::looped`]. 0: off.
+    pub repeats: usize,
 }
+
+/// The longest phrase, in tokens, whose repeats [`StreamOptions::repeats`]
+/// counts.
+pub const LOOP_PERIOD: usize = 16;
 
 impl Default for StreamOptions {
     fn default() -> Self {
@@ -57,6 +68,7 @@ impl Default for StreamOptions {
             show: 0,
             refill: false,
             max_tokens: (16, 8.0),
+            repeats: 3,
         }
     }
 }
@@ -75,6 +87,10 @@ pub struct StreamSpec {
     /// ([`crate::whisper::WhisperTokenizer::word_starts`]): a pulse then
     /// commits whole words only. `None`: tokens one by one.
     pub word_starts: Option<std::sync::Arc<Vec<bool>>>,
+    /// For each token id, its text folded (case and punctuation aside) to
+    /// a number, 0 for none ([`crate::whisper::WhisperTokenizer::text_keys`]):
+    /// what [`StreamOptions::repeats`] compares. `None`: no loop check.
+    pub keys: Option<std::sync::Arc<Vec<u32>>>,
 }
 
 /// The tokens of one decoding and how they were fed.
@@ -92,6 +108,8 @@ pub struct StreamDecoder {
     cached: usize,
     /// The end of text was decoded at a last pulse.
     ended: bool,
+    /// The last pulse's decoding ended in a loop.
+    looped: bool,
     /// Tokens fed one at a time, and tokens fed in batched passes.
     pub fed_single: usize,
     pub fed_batched: usize,
@@ -132,6 +150,7 @@ impl StreamDecoder {
             tentative: Vec::new(),
             cached: 0,
             ended: false,
+            looped: false,
             fed_single: 0,
             fed_batched: 0,
             logits: Vec::new(),
@@ -158,6 +177,38 @@ impl StreamDecoder {
         self.ended
     }
 
+    /// The last pulse ended in a loop ([`StreamOptions::repeats`]): the
+    /// text after the committed tokens is cut there, so a caller decodes
+    /// the utterance again another way.
+    pub fn looped(&self) -> bool {
+        self.looped
+    }
+
+    /// Whether `token` after `text` completes [`StreamOptions::repeats`]
+    /// copies of one phrase.
+    fn loops(&self, text: &[u32], token: u32) -> bool {
+        let (Some(keys), r) = (&self.spec.keys, self.o.repeats) else {
+            return false;
+        };
+        let key = |t: u32| keys.get(t as usize).copied().unwrap_or(0);
+        if r < 2 || key(token) == 0 {
+            return false;
+        }
+        // the text's last keys, newest first, as far as the longest loop
+        let tail: Vec<u32> = std::iter::once(token)
+            .chain(text.iter().rev().copied())
+            .map(key)
+            .filter(|&k| k != 0)
+            .take((r + 1) * LOOP_PERIOD)
+            .collect();
+        // a word said three times is common speech ("no, no, no"), a
+        // phrase said three times a loop: one word needs a copy more
+        let copies = |p: usize| if p == 1 { r + 1 } else { r };
+        (1..=LOOP_PERIOD)
+            .take_while(|&p| copies(p) * p <= tail.len())
+            .any(|p| (p..copies(p) * p).all(|i| tail[i] == tail[i % p]))
+    }
+
     /// Decodes over the window the backend holds, whose first `heard`
     /// encoder frames are the audio's (the rest its stand-in); `last`: the
     /// audio ended, so everything left is decoded. Returns how many tokens
@@ -172,6 +223,7 @@ impl StreamDecoder {
         if self.ended {
             return Ok(0);
         }
+        self.looped = false;
         let before = self.committed.len();
         let records = net.record_attention(Some(&self.spec.heads));
         let r = self.decode(net, heard, last, records);
@@ -268,6 +320,15 @@ impl StreamDecoder {
                     self.ended = last;
                     break;
                 }
+                if self.tentative.is_empty() && self.loops(&sequence, token) {
+                    if last {
+                        self.ended = true;
+                        self.looped = true;
+                    } else {
+                        self.tentative.push(token);
+                    }
+                    break;
+                }
                 if !self.tentative.is_empty() {
                     // past the first uncommitted token: shown while it
                     // reads audio heard
@@ -352,6 +413,10 @@ impl StreamDecoder {
             if self.goes_back(p) || past {
                 break;
             }
+            if self.loops(&self.committed, token) {
+                self.looped = last;
+                break;
+            }
             self.committed.push(token);
             self.peaks.push(p);
             passed += 1;
@@ -398,6 +463,9 @@ mod tests {
     struct Fake {
         words: u32,
         loop_at: Option<u32>,
+        /// From this token on, tokens 1, 2, 1, 2, ... with the attention
+        /// moving forward: a loop the backstep guard does not see.
+        repeat_at: Option<u32>,
         /// Text positions fed: the sequence as the cache holds it.
         seq: Vec<u32>,
         /// Positions fed one token at a time, in order.
@@ -411,6 +479,7 @@ mod tests {
             Fake {
                 words,
                 loop_at: None,
+                repeat_at: None,
                 seq: Vec::new(),
                 single: Vec::new(),
                 recording: false,
@@ -425,6 +494,9 @@ mod tests {
             let k = said as u32 + 1;
             if self.loop_at.is_some_and(|l| k >= l) {
                 return (1 + k % 2, 0);
+            }
+            if self.repeat_at.is_some_and(|r| k >= r) {
+                return (1 + (k + 1) % 2, 10 * k as usize);
             }
             if k > self.words {
                 (EOT, 10 * k as usize)
@@ -520,11 +592,22 @@ mod tests {
             suppress_begin: Vec::new(),
             heads: vec![(0, 0)],
             word_starts: word_starts.map(std::sync::Arc::new),
+            keys: None,
         }
     }
 
     fn decoder(o: StreamOptions) -> StreamDecoder {
         StreamDecoder::new(spec(None), o).unwrap()
+    }
+
+    /// Every text token its own key.
+    fn keyed(o: StreamOptions) -> StreamDecoder {
+        let keys = (0..64).map(|t| if t < EOT { t + 1 } else { 0 }).collect();
+        let spec = StreamSpec {
+            keys: Some(std::sync::Arc::new(keys)),
+            ..spec(None)
+        };
+        StreamDecoder::new(spec, o).unwrap()
     }
 
     /// Pulses every 32 frames up to `frames`, then the last one.
@@ -662,5 +745,59 @@ mod tests {
         stream(&mut net, &mut d, 140);
         assert_eq!(d.committed(), (1..=5).collect::<Vec<u32>>());
         assert!(d.ended());
+    }
+
+    #[test]
+    fn a_phrase_said_a_third_time_is_not_committed_and_ends_the_decoding_as_a_loop() {
+        for refill in [false, true] {
+            let mut net = Fake::new(12);
+            net.repeat_at = Some(5);
+            let o = StreamOptions {
+                refill,
+                ..StreamOptions::default()
+            };
+            let mut d = keyed(o.clone());
+            stream(&mut net, &mut d, 200);
+            // 1 2 3 4 then 1 2 1 2 1 2 ...: the third "1 2" waits, and ends it
+            assert_eq!(
+                d.committed(),
+                [1, 2, 3, 4, 1, 2, 1, 2, 1],
+                "refill {refill}"
+            );
+            assert!(d.ended() && d.looped());
+            // the check off: the loop is committed until the audio ends
+            let mut net = Fake::new(12);
+            net.repeat_at = Some(5);
+            let mut d = keyed(StreamOptions { repeats: 0, ..o });
+            stream(&mut net, &mut d, 200);
+            assert!(d.committed().len() > 12 && !d.looped());
+        }
+    }
+
+    #[test]
+    fn a_phrase_said_twice_is_committed() {
+        let mut net = Fake::new(12);
+        net.repeat_at = Some(5);
+        let mut d = keyed(StreamOptions::default());
+        // heard up to token 8 and its margin: 1 2 3 4 1 2 1 2, no third copy
+        d.pulse(&mut net, 10 * 8 + 21, false).unwrap();
+        assert_eq!(d.committed(), [1, 2, 3, 4, 1, 2, 1, 2]);
+        assert!(!d.looped());
+    }
+
+    #[test]
+    fn one_word_said_three_times_is_speech_a_phrase_said_three_times_a_loop() {
+        let d = keyed(StreamOptions::default());
+        assert!(!d.loops(&[7, 1, 1], 1), "no, no, no");
+        assert!(d.loops(&[7, 1, 1, 1], 1));
+        assert!(!d.loops(&[2, 3, 2], 3));
+        assert!(d.loops(&[9, 2, 3, 2, 3, 2], 3));
+        // keys aside (punctuation): EOT's neighbours carry none
+        assert!(d.loops(&[2, 3, 60, 2, 3, 61, 2], 3));
+        assert!(!keyed(StreamOptions {
+            repeats: 0,
+            ..StreamOptions::default()
+        })
+        .loops(&[1; 8], 1));
     }
 }
