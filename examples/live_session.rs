@@ -58,7 +58,9 @@ fn show(ev: &LiveEvent) {
             );
             println!("[{s:7.2} -> {e:7.2}] {text}");
         }
-        LiveEvent::Overrun { dropped_total } => eprintln!("overrun: {dropped_total} samples dropped"),
+        LiveEvent::Overrun { dropped_total } => {
+            eprintln!("overrun: {dropped_total} samples dropped")
+        }
         LiveEvent::Failed(e) => eprintln!("error: {e}"),
     }
 }

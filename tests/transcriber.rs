@@ -43,7 +43,9 @@ fn golden(path: &str) -> String {
 /// whisper-tiny.en, or `None` (with a line saying so) when the cache lacks it.
 fn tiny(opts: &TranscriberOptions) -> Option<Transcriber> {
     if pulsed::whisper::WhisperModel::open(TINY).is_err() {
-        eprintln!("skipped: {TINY} is not in the model cache (bash scripts/fetch_whisper.sh {TINY})");
+        eprintln!(
+            "skipped: {TINY} is not in the model cache (bash scripts/fetch_whisper.sh {TINY})"
+        );
         return None;
     }
     Some(Transcriber::open(Some(Path::new(TINY)), opts, Engine::Cpu).unwrap())
@@ -52,7 +54,9 @@ fn tiny(opts: &TranscriberOptions) -> Option<Transcriber> {
 #[test]
 fn shipped_model_gives_the_cli_line() {
     let t = Transcriber::open(None, &TranscriberOptions::default(), Engine::Cpu).unwrap();
-    let got = t.transcribe_file(&root().join("fixtures/asr/hello.wav")).unwrap();
+    let got = t
+        .transcribe_file(&root().join("fixtures/asr/hello.wav"))
+        .unwrap();
     assert_eq!(
         jsonl("fixtures/asr/hello.wav", &got),
         golden("fixtures/asr/hello.jsonl")
@@ -67,7 +71,10 @@ fn whisper_gives_the_cli_line() {
     };
     let name = "fixtures/whisper/librivox_dev00.wav";
     let got = t.transcribe_file(&root().join(name)).unwrap();
-    assert_eq!(jsonl(name, &got), golden("fixtures/whisper/dev00_tiny.en.jsonl"));
+    assert_eq!(
+        jsonl(name, &got),
+        golden("fixtures/whisper/dev00_tiny.en.jsonl")
+    );
     assert_eq!(got.language.as_deref(), Some("en"));
     assert!(!got.segments.is_empty() && !got.transcript.words.is_empty());
 }
@@ -124,8 +131,10 @@ fn finals(mut session: LiveTranscriber, mut input: AudioInput, samples: &[f32]) 
 #[test]
 fn a_live_session_ends_as_the_live_transcriber_does() {
     let audio = pulsed::audio::load_wav(&root().join("fixtures/asr/hello.wav"), 16_000).unwrap();
-    let mut opts = TranscriberOptions::default();
-    opts.mode = pulsed::asr::Mode::Streamed { pulse: 2560 };
+    let opts = TranscriberOptions {
+        mode: pulsed::asr::Mode::Streamed { pulse: 2560 },
+        ..TranscriberOptions::default()
+    };
     let t = Transcriber::open(None, &opts, Engine::Cpu).unwrap();
     let (s, i) = t.live(LiveSettings::default()).unwrap().start().unwrap();
     let api = finals(s, i, &audio.samples);
@@ -158,8 +167,7 @@ fn a_live_whisper_session_ends_as_the_live_transcriber_does() {
     let (s, i) = t.live(LiveSettings::default()).unwrap().start().unwrap();
     let api = finals(s, i, &audio.samples);
 
-    let live =
-        pulsed::live::WhisperLive::open(TINY, Some(&vad), Default::default()).unwrap();
+    let live = pulsed::live::WhisperLive::open(TINY, Some(&vad), Default::default()).unwrap();
     let buffer = LiveOptions {
         buffer_s: 30.0,
         ..LiveOptions::default()

@@ -61,9 +61,9 @@ impl Family {
             Family::Whisper if r.whole || r.streams || r.lm => refuse(
                 "--whole, --streams and the LM options are for the shipped model, not Whisper",
             ),
-            Family::Whisper if r.bench => refuse(
-                "--bench is for the shipped model; time Whisper with `pulsed bench --model`",
-            ),
+            Family::Whisper if r.bench => {
+                refuse("--bench is for the shipped model; time Whisper with `pulsed bench --model`")
+            }
             Family::WhisperCtc if r.whole || r.streams || r.bench => {
                 refuse("--whole, --streams and --bench are for the shipped model, not --ctc")
             }

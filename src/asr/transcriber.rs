@@ -10,8 +10,8 @@ use std::sync::Arc;
 use super::ctc_job::CtcJob;
 use super::whisper_job::WhisperJob;
 use super::{
-    Decoding, Family, LiveSettings, LiveSetup, Mode, Recognizer, RecognizerOptions, Transcription,
-    TranscriberOptions,
+    Decoding, Family, LiveSettings, LiveSetup, Mode, Recognizer, RecognizerOptions,
+    TranscriberOptions, Transcription,
 };
 use crate::batch::{self, BatchOptions, Control, FileResult, Summary};
 use crate::engine::Engine;
@@ -25,7 +25,7 @@ pub struct Transcriber {
 /// The family's own machinery.
 pub(super) enum Model {
     Conformer(Arc<Recognizer>),
-    Whisper(WhisperJob),
+    Whisper(Box<WhisperJob>),
     WhisperCtc(CtcJob),
 }
 
@@ -56,12 +56,12 @@ impl Transcriber {
                 let lm = opts.lm.resolve(rec.lm())?;
                 Model::Conformer(Arc::new(rec.with_lm(lm)))
             }
-            Family::Whisper => Model::Whisper(WhisperJob::open(
+            Family::Whisper => Model::Whisper(Box::new(WhisperJob::open(
                 spec.unwrap_or(Path::new("")),
                 opts.beam,
                 &opts.whisper,
                 engine,
-            )?),
+            )?)),
             Family::WhisperCtc => Model::WhisperCtc(CtcJob::open(
                 spec.unwrap_or(Path::new("")),
                 opts.beam,
@@ -139,7 +139,8 @@ impl Transcriber {
                     // four pulses per read
                     Mode::Streamed { pulse } => (
                         pulse * 4,
-                        streams.unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs)),
+                        streams
+                            .unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs)),
                     ),
                     // a whole utterance has no batched form
                     Mode::Whole => (WHOLE_CHUNK, 1),

@@ -156,8 +156,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             ..Requests::default()
         })
         .map_err(|e| e.to_string())?;
-    let t = Transcriber::open(a.model.as_deref(), &options(&a), engine)
-        .map_err(|e| e.to_string())?;
+    let t =
+        Transcriber::open(a.model.as_deref(), &options(&a), engine).map_err(|e| e.to_string())?;
     if let Some(what) = t.describe() {
         eprintln!("pulsed: {what}");
     }
@@ -264,11 +264,12 @@ fn write_results(
     let finished = AtomicBool::new(false);
     let result = std::thread::scope(|s| {
         s.spawn(|| progress.tick_until(&finished, &control));
-        let r = t.run_files(&files, opts, &control, |r| {
-            progress.file_done(&r);
-            sink.accept(r)
-        })
-        .and_then(|summary| sink.drain().map(|_| summary));
+        let r = t
+            .run_files(&files, opts, &control, |r| {
+                progress.file_done(&r);
+                sink.accept(r)
+            })
+            .and_then(|summary| sink.drain().map(|_| summary));
         finished.store(true, Ordering::SeqCst);
         r
     });

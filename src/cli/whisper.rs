@@ -108,9 +108,7 @@ impl DecodeArgs {
     /// The flags applied to `opts`, with `beam` (`None` keeps its width; 0
     /// is refused).
     pub fn apply(&self, beam: Option<usize>, opts: &mut DecodeOptions) -> Result<(), String> {
-        self.decoding()
-            .apply(beam, opts)
-            .map_err(|e| e.to_string())
+        self.decoding().apply(beam, opts).map_err(|e| e.to_string())
     }
 }
 
