@@ -50,6 +50,22 @@ impl Engine {
         }
     }
 
+    /// The device in one line, for messages: "CPU", or the GPU's name,
+    /// precision and kernel library.
+    pub fn describe(&self) -> String {
+        match self {
+            Engine::Cpu => "CPU".into(),
+            #[cfg(feature = "cuda")]
+            Engine::Gpu { device, options } => format!(
+                "CUDA {} ({:?}{}, {})",
+                device.ctx.describe().unwrap_or_else(|e| e.to_string()),
+                options.translate.precision,
+                if device.blas.tf32 { ", TF32 GEMMs" } else { "" },
+                device.lib.describe_load()
+            ),
+        }
+    }
+
     /// A runner for `graph`: its facts concrete (a pulsed graph), or made
     /// concrete for a whole input of `s` frames.
     pub fn runner(&self, graph: Arc<Graph>, s: Option<i64>) -> Result<Box<dyn StepRunner>> {

@@ -1,12 +1,31 @@
-//! Speech recognition with a model directory: audio in, transcript out,
-//! streamed in pulses (the default) or over the whole utterance.
+//! Speech recognition: [`Transcriber`] opens any model family (the CTC
+//! conformer, Whisper checkpoints whole-window or chunked, a chunked
+//! checkpoint's CTC head) and transcribes samples, files, pools of files
+//! and live audio; [`Recognizer`] is the conformer underneath, streamed in
+//! pulses (the default) or over the whole utterance.
 
+mod ctc_job;
+mod family;
+mod live_setup;
 pub mod metrics;
 mod multi_stream;
+mod options;
 pub mod partial;
 mod recognizer;
 mod stream;
+mod transcriber;
+mod transcription;
+mod whisper_job;
+mod whisper_worker;
 
+pub use ctc_job::{CtcJob, CtcWorker};
+pub use family::{Family, Requests};
+pub use live_setup::{LivePolicy, LiveSettings, LiveSetup};
 pub use multi_stream::MultiStreamTranscriber;
+pub use options::{LmChoice, TranscriberOptions, WhisperDecoding, WhisperOptions};
 pub use recognizer::{Decoding, Lm, Mode, Recognizer, RecognizerOptions};
 pub use stream::StreamTranscriber;
+pub use transcriber::Transcriber;
+pub use transcription::{Segment, Transcription};
+pub use whisper_job::WhisperJob;
+pub use whisper_worker::WhisperWorker;

@@ -281,7 +281,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    if super::whisper::is_whisper(a.model.as_deref()) {
+    // a Whisper checkpoint's internals are timed and compared apart
+    if let Ok(pulsed::asr::Family::Whisper) = pulsed::asr::Family::of(a.model.as_deref(), false) {
         return whisper(&a);
     }
     let gpu = a.device != super::device::Device::Cpu;

@@ -104,7 +104,8 @@ pub fn run(_: Args) -> Result<ExitCode, String> {
 
 #[cfg(feature = "cuda")]
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    if super::whisper::is_whisper(a.model.as_deref()) {
+    // a Whisper checkpoint's internals are timed and compared apart
+    if let Ok(pulsed::asr::Family::Whisper) = pulsed::asr::Family::of(a.model.as_deref(), false) {
         return whisper(&a);
     }
     let settings = a.settings();

@@ -75,15 +75,5 @@ impl Device {
 
 /// One line naming the engine's device.
 pub fn describe(e: &Engine) -> String {
-    match e {
-        Engine::Cpu => "CPU".into(),
-        #[cfg(feature = "cuda")]
-        Engine::Gpu { device, options } => format!(
-            "CUDA {} ({:?}{}, {})",
-            device.ctx.describe().unwrap_or_else(|e| e.to_string()),
-            options.translate.precision,
-            if device.blas.tf32 { ", TF32 GEMMs" } else { "" },
-            device.lib.describe_load()
-        ),
-    }
+    e.describe()
 }

@@ -2,10 +2,8 @@
 //! model beam search weighs prefixes with.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use pulsed::asr::{Lm, Recognizer};
-use pulsed::decode::{LmWeights, WordLm};
+use pulsed::asr::LmChoice;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LmArgs {
@@ -30,50 +28,17 @@ pub struct LmArgs {
 impl LmArgs {
     /// Whether any language-model flag was given.
     pub fn is_set(&self) -> bool {
-        self.lm.is_some()
-            || self.no_lm
-            || self.lm_weight.is_some()
-            || self.word_bonus.is_some()
-            || self.oov_penalty.is_some()
+        self.choice().is_set()
     }
 
-    /// The recogniser with the language model these flags ask for.
-    pub fn apply(&self, rec: Recognizer) -> Result<Recognizer, String> {
-        let lm = self.resolve(rec.lm())?;
-        Ok(rec.with_lm(lm))
-    }
-
-    /// The language model these flags ask for, over the model's own
-    /// (`default`, with its weights) when they name none.
-    pub fn resolve(&self, default: Option<&Lm>) -> Result<Option<Lm>, String> {
-        if self.no_lm {
-            return Ok(None);
+    /// The library's choice these flags make.
+    pub fn choice(&self) -> LmChoice {
+        LmChoice {
+            path: self.lm.clone(),
+            none: self.no_lm,
+            weight: self.lm_weight,
+            word_bonus: self.word_bonus,
+            oov_penalty: self.oov_penalty,
         }
-        let model = match &self.lm {
-            Some(p) => Arc::new(WordLm::load(p).map_err(|e| e.to_string())?),
-            None => match default {
-                Some(lm) => lm.model.clone(),
-                None if self.lm_weight.is_some()
-                    || self.word_bonus.is_some()
-                    || self.oov_penalty.is_some() =>
-                {
-                    return Err(
-                        "--lm-weight/--word-bonus need a language model: the model has no \
-                         lm.arpa; give one with --lm FILE"
-                            .into(),
-                    )
-                }
-                None => return Ok(None),
-            },
-        };
-        let d = default.map_or(LmWeights::default(), |l| l.weights);
-        Ok(Some(Lm {
-            model,
-            weights: LmWeights {
-                weight: self.lm_weight.unwrap_or(d.weight),
-                word_bonus: self.word_bonus.unwrap_or(d.word_bonus),
-                oov_penalty: self.oov_penalty.unwrap_or(d.oov_penalty),
-            },
-        }))
     }
 }

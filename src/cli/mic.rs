@@ -6,13 +6,10 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
-use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
-use pulsed::live::{
-    feed_wav_realtime, LiveEvent, LiveOptions, LiveTranscriber, WhisperLive, WhisperLiveOptions,
-};
+use pulsed::asr::{Family, LiveSettings, Mode, Transcriber, TranscriberOptions, WhisperOptions};
+use pulsed::live::{feed_wav_realtime, LiveEvent, LiveTranscriber, WhisperLiveOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -99,93 +96,43 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if !matches!(a.format, Format::Text | Format::Jsonl) {
         return Err(format!("pulsed mic writes text or jsonl, not {}", a.format));
     }
-    if super::whisper::is_whisper(a.model.as_deref()) {
-        if a.ctc {
-            return run_ctc(a);
-        }
-        return run_whisper(a);
-    }
-    if a.ctc {
-        return Err(
-            "--ctc is for chunked Whisper checkpoints with a CTC head (--model DIR)".into(),
-        );
-    }
-    let opts = RecognizerOptions {
+    Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
+    let opts = TranscriberOptions {
         mode: Mode::Streamed { pulse: a.pulse },
-        decoding: a
-            .beam
-            .map_or(Decoding::Greedy, |width| Decoding::Beam { width }),
+        beam: a.beam,
+        lm: a.lm.choice(),
+        ctc_head: a.ctc,
+        whisper: WhisperOptions {
+            decoding: a.decode.decoding(),
+            ..WhisperOptions::default()
+        },
     };
     let engine = a.device.engine_tf32(a.precision, a.tf32)?;
-    let rec = Recognizer::open(super::model_dir(a.model.clone()), opts)
-        .map_err(|e| e.to_string())?
-        .with_engine(engine);
-    let rec = Arc::new(a.lm.apply(rec)?);
-    let rate = rec.sample_rate();
-    let live = LiveOptions {
-        end_silence_s: a.end_silence,
-        ..LiveOptions::default()
-    };
-    let (lt, input) = LiveTranscriber::start(rec, live).map_err(|e| e.to_string())?;
-    drive(lt, input, rate, &a, false)
-}
-
-/// `--ctc`: the checkpoint's CTC head over its streamed encoder.
-fn run_ctc(a: Args) -> Result<ExitCode, String> {
-    let engine = a.device.engine_tf32(a.precision, a.tf32)?;
-    let model = a.model.clone().unwrap_or_default();
-    let job = super::ctc::CtcJob::open(&model, a.beam, &a.lm, engine)?;
-    eprintln!("pulsed: live {}", job.describe());
-    let stream = job.stream().map_err(|e| e.to_string())?;
-    let live = LiveOptions {
-        end_silence_s: a.end_silence,
-        ..LiveOptions::default()
-    };
-    let (lt, input) = LiveTranscriber::start_ctc(stream, live).map_err(|e| e.to_string())?;
-    drive(lt, input, 16_000, &a, false)
-}
-
-/// `--model whisper-*`: the checkpoint under the LocalAgreement policy.
-fn run_whisper(a: Args) -> Result<ExitCode, String> {
-    let spec = a
-        .model
-        .as_deref()
-        .and_then(|m| m.to_str())
-        .ok_or("--model: not a UTF-8 path")?;
-    let vad = if a.no_vad {
-        None
-    } else {
-        Some(pulsed::vad::Vad::load_default().map_err(|e| {
-            format!(
-                "live Whisper needs Silero VAD (bash scripts/fetch_silero.sh), or --no-vad: {e}"
-            )
-        })?)
-    };
-    let mut decode = pulsed::whisper::decode::DecodeOptions::default();
-    a.decode.apply(a.beam, &mut decode)?;
-    let mut opts = WhisperLiveOptions {
+    let t = Transcriber::open(a.model.as_deref(), &opts, engine).map_err(|e| e.to_string())?;
+    let mut whisper = WhisperLiveOptions {
         step_s: a.step,
-        end_silence_s: a.end_silence,
         // a file fed as fast as possible is decoded at every step, as if
         // compute were free; live audio is decoded where it stands
         paced: a.input.is_some() && !a.realtime,
-        decode,
-        engine: a.device.engine_tf32(a.precision, a.tf32)?,
         stream_encoder: !a.window_encoder,
         second_pass: a.second_pass,
         greedy_partials: a.greedy_partials,
         ..WhisperLiveOptions::default()
     }
     .with_trim(a.trim);
-    a.policy.apply(&mut opts);
-    let live = WhisperLive::open(spec, vad.as_ref(), opts).map_err(|e| e.to_string())?;
-    let rate = live.sample_rate();
-    let buffer = LiveOptions {
-        buffer_s: 30.0, // decodings take a while: room for the audio meanwhile
-        ..LiveOptions::default()
+    a.decode.apply(a.beam, &mut whisper.decode)?;
+    a.policy.apply(&mut whisper);
+    let settings = LiveSettings {
+        end_silence_s: a.end_silence,
+        vad: !a.no_vad,
+        whisper,
     };
-    let (lt, input) = LiveTranscriber::start_whisper(live, buffer).map_err(|e| e.to_string())?;
-    drive(lt, input, rate, &a, true)
+    let live = t.live(settings).map_err(|e| e.to_string())?;
+    if let Some(what) = live.describe() {
+        eprintln!("pulsed: {what}");
+    }
+    let (lt, input) = live.start().map_err(|e| e.to_string())?;
+    drive(lt, input, t.sample_rate(), &a, live.commits_words())
 }
 
 /// Feeds the input (a WAV, or the microphone) and prints the events.

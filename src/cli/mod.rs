@@ -3,7 +3,6 @@
 mod bench;
 mod bench_streamed;
 mod compare;
-mod ctc;
 mod device;
 mod eval;
 mod inspect;

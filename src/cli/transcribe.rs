@@ -15,9 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
-use pulsed::batch::{self, BatchOptions, Control, FileResult, Outcome};
-use pulsed::engine::Engine;
+use pulsed::asr::{Family, Mode, Requests, Transcriber, TranscriberOptions};
+use pulsed::batch::{self, Control, FileResult, Outcome};
 use pulsed::output::{
     write_error_line, write_transcript, write_transcript_with, Format, WriteOptions,
 };
@@ -147,77 +146,56 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.streams == Some(0) {
         return Err("--streams must be at least 1".into());
     }
-    if super::whisper::is_whisper(a.model.as_deref()) {
-        if a.ctc {
-            return run_ctc(a, files, several, engine);
-        }
-        return run_whisper(a, files, several, engine);
+    let family = Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
+    family
+        .check(&Requests {
+            whole: a.whole,
+            streams: a.streams.is_some(),
+            lm: a.lm.is_set(),
+            bench: a.bench,
+            ..Requests::default()
+        })
+        .map_err(|e| e.to_string())?;
+    let t =
+        Transcriber::open(a.model.as_deref(), &options(&a), engine).map_err(|e| e.to_string())?;
+    if let Some(what) = t.describe() {
+        eprintln!("pulsed: {what}");
     }
-    if a.ctc {
-        return Err(
-            "--ctc is for chunked Whisper checkpoints with a CTC head (--model DIR)".into(),
-        );
-    }
-    let mode = if a.whole {
-        Mode::Whole
-    } else {
-        Mode::Streamed { pulse: a.pulse }
-    };
-    let decoding = match a.beam {
-        Some(w) => Decoding::Beam { width: w },
-        None => Decoding::Greedy,
-    };
-    let rec = Recognizer::open(
-        super::model_dir(a.model.clone()),
-        RecognizerOptions { mode, decoding },
-    )
-    .map_err(|e| e.to_string())?
-    .with_engine(engine);
-    let rec = a.lm.apply(rec)?;
     // on a GPU each worker streams its files on a CUDA stream of its own
     let jobs = a.jobs.unwrap_or_else(batch::default_jobs);
-    // a whole utterance has no batched form (`--streams` conflicts with
-    // `--whole`): one stream per worker, and the summary says so
-    let streams_for = |files: usize| match mode {
-        Mode::Whole => 1,
-        Mode::Streamed { .. } => a
-            .streams
-            .unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs)),
-    };
-    let opts = BatchOptions {
-        jobs,
-        chunk_samples: chunk_samples(mode),
-        longest_first: true,
-        // chosen again below, once --resume has dropped the files done
-        streams: streams_for(files.len()),
-    };
     if a.bench {
-        return super::transcribe_bench::run(&rec, &files, opts);
+        let rec = t.recognizer().ok_or("--bench is for the shipped model")?;
+        let opts = t.batch_options(jobs, a.streams, files.len());
+        return super::transcribe_bench::run(rec, &files, opts);
     }
-
-    write_results(
-        &a,
-        files,
-        several,
-        rec.sample_rate(),
-        opts,
-        &streams_for,
-        &|files, opts, control, on| batch::run(&rec, files, opts, control, on),
-    )
+    write_results(&a, &t, files, several, jobs)
 }
 
-/// Runs the files through `run_files` and writes each result as it comes:
-/// output file or standard output, `--resume`, input or completion order,
-/// Ctrl-C, a progress bar, the summary line and the exit code.
-#[allow(clippy::too_many_arguments)]
+/// The library's options these flags choose.
+fn options(a: &Args) -> TranscriberOptions {
+    TranscriberOptions {
+        mode: if a.whole {
+            Mode::Whole
+        } else {
+            Mode::Streamed { pulse: a.pulse }
+        },
+        beam: a.beam,
+        lm: a.lm.choice(),
+        ctc_head: a.ctc,
+        whisper: a.whisper.options(a.format),
+    }
+}
+
+/// Runs the files through the transcriber's pool and writes each result
+/// as it comes: output file or standard output, `--resume`, input or
+/// completion order, Ctrl-C, a progress bar, the summary line and the exit
+/// code.
 fn write_results(
     a: &Args,
+    t: &Transcriber,
     mut files: Vec<PathBuf>,
     several: bool,
-    rate: u32,
-    mut opts: BatchOptions,
-    streams_for: &dyn Fn(usize) -> usize,
-    run_files: &RunFiles<'_>,
+    jobs: usize,
 ) -> Result<ExitCode, String> {
     let out: Box<dyn Write> = match &a.output {
         Some(p) if a.resume => {
@@ -239,7 +217,9 @@ fn write_results(
         )),
         None => Box::new(io::stdout().lock()),
     };
-    opts.streams = streams_for(files.len());
+    // the streams a worker batches suit the files left once --resume has
+    // dropped those done
+    let mut opts = t.batch_options(jobs, a.streams, files.len());
     if let Some(d) = &a.output_dir {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
@@ -269,7 +249,7 @@ fn write_results(
         });
     }
 
-    let progress = Progress::new(&files, rate);
+    let progress = Progress::new(&files, t.sample_rate());
     let mut sink = Sink {
         out,
         format: a.format,
@@ -284,11 +264,12 @@ fn write_results(
     let finished = AtomicBool::new(false);
     let result = std::thread::scope(|s| {
         s.spawn(|| progress.tick_until(&finished, &control));
-        let r = run_files(&files, opts, &control, &mut |r| {
-            progress.file_done(&r);
-            sink.accept(r)
-        })
-        .and_then(|summary| sink.drain().map(|_| summary));
+        let r = t
+            .run_files(&files, opts, &control, |r| {
+                progress.file_done(&r);
+                sink.accept(r)
+            })
+            .and_then(|summary| sink.drain().map(|_| summary));
         finished.store(true, Ordering::SeqCst);
         r
     });
@@ -331,87 +312,6 @@ fn write_results(
     Ok(ExitCode::SUCCESS)
 }
 
-/// How a batch of files is run: the shipped model's pool or Whisper's.
-type RunFiles<'a> = dyn Fn(
-        &[PathBuf],
-        BatchOptions,
-        &Control,
-        &mut dyn FnMut(FileResult) -> io::Result<()>,
-    ) -> io::Result<batch::Summary>
-    + 'a;
-
-/// `--model whisper-*`: whole recordings on workers with a network each.
-fn run_whisper(
-    a: Args,
-    files: Vec<PathBuf>,
-    several: bool,
-    engine: Engine,
-) -> Result<ExitCode, String> {
-    if a.whole || a.streams.is_some() || a.lm.is_set() {
-        return Err(
-            "--whole, --streams and the LM options are for the shipped model, not Whisper".into(),
-        );
-    }
-    if a.bench {
-        return Err(
-            "--bench is for the shipped model; time Whisper with `pulsed bench --model`".into(),
-        );
-    }
-    let job = super::whisper::WhisperJob::open(
-        a.model.as_deref().unwrap_or(Path::new("")),
-        a.beam,
-        a.format,
-        &a.whisper,
-        engine,
-    )?;
-    eprintln!("pulsed: whisper {}", job.describe());
-    whole_files(&a, files, several, &|| job.worker())
-}
-
-/// Whole recordings on `-j` workers, each made by `make`, longest first.
-fn whole_files<W: batch::FileWorker>(
-    a: &Args,
-    files: Vec<PathBuf>,
-    several: bool,
-    make: &(dyn Fn() -> pulsed::Result<W> + Sync),
-) -> Result<ExitCode, String> {
-    let opts = BatchOptions {
-        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
-        chunk_samples: 1 << 16,
-        longest_first: true,
-        streams: 1,
-    };
-    write_results(
-        a,
-        files,
-        several,
-        16_000,
-        opts,
-        &|_| 1,
-        &|files, opts, control, on| batch::run_whole(files, opts, control, make, on),
-    )
-}
-
-/// `--ctc`: each file streamed through the encoder and the CTC head.
-fn run_ctc(
-    a: Args,
-    files: Vec<PathBuf>,
-    several: bool,
-    engine: Engine,
-) -> Result<ExitCode, String> {
-    if a.whole || a.streams.is_some() || a.bench {
-        return Err("--whole, --streams and --bench are for the shipped model, not --ctc".into());
-    }
-    let job = super::ctc::CtcJob::open(
-        a.model.as_deref().unwrap_or(Path::new("")),
-        a.beam,
-        &a.lm,
-        engine,
-    )?;
-    eprintln!("pulsed: {}", job.describe());
-    whole_files(&a, files, several, &|| job.worker())
-}
-
 /// How the workers ran: "16 workers x 32 streams", or with those that fell
 /// back to one stream counted apart.
 pub(super) fn layout(jobs: usize, streams: usize, single: usize) -> String {
@@ -419,14 +319,6 @@ pub(super) fn layout(jobs: usize, streams: usize, single: usize) -> String {
         0 => format!("{jobs} workers x {streams} streams"),
         n if n == jobs => format!("{jobs} workers x 1 streams"),
         n => format!("{} workers x {streams} streams, {n} x 1", jobs - n),
-    }
-}
-
-/// Samples read per step: four pulses when streaming (whole mode reads the file at once).
-fn chunk_samples(mode: Mode) -> usize {
-    match mode {
-        Mode::Streamed { pulse } => pulse * 4,
-        Mode::Whole => 1 << 16,
     }
 }
 

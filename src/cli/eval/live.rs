@@ -1,5 +1,5 @@
-//! `pulsed eval --live`: each file of the manifest through a live policy
-//! (Whisper's, or the CTC head's), fed as if compute were free; the final
+//! `pulsed eval --live`: each file of the manifest through the model's live
+//! policy (Whisper's, or the CTC head's), fed as if compute were free; the final
 //! lines scored as the offline path's, and the partial lines and the
 //! latency of each word besides.
 
@@ -7,76 +7,37 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use pulsed::asr::partial::{partial_counts, Shown};
+use pulsed::asr::{LiveSettings, LiveSetup, Transcriber};
 use pulsed::batch;
+use pulsed::live::WhisperLiveOptions;
 
-use super::{ctc_job, files_bar, print_groups, report, Args, Item};
+use super::{files_bar, print_groups, report, Args, Item};
 
 /// `--live`: each file through the live policy; the final lines joined.
-pub(super) fn run_live(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
-    use pulsed::live::WhisperLiveOptions;
-    let spec = a.model.as_deref().and_then(|m| m.to_str()).unwrap_or("");
-    let model = pulsed::whisper::WhisperModel::open(spec).map_err(|e| e.to_string())?;
-    let vad = pulsed::vad::Vad::load_default()
-        .map_err(|e| format!("--live needs Silero VAD (bash scripts/fetch_silero.sh): {e}"))?;
-    let mut opts = WhisperLiveOptions {
-        engine: a
-            .device
-            .unwrap_or(crate::cli::device::Device::Auto)
-            .engine_tf32(a.precision, a.tf32)?,
+pub(super) fn run_live(
+    a: &Args,
+    t: &Transcriber,
+    items: &[Item],
+    base: &Path,
+) -> Result<ExitCode, String> {
+    let mut whisper = WhisperLiveOptions {
         stream_encoder: !a.window_encoder,
         second_pass: a.second_pass,
         greedy_partials: a.greedy_partials,
         ..WhisperLiveOptions::default()
     }
     .with_trim(a.trim);
-    a.policy.apply(&mut opts);
-    a.whisper.decode.apply(a.beam, &mut opts.decode)?;
-    opts.check().map_err(|e| e.to_string())?;
-    let multilingual = pulsed::whisper::GenerationConfig::load(&model.dir)
-        .map_err(|e| e.to_string())?
-        .is_multilingual;
-    let language = match (&opts.decode.language, multilingual) {
-        (Some(l), _) => l.as_str(),
-        (None, true) => "detected",
-        (None, false) => "English only",
+    a.policy.apply(&mut whisper);
+    a.whisper.decode.apply(a.beam, &mut whisper.decode)?;
+    let settings = LiveSettings {
+        whisper,
+        ..LiveSettings::default()
     };
-    eprintln!(
-        "pulsed: live whisper {} on {}, step {} s, trim {} s, beam {}, language {}, {}, final line {}{}",
-        model.dir.display(),
-        crate::cli::device::describe(&opts.engine),
-        opts.step_s,
-        opts.trim_s,
-        opts.decode.beam_size,
-        language,
-        encoder_mode(&model, &opts),
-        if opts.second_pass_for(&model) {
-            "a second pass".to_string()
-        } else if opts.stream_text_for(&model) {
-            format!(
-                "streamed (AlignAtt, margin {} frames{})",
-                opts.stream.margin,
-                if opts.stream.refill { ", refill" } else { "" }
-            )
-        } else {
-            "as agreed".to_string()
-        },
-        if opts.greedy_partials_for(&model) {
-            ", partials greedy"
-        } else {
-            ""
-        }
-    );
-    live_files(a, items, base, &|path: &Path| {
-        live_file(&model, &vad, &opts, path)
-    })
-}
-
-/// `--live --ctc`: each file through the CTC head's live policy, fed in
-/// 20 ms blocks as if compute were free.
-pub(super) fn run_live_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
-    let job = ctc_job(a)?;
-    eprintln!("pulsed: live {}", job.describe());
-    live_files(a, items, base, &|path: &Path| live_file_ctc(&job, path))
+    let live = t.live(settings).map_err(|e| e.to_string())?;
+    if let Some(what) = live.describe() {
+        eprintln!("pulsed: {what}");
+    }
+    live_files(a, items, base, &|path: &Path| live_file(&live, path))
 }
 
 /// One file's live result.
@@ -172,20 +133,6 @@ fn live_files(
     report(a, items, &hyps)
 }
 
-/// How the live path runs `model`'s encoder under `opts`.
-pub(super) fn encoder_mode(
-    model: &pulsed::whisper::WhisperModel,
-    opts: &pulsed::live::WhisperLiveOptions,
-) -> &'static str {
-    if opts.streams_encoder(model) {
-        "the encoder streamed"
-    } else if model.config.encoder_context.is_some() {
-        "the window encoder (--window-encoder)"
-    } else {
-        "the window encoder"
-    }
-}
-
 /// One file through the live policy.
 #[derive(Default)]
 struct LiveFile {
@@ -203,21 +150,15 @@ struct LiveFile {
     shown: Vec<Shown>,
 }
 
-fn live_file(
-    model: &pulsed::whisper::WhisperModel,
-    vad: &pulsed::vad::Vad,
-    opts: &pulsed::live::WhisperLiveOptions,
-    path: &Path,
-) -> Result<LiveFile, String> {
+fn live_file(live: &LiveSetup, path: &Path) -> Result<LiveFile, String> {
     let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
     // the audio error names the file already
     let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
-    let mut live =
-        pulsed::live::WhisperLive::new(model, Some(vad), opts.clone()).map_err(in_file)?;
+    let mut policy = live.policy().map_err(in_file)?;
     let (updates, clock) = feed(&audio, |block| {
         match block {
-            Some(b) => live.push(b),
-            None => live.finish(),
+            Some(b) => policy.push(b),
+            None => policy.finish(),
         }
         .map_err(in_file)
     })?;
@@ -237,40 +178,6 @@ fn live_file(
             Said::Partial(u.text)
         };
         (at_s, line)
-    });
-    Ok(LiveFile::from_said(audio.duration_s, said, &clock))
-}
-
-fn live_file_ctc(job: &crate::cli::ctc::CtcJob, path: &Path) -> Result<LiveFile, String> {
-    use pulsed::live::{CtcLive, LiveEvent};
-    let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
-    let audio = pulsed::audio::load_wav(path, 16_000).map_err(|e| e.to_string())?;
-    let mut live = CtcLive::new(job.stream().map_err(in_file)?, 0.6);
-    let (events, clock) = feed(&audio, |block| {
-        match block {
-            Some(b) => live.push_samples(b),
-            None => live.end(),
-        }
-        .map_err(in_file)
-    })?;
-    let said = events.into_iter().filter_map(|(at_s, e)| {
-        let line = match e {
-            LiveEvent::Partial { text, .. } => Said::Partial(text),
-            LiveEvent::Final { text, words, .. } => {
-                let words = words
-                    .into_iter()
-                    .map(|w| Spoken {
-                        text: w.text,
-                        end_s: w.end_s,
-                        committed_s: at_s,
-                        shown_s: None,
-                    })
-                    .collect();
-                Said::Final(text, words)
-            }
-            _ => return None,
-        };
-        Some((at_s, line))
     });
     Ok(LiveFile::from_said(audio.duration_s, said, &clock))
 }

@@ -8,8 +8,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pulsed::asr::metrics::{normalize, ErrorCounts};
-use pulsed::asr::{Decoding, Mode, Recognizer, RecognizerOptions};
-use pulsed::batch::{self, BatchOptions, Control, FileWorker, Outcome};
+use pulsed::asr::{Family, Mode, Recognizer, Requests, Transcriber, TranscriberOptions};
+use pulsed::batch::{self, Control, Outcome};
+
+use super::device::Device;
 
 mod live;
 
@@ -225,130 +227,64 @@ fn sweep(a: &Args, rec: &Recognizer, items: &[Item], base: &Path) -> Result<Exit
 pub fn run(a: Args) -> Result<ExitCode, String> {
     let items = read_manifest(&a.manifest)?;
     let base = a.manifest.parent().unwrap_or(Path::new("."));
-    if super::whisper::is_whisper(a.model.as_deref()) {
-        if a.live && a.ctc {
-            return live::run_live_ctc(&a, &items, base);
-        }
-        if a.live {
-            return live::run_live(&a, &items, base);
-        }
-        if a.ctc {
-            return run_ctc(&a, &items, base);
-        }
-        return run_whisper(&a, &items, base);
-    }
-    if a.ctc {
-        return Err(
-            "--ctc is for chunked Whisper checkpoints with a CTC head (--model DIR)".into(),
-        );
-    }
-    if a.live {
-        return Err("--live is for Whisper checkpoints (--model whisper-*)".into());
-    }
-    if a.device.is_some() {
-        return Err("--device is for Whisper checkpoints (--model whisper-*)".into());
-    }
-    let mode = if a.whole {
-        Mode::Whole
+    let family = Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
+    let requests = Requests {
+        live: a.live,
+        device: a.device.is_some(),
+        ..Requests::default()
+    };
+    family.check(&requests).map_err(|e| e.to_string())?;
+    let device = a.device.unwrap_or(if family.gpu_by_default() {
+        Device::Auto
     } else {
-        Mode::Streamed { pulse: a.pulse }
+        Device::Cpu
+    });
+    let engine = device.engine_tf32(a.precision, a.tf32)?;
+    let opts = TranscriberOptions {
+        mode: if a.whole {
+            Mode::Whole
+        } else {
+            Mode::Streamed { pulse: a.pulse }
+        },
+        beam: a.beam,
+        lm: a.lm.choice(),
+        ctc_head: a.ctc,
+        whisper: a.whisper.options(pulsed::output::Format::Text),
     };
-    let decoding = a
-        .beam
-        .map_or(Decoding::Greedy, |width| Decoding::Beam { width });
-    let rec = Recognizer::open(
-        super::model_dir(a.model.clone()),
-        RecognizerOptions { mode, decoding },
-    )
-    .map_err(|e| e.to_string())?;
-    let rec = a.lm.apply(rec)?;
-    if !a.sweep_weight.is_empty() {
-        return sweep(&a, &rec, &items, base);
+    let t = Transcriber::open(a.model.as_deref(), &opts, engine).map_err(|e| e.to_string())?;
+    if a.live {
+        return live::run_live(&a, &t, &items, base);
     }
-    let mut hyps = Vec::with_capacity(items.len());
-    for it in &items {
-        let audio = pulsed::audio::load_wav(&base.join(&it.file), rec.sample_rate())
-            .map_err(|e| e.to_string())?;
-        let hyp = rec
-            .transcribe(&audio.samples)
-            .map_err(|e| format!("{}: {e}", it.file))?;
-        hyps.push(hyp.text);
+    if let (false, Some(rec)) = (a.sweep_weight.is_empty(), t.recognizer()) {
+        return sweep(&a, rec, &items, base);
     }
-    report(&a, &items, &hyps)
+    if let Some(what) = t.describe() {
+        eprintln!("pulsed: {what}");
+    }
+    run_workers(&a, &t, &items, base)
 }
 
-/// `--model whisper-*`: the files on parallel workers, then the rates.
-fn run_whisper(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
-    let model = a.model.as_deref().unwrap_or(Path::new(""));
-    let engine = a
-        .device
-        .unwrap_or(super::device::Device::Auto)
-        .engine_tf32(a.precision, a.tf32)?;
-    let job = super::whisper::WhisperJob::open(
-        model,
-        a.beam,
-        pulsed::output::Format::Text,
-        &a.whisper,
-        engine,
-    )?;
-    eprintln!("pulsed: whisper {}", job.describe());
-    let make = || job.worker();
-    let warm = |workers: usize, first: &[PathBuf]| job.warm_up(workers, first);
-    run_workers(a, items, base, job.group_files(), &make, Some(&warm))
-}
-
-/// The checkpoint and CTC head `--model`, `--beam`, the LM flags and
-/// `--device` name.
-fn ctc_job(a: &Args) -> Result<super::ctc::CtcJob, String> {
-    let model = a.model.as_deref().unwrap_or(Path::new(""));
-    let engine = a
-        .device
-        .unwrap_or(super::device::Device::Auto)
-        .engine_tf32(a.precision, a.tf32)?;
-    super::ctc::CtcJob::open(model, a.beam, &a.lm, engine)
-}
-
-/// `--ctc`: each file through the streamed encoder and the CTC head.
-fn run_ctc(a: &Args, items: &[Item], base: &Path) -> Result<ExitCode, String> {
-    let job = ctc_job(a)?;
-    eprintln!("pulsed: {}", job.describe());
-    let make = || job.worker();
-    run_workers(a, items, base, 1, &make, None)
-}
-
-/// Each warm-up: the workers and the first files.
-type WarmUp<'a> = dyn Fn(usize, &[PathBuf]) -> Result<(), String> + 'a;
-
-/// The files on parallel workers (`make` builds one), then the rates.
-fn run_workers<W: FileWorker>(
-    a: &Args,
-    items: &[Item],
-    base: &Path,
-    group_files: usize,
-    make: &(dyn Fn() -> pulsed::Result<W> + Sync),
-    warm_up: Option<&WarmUp>,
-) -> Result<ExitCode, String> {
+/// The files on parallel workers, then the rates.
+fn run_workers(a: &Args, t: &Transcriber, items: &[Item], base: &Path) -> Result<ExitCode, String> {
     let files: Vec<PathBuf> = items.iter().map(|it| base.join(&it.file)).collect();
-    let opts = BatchOptions {
-        jobs: a.jobs.unwrap_or_else(batch::default_jobs),
-        chunk_samples: 1 << 16,
-        longest_first: true,
-        streams: 1,
-    };
-    if let Some(warm_up) = warm_up.filter(|_| a.warmup) {
+    let jobs = a.jobs.unwrap_or_else(batch::default_jobs);
+    // one stream per worker: a file's text does not depend on the others
+    let opts = t.batch_options(jobs, Some(1), files.len());
+    if a.warmup {
         let t0 = std::time::Instant::now();
         let workers = opts.jobs.clamp(1, files.len().max(1));
-        let first = &files[..group_files.min(files.len())];
-        warm_up(workers, first)?;
-        eprintln!(
-            "pulsed: {workers} workers warmed up on {} files in {:.1} s (not timed)",
-            first.len(),
-            t0.elapsed().as_secs_f64()
-        );
+        let first = &files[..t.group_files().min(files.len())];
+        if t.warm_up(workers, first).map_err(|e| e.to_string())? {
+            eprintln!(
+                "pulsed: {workers} workers warmed up on {} files in {:.1} s (not timed)",
+                first.len(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
     }
     let mut hyps = vec![String::new(); items.len()];
     let mut failed = Vec::new();
-    let summary = batch::run_whole(&files, opts, &Control::new(), make, |r| {
+    let summary = t.run_files(&files, opts, &Control::new(), |r| {
         match r.outcome {
             Outcome::Done { transcript, .. } => hyps[r.index] = transcript.text,
             Outcome::Failed(e) => failed.push(e),

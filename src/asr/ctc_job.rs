@@ -1,16 +1,17 @@
-//! `--ctc` on `transcribe` and `eval`: a chunked Whisper checkpoint's CTC
-//! head over its streamed encoder (`pulsed::whisper::ctc`), each file fed
-//! as it is read, greedy or prefix beam search with a word language model.
+//! A chunked Whisper checkpoint's CTC head over its streamed encoder
+//! (`crate::whisper::ctc`) opened for transcription: each file fed as it
+//! is read, greedy or prefix beam search with a word language model.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use pulsed::asr::Lm;
-use pulsed::audio::WavStream;
-use pulsed::batch::{Control, FileWorker, Outcome};
-use pulsed::engine::Engine;
-use pulsed::whisper::ctc::{CtcDecoding, CtcHead, CtcStream};
-use pulsed::whisper::{streaming, WhisperModel};
+use super::{Lm, LmChoice, Transcription};
+use crate::audio::WavStream;
+use crate::batch::{Control, FileWorker, Outcome};
+use crate::engine::Engine;
+use crate::whisper::ctc::{CtcDecoding, CtcHead, CtcStream};
+use crate::whisper::{streaming, WhisperModel};
+use crate::{Error, Result};
 
 /// Samples read from a WAV at a time: 160 ms, a chunk of chunk-8 students.
 const READ: usize = 2560;
@@ -28,25 +29,21 @@ impl CtcJob {
     /// The checkpoint `spec` (a folder or short name) with its head;
     /// `beam` asks for prefix beam search, weighed by the language model
     /// `lm` resolves (by default the folder's `lm.arpa`, when it has one).
-    pub fn open(
-        spec: &Path,
-        beam: Option<usize>,
-        lm: &super::lm::LmArgs,
-        engine: Engine,
-    ) -> Result<CtcJob, String> {
-        let model = WhisperModel::open(&spec.to_string_lossy()).map_err(|e| e.to_string())?;
+    pub fn open(spec: &Path, beam: Option<usize>, lm: &LmChoice, engine: Engine) -> Result<CtcJob> {
+        let model = WhisperModel::open(&spec.to_string_lossy())?;
         if !CtcHead::present(&model.dir) {
-            return Err(format!(
+            return Err(Error::Other(format!(
                 "--ctc: {} has no CTC head ({}; training/streaming_whisper/folder.py ctc adds one)",
                 model.dir.display(),
-                pulsed::whisper::ctc::HEAD_FILE
-            ));
+                crate::whisper::ctc::HEAD_FILE
+            )));
         }
-        let latency = streaming::latency_ms(&model.config).map_err(|e| format!("--ctc: {e}"))?;
-        let head = CtcHead::open(&model.dir, model.config.d_model).map_err(|e| e.to_string())?;
+        let latency = streaming::latency_ms(&model.config)
+            .map_err(|e| Error::Other(format!("--ctc: {e}")))?;
+        let head = CtcHead::open(&model.dir, model.config.d_model)?;
         let (decoding, how) = match beam {
             None => (CtcDecoding::Greedy, "greedy".to_string()),
-            Some(0) => return Err("--beam must be at least 1".into()),
+            Some(0) => return Err(Error::Other("--beam must be at least 1".into())),
             Some(width) => {
                 let own = folder_lm(&model.dir)?;
                 let lm = lm.resolve(own.as_ref())?;
@@ -57,10 +54,7 @@ impl CtcJob {
                     ),
                     None => format!("beam {width}, no LM"),
                 };
-                let scorer = lm
-                    .map(|l| l.scorer(head.tokens()))
-                    .transpose()
-                    .map_err(|e| e.to_string())?;
+                let scorer = lm.map(|l| l.scorer(head.tokens())).transpose()?;
                 (CtcDecoding::Beam { width, lm: scorer }, how)
             }
         };
@@ -83,11 +77,11 @@ impl CtcJob {
     }
 
     /// A fresh stream (the live path's).
-    pub fn stream(&self) -> pulsed::Result<CtcStream> {
+    pub fn stream(&self) -> Result<CtcStream> {
         CtcStream::new(&self.model, &self.head, self.decoding.clone(), &self.engine)
     }
 
-    pub fn worker(&self) -> pulsed::Result<CtcWorker> {
+    pub fn worker(&self) -> Result<CtcWorker> {
         Ok(CtcWorker {
             model: self.model.clone(),
             head: self.head.clone(),
@@ -95,15 +89,26 @@ impl CtcJob {
             engine: self.engine.clone(),
         })
     }
+
+    /// A recording already in memory (16 kHz mono).
+    pub fn transcribe_samples(&self, samples: &[f32]) -> Result<Transcription> {
+        let mut stream = self.stream()?;
+        for chunk in samples.chunks(READ) {
+            stream.push(chunk)?;
+        }
+        let mut transcript = stream.finish()?;
+        transcript.duration_s = samples.len() as f64 / 16_000.0;
+        Ok(Transcription::of_transcript(transcript))
+    }
 }
 
 /// The folder's `lm.arpa`, with the shipped model's weights.
-fn folder_lm(dir: &Path) -> Result<Option<Lm>, String> {
+fn folder_lm(dir: &Path) -> Result<Option<Lm>> {
     let p = dir.join("lm.arpa");
     if !p.is_file() {
         return Ok(None);
     }
-    Lm::load(&p).map(Some).map_err(|e| e.to_string())
+    Lm::load(&p).map(Some)
 }
 
 /// One worker: a stream per file.
@@ -120,10 +125,10 @@ impl CtcWorker {
         path: &Path,
         control: &Control,
         progress: &mut dyn FnMut(f64),
-    ) -> Result<Option<Outcome>, String> {
+    ) -> std::result::Result<Option<Outcome>, String> {
         let mut wav = WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
         let duration_s = wav.source_duration_s();
-        let in_file = |e: pulsed::Error| format!("{}: {e}", path.display());
+        let in_file = |e: Error| format!("{}: {e}", path.display());
         let mut stream =
             CtcStream::new(&self.model, &self.head, self.decoding.clone(), &self.engine)
                 .map_err(in_file)?;

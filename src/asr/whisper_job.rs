@@ -1,0 +1,185 @@
+//! A Whisper checkpoint opened for transcription: what every worker
+//! shares (the checkpoint, its tokenizer, the decoding options) and the
+//! networks ready for workers.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::whisper_worker::{Net, WhisperWorker};
+use super::WhisperOptions;
+use crate::batch::{Control, FileWorker, Outcome};
+use crate::engine::Engine;
+use crate::vad::Vad;
+use crate::whisper::decode::{BatchedOptions, DecodeOptions, InitialPrompt, WindowPadding};
+use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
+use crate::{Error, Result};
+
+/// Everything the workers share: the loaded checkpoint and how to decode.
+pub struct WhisperJob {
+    pub(super) model: Arc<WhisperModel>,
+    pub(super) tokenizer: Arc<WhisperTokenizer>,
+    pub(super) gen: Arc<GenerationConfig>,
+    opts: DecodeOptions,
+    /// `vad`: the batched pipeline's settings and its voice detector.
+    batched: Option<(BatchedOptions, Arc<Vad>)>,
+    /// Windows per encoder call.
+    batch_size: usize,
+    /// Files a worker takes at once.
+    group_files: usize,
+    /// Where the networks run.
+    pub(super) engine: Engine,
+    /// Networks ready for workers: the one built while checking the
+    /// folder, those [`WhisperJob::warm_up`] made, and those workers gave
+    /// back.
+    spare: Mutex<Vec<Net>>,
+}
+
+impl WhisperJob {
+    /// Loads the checkpoint `model` names and turns `a` into decoding
+    /// options (`beam`: `None` is faster-whisper's default of 5); its
+    /// networks run on `engine`.
+    pub fn open(
+        model: &Path,
+        beam: Option<usize>,
+        a: &WhisperOptions,
+        engine: Engine,
+    ) -> Result<WhisperJob> {
+        let spec = model
+            .to_str()
+            .ok_or_else(|| Error::Other("--model: not a UTF-8 path".into()))?;
+        let model = WhisperModel::open(spec)?;
+        let tokenizer = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json"))?;
+        let gen = GenerationConfig::load(&model.dir)?;
+        let mut opts = if a.vad {
+            BatchedOptions::decode_defaults()
+        } else {
+            DecodeOptions::default()
+        };
+        a.decoding.apply(beam, &mut opts)?;
+        opts.initial_prompt = a.initial_prompt.clone().map(InitialPrompt::Text);
+        if !a.vad {
+            opts.condition_on_previous_text = !a.no_condition;
+        }
+        opts.without_timestamps |= a.without_timestamps;
+        let on_cpu = matches!(engine, Engine::Cpu);
+        let batch_size = match a.batch_size {
+            Some(0) => return Err(Error::Other("--batch-size must be at least 1".into())),
+            Some(n) => n,
+            None if a.vad => BatchedOptions::default().batch_size,
+            // measured (gpu-notes §14): -j 8 one file at a time gave 357-424
+            // audio s/s at beam 5 on the H100, 8 files at a time 189-263
+            None => 1,
+        };
+        let batched = match a.vad {
+            true => {
+                let vad = Vad::load_default().map_err(|e| {
+                    Error::Other(format!(
+                        "--vad needs Silero VAD (bash scripts/fetch_silero.sh): {e}"
+                    ))
+                })?;
+                let b = BatchedOptions {
+                    batch_size,
+                    ..BatchedOptions::default()
+                };
+                Some((b, Arc::new(vad)))
+            }
+            false => None,
+        };
+        opts.word_timestamps = a.word_timestamps;
+        // building the graphs checks every weight's shape: a bad folder is
+        // refused here, once, rather than by every file
+        let first = crate::whisper::network(&model, &engine)?;
+        Ok(WhisperJob {
+            model: Arc::new(model),
+            tokenizer: Arc::new(tokenizer),
+            gen: Arc::new(gen),
+            opts,
+            batched,
+            batch_size,
+            // the CPU decodes no faster in larger batches (realdev, -j 2:
+            // 20.2 s against 12.7 s with --vad when workers took 8 files)
+            group_files: if a.vad && on_cpu { 1 } else { batch_size },
+            engine,
+            spare: Mutex::new(vec![first]),
+        })
+    }
+
+    /// One worker's network.
+    pub fn worker(&self) -> Result<WhisperWorker> {
+        let spare = self.spare.lock().ok().and_then(|mut f| f.pop());
+        let net = match spare {
+            Some(net) => net,
+            None => crate::whisper::network(&self.model, &self.engine)?,
+        };
+        Ok(WhisperWorker {
+            batched: self.batched.clone(),
+            batch_size: self.batch_size,
+            group_files: self.group_files,
+            net,
+            tokenizer: self.tokenizer.clone(),
+            gen: self.gen.clone(),
+            opts: self.opts.clone(),
+        })
+    }
+
+    /// Keeps a worker's network for the next worker.
+    pub fn give_back(&self, worker: WhisperWorker) {
+        if let Ok(mut spare) = self.spare.lock() {
+            spare.push(worker.net);
+        }
+    }
+
+    /// Makes `workers` networks at once and runs each over `files`
+    /// (untimed; each worker as it would take them), so that the workers of
+    /// a run that follows find their runners planned and their graphs
+    /// captured: a throughput figure taken after a warm-up pass, as peers
+    /// report theirs. A file that fails fails the warm-up.
+    pub fn warm_up(&self, workers: usize, files: &[PathBuf]) -> Result<()> {
+        let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        let panicked = || Error::Other("warm-up: a worker panicked".into());
+        let warmed = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    let paths = &paths;
+                    s.spawn(move || -> Result<Net> {
+                        let mut w = self.worker()?;
+                        let control = Control::new();
+                        for o in w.transcribe_group(paths, &control, &mut |_, _| {}) {
+                            if let Outcome::Failed(e) = o {
+                                return Err(Error::Other(format!("warm-up: {e}")));
+                            }
+                        }
+                        Ok(w.net)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(panicked())))
+                .collect::<Result<Vec<Net>>>()
+        })?;
+        self.spare.lock().map_err(|_| panicked())?.extend(warmed);
+        Ok(())
+    }
+
+    /// Files a worker takes at once.
+    pub fn group_files(&self) -> usize {
+        self.group_files
+    }
+
+    /// What runs where, for messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({} layers, d {}), beam {}, windows padded with {}, on {}",
+            self.model.dir.display(),
+            self.model.config.encoder_layers,
+            self.model.config.d_model,
+            self.opts.beam_size,
+            match self.opts.padding.unwrap_or(self.model.config.padding()) {
+                WindowPadding::Zeros => "zeros",
+                WindowPadding::Silence => "silence",
+            },
+            self.engine.describe()
+        )
+    }
+}

@@ -1,0 +1,282 @@
+//! One Whisper worker of the file pool: its own network (graphs and
+//! decoder cache) with the job's shared text side; whole recordings with
+//! faster-whisper's decoding, one at a time or a group decoded together.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::Transcription;
+use crate::audio::WavStream;
+use crate::batch::{one_by_one, Control, FileWorker, Group, Outcome};
+use crate::vad::Vad;
+use crate::whisper::decode::{
+    transcribe_batched, transcribe_batched_many, transcribe_features, transcribe_many,
+    AlignedBackend, BatchedOptions, DecodeOptions, Network, Recording, Segment,
+};
+use crate::whisper::features::FeatureStream;
+use crate::whisper::{GenerationConfig, WhisperTokenizer};
+
+/// One worker's network, on whichever engine.
+pub(super) type Net = Box<dyn AlignedBackend + Send>;
+
+/// One worker: its network plus the shared text side.
+pub struct WhisperWorker {
+    pub(super) batched: Option<(BatchedOptions, Arc<Vad>)>,
+    /// Windows per encoder call.
+    pub(super) batch_size: usize,
+    /// Recordings taken at once (their first windows, or with the VAD
+    /// pipeline their chunks, decoded together).
+    pub(super) group_files: usize,
+    pub(super) net: Net,
+    pub(super) tokenizer: Arc<WhisperTokenizer>,
+    pub(super) gen: Arc<GenerationConfig>,
+    pub(super) opts: DecodeOptions,
+}
+
+/// Stops a transcription from inside its segment callback.
+const STOPPED: &str = "stopped";
+/// The most bytes of WAV a worker holds for one group (as features, or
+/// samples with the VAD pipeline): about 35 minutes of 16 kHz 16-bit audio.
+const GROUP_BYTES: u64 = 64 << 20;
+
+impl FileWorker for WhisperWorker {
+    fn group(&self) -> Group {
+        Group {
+            files: self.group_files,
+            bytes: GROUP_BYTES,
+        }
+    }
+
+    fn transcribe_group(
+        &mut self,
+        paths: &[&Path],
+        control: &Control,
+        progress: &mut dyn FnMut(usize, f64),
+    ) -> Vec<Outcome> {
+        if paths.len() == 1 {
+            return one_by_one(self, paths, control, progress);
+        }
+        self.transcribe_together(paths, control, progress)
+    }
+
+    fn transcribe(
+        &mut self,
+        path: &Path,
+        control: &Control,
+        progress: &mut dyn FnMut(f64),
+    ) -> Outcome {
+        let (input, duration_s) = match self.read(path, control) {
+            Ok(Some(got)) => got,
+            Ok(None) => return Outcome::Cancelled,
+            Err(e) => return Outcome::Failed(e),
+        };
+        match self.decode(&input, duration_s, control, progress) {
+            Ok(t) => done(t),
+            Err(_) if control.is_stopped() => Outcome::Cancelled,
+            Err(e) => Outcome::Failed(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+impl WhisperWorker {
+    /// A recording already in memory (16 kHz mono).
+    pub fn transcribe_samples(&mut self, samples: &[f32]) -> crate::Result<Transcription> {
+        let duration_s = samples.len() as f64 / 16_000.0;
+        let control = Control::new();
+        if self.batched.is_some() {
+            return self.decode(samples, duration_s, &control, &mut |_| {});
+        }
+        if samples.is_empty() {
+            return Err(crate::Error::Other("no audio (0 samples)".into()));
+        }
+        let mut fs = FeatureStream::new(self.net.n_mels())?;
+        fs.push(samples)?;
+        let features = fs.finish()?;
+        self.decode(&features, duration_s, &control, &mut |_| {})
+    }
+
+    /// The recording as [`WhisperWorker::read`] gives it, decoded.
+    fn decode(
+        &mut self,
+        input: &[f32],
+        duration_s: f64,
+        control: &Control,
+        progress: &mut dyn FnMut(f64),
+    ) -> crate::Result<Transcription> {
+        let mut segments = Vec::new();
+        let mut on_segment = |s: Segment| {
+            if control.is_stopped() {
+                return Err(crate::Error::Other(STOPPED.into()));
+            }
+            progress(s.end);
+            segments.push(s);
+            Ok(())
+        };
+        let net = if self.opts.word_timestamps {
+            Network::Aligned(&mut *self.net)
+        } else {
+            Network::Plain(&mut *self.net)
+        };
+        let (tok, gen, opts) = (&self.tokenizer, &self.gen, &self.opts);
+        let info = match &self.batched {
+            Some((b, vad)) => {
+                transcribe_batched(net, tok, gen, input, opts, b, vad, &mut on_segment)?
+            }
+            None => transcribe_features(net, tok, gen, input, duration_s, opts, &mut on_segment)?,
+        };
+        progress(duration_s);
+        Ok(Transcription::of_whisper(
+            &segments,
+            duration_s,
+            &info.language,
+        ))
+    }
+
+    /// Several recordings at once: without the VAD pipeline their first
+    /// windows decoded together (`transcribe_many`), with it their chunks
+    /// (`transcribe_batched_many`); a file that cannot be read fails alone.
+    fn transcribe_together(
+        &mut self,
+        paths: &[&Path],
+        control: &Control,
+        progress: &mut dyn FnMut(usize, f64),
+    ) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(paths.len());
+        // (index in paths, features or samples, duration)
+        let mut read: Vec<(usize, Vec<f32>, f64)> = Vec::new();
+        for (k, path) in paths.iter().enumerate() {
+            if control.is_stopped() {
+                outcomes.push(Some(Outcome::Cancelled));
+                continue;
+            }
+            match self.read(path, control) {
+                Ok(Some((x, d))) => {
+                    read.push((k, x, d));
+                    outcomes.push(None);
+                }
+                Ok(None) => outcomes.push(Some(Outcome::Cancelled)),
+                Err(e) => outcomes.push(Some(Outcome::Failed(e))),
+            }
+        }
+        let mut segments: Vec<Vec<Segment>> = vec![Vec::new(); read.len()];
+        let mut on_segment = |j: usize, s: Segment| {
+            if control.is_stopped() {
+                return Err(crate::Error::Other(STOPPED.into()));
+            }
+            progress(read[j].0, s.end);
+            segments[j].push(s);
+            Ok(())
+        };
+        let net = if self.opts.word_timestamps {
+            Network::Aligned(&mut *self.net)
+        } else {
+            Network::Plain(&mut *self.net)
+        };
+        let (tok, gen, opts) = (&self.tokenizer, &self.gen, &self.opts);
+        let r = match &self.batched {
+            Some((b, vad)) => {
+                let audio: Vec<&[f32]> = read.iter().map(|r| r.1.as_slice()).collect();
+                transcribe_batched_many(net, tok, gen, &audio, opts, b, vad, &mut on_segment)
+            }
+            None => {
+                let recordings: Vec<Recording> = read
+                    .iter()
+                    .map(|(_, f, d)| Recording {
+                        features: f,
+                        duration: *d,
+                    })
+                    .collect();
+                transcribe_many(
+                    net,
+                    tok,
+                    gen,
+                    &recordings,
+                    opts,
+                    self.batch_size,
+                    &mut on_segment,
+                )
+            }
+        };
+        match r {
+            Ok(infos) => {
+                for (((k, _, duration_s), segments), info) in read.iter().zip(&segments).zip(infos)
+                {
+                    progress(*k, *duration_s);
+                    let t = Transcription::of_whisper(segments, *duration_s, &info.language);
+                    outcomes[*k] = Some(done(t));
+                }
+            }
+            Err(_) if control.is_stopped() => {
+                for (k, _, _) in &read {
+                    outcomes[*k] = Some(Outcome::Cancelled);
+                }
+            }
+            Err(e) => {
+                let with = match read.len() {
+                    1 => String::new(),
+                    n => format!(" (decoded with {} other files)", n - 1),
+                };
+                for (k, _, _) in &read {
+                    let why = format!("{}: {e}{with}", paths[*k].display());
+                    outcomes[*k] = Some(Outcome::Failed(why));
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Outcome::Cancelled))
+            .collect()
+    }
+
+    /// The recording as this worker decodes it, with its length in
+    /// seconds: with the VAD pipeline its samples (the VAD needs all of
+    /// them), else its features; `None` when stopped.
+    pub(super) fn read(
+        &self,
+        path: &Path,
+        control: &Control,
+    ) -> Result<Option<(Vec<f32>, f64)>, String> {
+        match &self.batched {
+            Some(_) => crate::audio::load_wav(path, 16_000)
+                .map(|a| Some((a.samples, a.duration_s)))
+                .map_err(|e| e.to_string()),
+            None => Self::features(path, control, self.net.n_mels()),
+        }
+    }
+
+    /// The recording's features, its WAV streamed through the front end
+    /// (the audio is never held whole); `None` when stopped.
+    fn features(
+        path: &Path,
+        control: &Control,
+        n_mels: usize,
+    ) -> Result<Option<(Vec<f32>, f64)>, String> {
+        let mut wav = WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
+        let duration_s = wav.source_duration_s();
+        let in_file = |e: crate::Error| format!("{}: {e}", path.display());
+        let mut fs = FeatureStream::new(n_mels).map_err(in_file)?;
+        let mut samples = 0usize;
+        while let Some(chunk) = wav.next_chunk(1 << 16).map_err(|e| e.to_string())? {
+            if control.is_stopped() {
+                return Ok(None);
+            }
+            samples += chunk.len();
+            fs.push(&chunk).map_err(in_file)?;
+        }
+        if samples == 0 {
+            return Err(format!("{}: no audio (0 samples)", path.display()));
+        }
+        Ok(Some((fs.finish().map_err(in_file)?, duration_s)))
+    }
+}
+
+/// A transcribed recording's outcome, the language and segments as
+/// JSON-lines fields.
+fn done(t: Transcription) -> Outcome {
+    let extra = t.json_fields();
+    Outcome::Done {
+        duration_s: t.transcript.duration_s,
+        transcript: t.transcript,
+        extra,
+    }
+}
