@@ -262,3 +262,44 @@ fn live_the_streamed_text_commits_before_the_end_and_keeps_it() {
         audio.duration_s
     );
 }
+
+/// With a VAD, an utterance whose streamed words leave speech without a
+/// word (here any: the limit at 0 s) is decoded again whole: its final line
+/// is the second pass's.
+#[test]
+fn live_an_utterance_whose_streamed_text_leaves_speech_untexted_is_decoded_again() {
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let m = model(MODEL);
+    let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
+    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000).unwrap();
+    let finals = |set: &dyn Fn(&mut WhisperLiveOptions)| {
+        let mut o = WhisperLiveOptions::default();
+        o.decode.language = Some("en".into());
+        set(&mut o);
+        let mut live = WhisperLive::new(&m, Some(&vad), o).unwrap();
+        let mut out = Vec::new();
+        for block in audio.samples.chunks(320) {
+            out.extend(live.push(block).unwrap());
+        }
+        out.extend(live.finish().unwrap());
+        out.into_iter().filter(|u| u.is_final).collect::<Vec<_>>()
+    };
+    let text = |u: &[pulsed::live::Update]| u.iter().map(|u| u.text.clone()).collect::<Vec<_>>();
+    // words committed as they were heard, or all at the end of speech
+    let spread = |u: &[pulsed::live::Update]| {
+        u.iter()
+            .any(|u| u.committed_at_s.first() < u.committed_at_s.last())
+    };
+    let streamed = finals(&|_| {});
+    let redone = finals(&|o| o.untexted_speech_s = 0.0);
+    let second = finals(&|o| o.second_pass = Some(true));
+    assert!(!second.is_empty());
+    assert_eq!(text(&redone), text(&second));
+    assert!(!spread(&redone), "{redone:?}");
+    // a person reading leaves no such gap: the streamed text stands
+    assert!(spread(&streamed), "{streamed:?}");
+    assert!(
+        word_errors(SAID, &text(&streamed).join(" ")) <= 1,
+        "{streamed:?}"
+    );
+}

@@ -42,6 +42,11 @@ pub struct PolicyArgs {
     /// loop sends the utterance to the second pass (0: off).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// With --policy stream: an utterance whose final words leave this many
+    /// seconds of its speech without a word is decoded again whole (the
+    /// second pass) for its final line.
+    #[arg(long, default_value_t = 1.5, value_name = "SECONDS")]
+    pub untexted_speech: f64,
 }
 
 impl PolicyArgs {
@@ -53,5 +58,6 @@ impl PolicyArgs {
         o.stream.backstep = self.backstep;
         o.stream.show = self.show;
         o.stream.repeats = self.repeats;
+        o.untexted_speech_s = self.untexted_speech;
     }
 }

@@ -322,12 +322,12 @@ impl WhisperLive {
     /// Decodes the buffer once more and makes the utterance final (see
     /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
-        let mut looped = false;
+        let mut redo = false;
         if self.text.is_some() {
             if !self.second_pass {
                 let update = self.stream_pulse(true)?;
-                looped = self.text.as_ref().is_some_and(|ts| ts.looped);
-                if !looped {
+                redo = self.text.as_ref().is_some_and(|ts| ts.redo);
+                if !redo {
                     self.next_utterance();
                     return Ok(update);
                 }
@@ -337,7 +337,7 @@ impl WhisperLive {
                 ts.restart();
             }
         }
-        let second_pass = (self.second_pass() || looped) && !self.buffer.is_empty();
+        let second_pass = (self.second_pass() || redo) && !self.buffer.is_empty();
         let last = if second_pass || self.since_decode > 0 {
             let (mut hypothesis, _) = self.decode(true)?;
             // a decoding into the silence after speech may go on with words
@@ -409,7 +409,7 @@ impl WhisperLive {
 
     /// Where the VAD heard the utterance's speech end (stream seconds), if
     /// it has ended.
-    fn speech_end_s(&self) -> Option<f64> {
+    pub(super) fn speech_end_s(&self) -> Option<f64> {
         let (_, seg) = self.vad.as_ref()?;
         if seg.in_speech() {
             return None;

@@ -59,6 +59,14 @@ pub struct WhisperLiveOptions {
     pub stream_text: Option<bool>,
     /// How the streaming decoder commits and feeds.
     pub stream: StreamOptions,
+    /// With the streamed text and a VAD: speech this long (seconds) with no
+    /// word timed in it (at the utterance's start, between two words or
+    /// before its end) sends the utterance to the second pass. Greedy
+    /// decoding without timestamps skips speech it is unsure of (a name, a
+    /// second voice) or ends early, where the second pass's beam search
+    /// over timestamped segments reads on; an utterance's own pauses are
+    /// shorter than [`Self::end_silence_s`].
+    pub untexted_speech_s: f64,
 }
 
 impl WhisperLiveOptions {
@@ -143,6 +151,7 @@ impl Default for WhisperLiveOptions {
             greedy_partials: None,
             stream_text: None,
             stream: StreamOptions::default(),
+            untexted_speech_s: 1.5,
         }
     }
 }

@@ -4,8 +4,9 @@
 //! from the tokens it committed (AlignAtt). Partial lines are the
 //! committed text and the pulse's uncommitted token; at the end of speech
 //! the rest is decoded and the final line's words are timed by Whisper's
-//! own alignment. Committed text is never taken back: a final line starts
-//! with every token committed in its utterance.
+//! own alignment. A final line starts with every token committed in its
+//! utterance, unless the streamed text is doubtful (a loop, or speech left
+//! without words): then the utterance's second pass makes it.
 //!
 //! An utterance longer than the buffer's hard limit is made final there
 //! and the next one starts after it (the VAD is still in speech).
@@ -46,10 +47,11 @@ pub(super) struct TextStream {
     shown: Vec<(u32, f64)>,
     /// Samples between two pulses: one encoder chunk.
     pub(super) pulse: usize,
-    /// The utterance's decoding ended in a loop
-    /// ([`StreamOptions::repeats`]): its final line comes from the second
-    /// pass instead.
-    pub(super) looped: bool,
+    /// The utterance's streamed text is doubtful (its decoding ended in a
+    /// loop, [`StreamOptions::repeats`], or left speech without words,
+    /// [`crate::live::WhisperLiveOptions::untexted_speech_s`]): its final
+    /// line comes from the second pass.
+    pub(super) redo: bool,
 }
 
 impl TextStream {
@@ -97,7 +99,7 @@ impl TextStream {
             shown_at: Vec::new(),
             shown: Vec::new(),
             pulse: 2 * chunk * crate::whisper::graphs::HOP,
-            looped: false,
+            redo: false,
         })
     }
 
@@ -109,7 +111,7 @@ impl TextStream {
         self.committed_at.clear();
         self.shown_at.clear();
         self.shown.clear();
-        self.looped = false;
+        self.redo = false;
     }
 }
 
@@ -158,7 +160,7 @@ impl WhisperLive {
         }
         ts.shown = shown;
         if last && decoder.looped() {
-            ts.looped = true;
+            ts.redo = true;
             return Ok(None);
         }
         if last {
@@ -248,6 +250,15 @@ impl WhisperLive {
         offset: f64,
         now: f64,
     ) -> Result<Option<Update>> {
+        // where the VAD heard speech (none without one): from its start
+        // (the buffer keeps a pre-roll before it) to its end, or now
+        let speech = self.vad.is_some().then(|| {
+            (
+                offset + self.o.pre_roll_s,
+                self.speech_end_s().unwrap_or(now),
+            )
+        });
+        let untexted_s = self.o.untexted_speech_s;
         let Some(ts) = self.text.as_mut() else {
             return Ok(None);
         };
@@ -263,6 +274,15 @@ impl WhisperLive {
             median_filter_width: MEDIAN_FILTER_WIDTH,
         };
         let timings = find_alignment(&mut *self.net, &self.tokenizer, &tokens, &spec)?;
+        let spans: Vec<(f64, f64)> = timings
+            .iter()
+            .filter(|t| !t.word.trim().is_empty())
+            .map(|t| (t.start + offset, t.end + offset))
+            .collect();
+        if speech.is_some_and(|s| untexted_speech(s, &spans) > untexted_s) {
+            ts.redo = true;
+            return Ok(None);
+        }
         let (mut words, mut at, mut first) = (Vec::new(), Vec::new(), Vec::new());
         let mut n = 0;
         for t in timings {
@@ -320,5 +340,32 @@ impl WhisperLive {
                 confidence: 1.0,
             })
             .collect())
+    }
+}
+
+/// The longest stretch of `speech` (start, end; seconds) that no word of
+/// `words` (start, end; in order) covers.
+fn untexted_speech(speech: (f64, f64), words: &[(f64, f64)]) -> f64 {
+    let mut gap: f64 = 0.0;
+    let mut covered = speech.0;
+    for &(start, end) in words {
+        gap = gap.max(start - covered);
+        covered = covered.max(end);
+    }
+    gap.max(speech.1 - covered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::untexted_speech;
+
+    #[test]
+    fn untexted_speech_is_the_longest_stretch_without_a_word() {
+        let words = [(1.0, 1.4), (1.5, 2.0), (4.5, 5.0)];
+        assert_eq!(untexted_speech((0.5, 5.2), &words), 2.5);
+        assert_eq!(untexted_speech((0.5, 8.0), &words), 3.0);
+        assert_eq!(untexted_speech((0.0, 3.0), &[]), 3.0);
+        // words past the speech's end (the pre-roll, a late VAD) count none
+        assert_eq!(untexted_speech((1.0, 2.0), &[(0.5, 2.5)]), 0.0);
     }
 }
