@@ -99,6 +99,11 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
     if !matches!(a.format, Format::Text | Format::Jsonl) {
         return Err(format!("pulsed mic writes text or jsonl, not {}", a.format));
     }
+    // a WAV that cannot be read is refused in one line, before the model
+    // is fetched, opened or described
+    if let Some(path) = &a.input {
+        pulsed::audio::WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
+    }
     a.model = super::chosen_model(a.model.take(), a.ctc, !a.no_vad, &mut a.decode.language)?;
     Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
     let opts = TranscriberOptions {
