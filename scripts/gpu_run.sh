@@ -21,7 +21,7 @@ for t in ${TESTS:-gpu_nvrtc gpu_kernel_cache gpu_op_attention gpu_op_conv gpu_op
     if .gpu/bin/$t --include-ignored --test-threads=1 --nocapture ${FILTER:-} >"$OUT/$t.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
     echo "$t: $r: $(grep -E '^test result' "$OUT/$t.log" | tail -1)"
 done
-.gpu/bin/pulsed transcribe --device cuda fixtures/asr/hello.wav 2>&1 | tee "$OUT/transcribe.txt" || status=1
+.gpu/bin/pulsed transcribe --model pulsed-en-ctc --device cuda fixtures/asr/hello.wav 2>&1 | tee "$OUT/transcribe.txt" || status=1
 if [ "${BENCH:-0}" = 1 ]; then
     .gpu/bin/pulsed bench --device cuda 2>&1 | tee "$OUT/bench.txt" || status=1
 fi

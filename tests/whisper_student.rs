@@ -99,6 +99,26 @@ fn the_student_transcribes_a_person_reading() {
     }
 }
 
+/// The README's first command: no `--model` runs this student (English),
+/// which reads the shipped synthetic clip exactly and the real one within a
+/// word; nothing is fetched when it is in the model cache.
+#[test]
+fn the_default_model_is_the_student() {
+    let hello = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/asr/hello.wav");
+    let (code, out, err) = pulsed(&["transcribe", hello.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        normalize(&out),
+        "if anything can go wrong it will",
+        "{out:?}"
+    );
+    assert!(err.contains(MODEL), "{err}");
+    assert!(!err.contains("fetching"), "{err}");
+    let (code, out, err) = pulsed(&["transcribe", &clip()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(word_errors(SAID, &out) <= 1, "{out:?}");
+}
+
 /// The 320 ms variant is the same weights (one delta, two configs) at
 /// chunks of 160 ms with 120 ms of look-ahead.
 #[test]

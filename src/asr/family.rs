@@ -59,13 +59,13 @@ impl Family {
         let refuse = |why: &str| Err(Error::Other(why.into()));
         match self {
             Family::Whisper if r.whole || r.streams || r.lm => refuse(
-                "--whole, --streams and the LM options are for the shipped model, not Whisper",
+                "--whole, --streams and the LM options are for the shipped model (--model pulsed-en-ctc), not Whisper",
             ),
             Family::Whisper if r.bench => {
-                refuse("--bench is for the shipped model; time Whisper with `pulsed bench --model`")
+                refuse("--bench is for the shipped model (--model pulsed-en-ctc); time Whisper with `pulsed bench --model`")
             }
             Family::WhisperCtc if r.whole || r.streams || r.bench => {
-                refuse("--whole, --streams and --bench are for the shipped model, not --ctc")
+                refuse("--whole, --streams and --bench are for the shipped model (--model pulsed-en-ctc), not --ctc")
             }
             Family::Conformer if r.live => {
                 refuse("--live is for Whisper checkpoints (--model whisper-*)")

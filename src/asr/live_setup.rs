@@ -4,7 +4,7 @@
 //! files as if compute were free).
 
 use super::transcriber::Model;
-use super::Transcriber;
+use super::{Transcriber, WhisperJob};
 use crate::live::{
     AudioInput, CtcLive, LiveEvent, LiveOptions, LiveTranscriber, Update, WhisperLive,
     WhisperLiveOptions,
@@ -46,12 +46,34 @@ pub struct LiveSetup<'a> {
 
 /// A live policy driven directly: samples in, the partial and final
 /// lines they caused out.
-pub struct LivePolicy(Policy);
+pub struct LivePolicy<'a>(Policy<'a>);
 
-enum Policy {
-    Whisper(Box<WhisperLive>),
+enum Policy<'a> {
+    Whisper(Lent<'a>),
     /// With the samples taken, to stamp its final lines.
     Ctc(Box<CtcLive>, u64),
+}
+
+/// A Whisper policy over one of the job's networks, which goes back to the
+/// job when the policy is dropped: policies run one after another (a file
+/// each, in `pulsed eval --live`) build no network after the first.
+struct Lent<'a> {
+    live: Option<Box<WhisperLive>>,
+    job: &'a WhisperJob,
+}
+
+impl Lent<'_> {
+    fn get(&mut self) -> &mut WhisperLive {
+        self.live.as_mut().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(live) = self.live.take() {
+            self.job.give_back_net(live.into_network());
+        }
+    }
 }
 
 impl<'a> LiveSetup<'a> {
@@ -114,9 +136,12 @@ impl<'a> LiveSetup<'a> {
 
     /// The policy alone, to drive step by step (a Whisper checkpoint or a
     /// CTC head; the conformer's lives on the live thread only).
-    pub fn policy(&self) -> Result<LivePolicy> {
+    pub fn policy(&self) -> Result<LivePolicy<'a>> {
         match &self.t.model {
-            Model::Whisper(_) => Ok(LivePolicy(Policy::Whisper(Box::new(self.whisper()?)))),
+            Model::Whisper(job) => Ok(LivePolicy(Policy::Whisper(Lent {
+                live: Some(Box::new(self.whisper()?)),
+                job,
+            }))),
             Model::WhisperCtc(job) => {
                 let live = CtcLive::new(job.stream()?, self.settings.end_silence_s);
                 Ok(LivePolicy(Policy::Ctc(Box::new(live), 0)))
@@ -131,15 +156,23 @@ impl<'a> LiveSetup<'a> {
         let Model::Whisper(job) = &self.t.model else {
             return Err(Error::Other("not a Whisper checkpoint".into()));
         };
-        WhisperLive::new(&job.model, self.vad.as_ref(), self.settings.whisper.clone())
+        // the network the transcriber built when it opened the checkpoint
+        // (or one a policy gave back): a live session builds no other
+        let net = job.take_net()?;
+        WhisperLive::with_network(
+            &job.model,
+            net,
+            self.vad.as_ref(),
+            self.settings.whisper.clone(),
+        )
     }
 }
 
-impl LivePolicy {
+impl LivePolicy<'_> {
     /// Takes samples (16 kHz mono); the lines they caused.
     pub fn push(&mut self, samples: &[f32]) -> Result<Vec<Update>> {
         match &mut self.0 {
-            Policy::Whisper(live) => live.push(samples),
+            Policy::Whisper(live) => live.get().push(samples),
             Policy::Ctc(live, fed) => {
                 *fed += samples.len() as u64;
                 let at_s = *fed as f64 / 16_000.0;
@@ -151,7 +184,7 @@ impl LivePolicy {
     /// The stream ended: the utterance in progress as a final line.
     pub fn finish(&mut self) -> Result<Vec<Update>> {
         match &mut self.0 {
-            Policy::Whisper(live) => live.finish(),
+            Policy::Whisper(live) => live.get().finish(),
             Policy::Ctc(live, fed) => {
                 let at_s = *fed as f64 / 16_000.0;
                 Ok(updates(live.end()?, at_s))

@@ -34,7 +34,9 @@ const WHOLE_CHUNK: usize = 1 << 16;
 
 impl Transcriber {
     /// Opens the model `spec` names (a folder, or a short name in the model
-    /// cache such as `whisper-tiny.en`; `None`: the shipped conformer) with
+    /// cache such as `whisper-tiny.en`; `pulsed-en-ctc` or `None`: the
+    /// shipped conformer; nothing is fetched here, see
+    /// [`crate::models::fetch`]) with
     /// `opts`, running on `engine`. A Whisper checkpoint builds one network
     /// here, so that a bad folder is refused before any file is read.
     pub fn open(
@@ -44,7 +46,7 @@ impl Transcriber {
     ) -> Result<Transcriber> {
         let model = match Family::of(spec, opts.ctc_head)? {
             Family::Conformer => {
-                let dir = spec.map_or_else(crate::models::ModelDir::default_path, PathBuf::from);
+                let dir = crate::models::ModelDir::find(spec);
                 let decoding = opts
                     .beam
                     .map_or(Decoding::Greedy, |width| Decoding::Beam { width });

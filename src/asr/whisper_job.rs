@@ -28,9 +28,9 @@ pub struct WhisperJob {
     group_files: usize,
     /// Where the networks run.
     pub(super) engine: Engine,
-    /// Networks ready for workers: the one built while checking the
-    /// folder, those [`WhisperJob::warm_up`] made, and those workers gave
-    /// back.
+    /// Networks ready for workers and live policies: the one built while
+    /// checking the folder, those [`WhisperJob::warm_up`] made, and those
+    /// workers and policies gave back.
     spare: Mutex<Vec<Net>>,
 }
 
@@ -104,13 +104,25 @@ impl WhisperJob {
         })
     }
 
+    /// A spare network, or a new one when none is spare.
+    pub(super) fn take_net(&self) -> Result<Net> {
+        let spare = self.spare.lock().ok().and_then(|mut f| f.pop());
+        match spare {
+            Some(net) => Ok(net),
+            None => crate::whisper::network(&self.model, &self.engine),
+        }
+    }
+
+    /// Keeps a network for the next worker or live policy.
+    pub(super) fn give_back_net(&self, net: Net) {
+        if let Ok(mut spare) = self.spare.lock() {
+            spare.push(net);
+        }
+    }
+
     /// One worker's network.
     pub fn worker(&self) -> Result<WhisperWorker> {
-        let spare = self.spare.lock().ok().and_then(|mut f| f.pop());
-        let net = match spare {
-            Some(net) => net,
-            None => crate::whisper::network(&self.model, &self.engine)?,
-        };
+        let net = self.take_net()?;
         Ok(WhisperWorker {
             batched: self.batched.clone(),
             batch_size: self.batch_size,
@@ -124,9 +136,7 @@ impl WhisperJob {
 
     /// Keeps a worker's network for the next worker.
     pub fn give_back(&self, worker: WhisperWorker) {
-        if let Ok(mut spare) = self.spare.lock() {
-            spare.push(worker.net);
-        }
+        self.give_back_net(worker.net);
     }
 
     /// Makes `workers` networks at once and runs each over `files`

@@ -46,7 +46,7 @@ impl Default for BatchOptions {
 /// Streams per worker step that suit `files` files on `jobs` workers of
 /// `engine`: enough to give every worker a full cohort, at most 4 on the
 /// CPU and 32 on a GPU (where measured throughput stops growing; see
-/// `docs/gpu-notes.md`), 1 when there are no more files than workers. Each
+/// `docs/notes/gpu-notes.md`), 1 when there are no more files than workers. Each
 /// stream holds its file open, so all workers together keep at most
 /// [`OPEN_FILES`] open.
 pub fn default_streams(engine: &Engine, files: usize, jobs: usize) -> usize {

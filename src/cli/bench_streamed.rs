@@ -1,5 +1,5 @@
 //! `pulsed bench --model DIR` on a checkpoint that streams its encoder
-//! (chunked attention, docs/streaming-whisper.md): the pulsed encoder's
+//! (chunked attention, docs/notes/streaming-whisper.md): the pulsed encoder's
 //! chunk step over one 30 s window of the file's features (tiled), timed
 //! step by step on the CPU and, with `--device cuda`, captured on the GPU;
 //! each against the audio a chunk holds.

@@ -1,7 +1,9 @@
 //! `pulsed mic`: live transcription from the default microphone, or from a
 //! WAV fed at real-time pace through the same path (`--input F --realtime`),
-//! with the streaming conformer or a Whisper checkpoint (`--model
-//! whisper-tiny.en`: LocalAgreement over a rolling buffer, on the CPU).
+//! with the default streaming Whisper student (its text streams with its
+//! encoder), another Whisper checkpoint (`--model whisper-tiny.en`:
+//! LocalAgreement over a rolling buffer) or the shipped conformer
+//! (`--model pulsed-en-ctc`).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -19,8 +21,9 @@ pub struct Args {
     /// With --input: deliver the audio at real-time pace, as a sound card would.
     #[arg(long, requires = "input")]
     realtime: bool,
-    /// Model folder (default: the shipped conformer), or a Whisper
-    /// checkpoint (folder or short name, e.g. `whisper-tiny.en`).
+    /// A short name or a folder, as `transcribe --model` (`pulsed-en-ctc`:
+    /// the shipped conformer). Default: whisper-base-streaming-640ms with
+    /// `--language en`, fetched on first use with Silero VAD.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Input samples per pulse (a multiple of 640).
@@ -91,11 +94,17 @@ pub struct Args {
     tf32: bool,
 }
 
-pub fn run(a: Args) -> Result<ExitCode, String> {
+pub fn run(mut a: Args) -> Result<ExitCode, String> {
     use pulsed::output::Format;
     if !matches!(a.format, Format::Text | Format::Jsonl) {
         return Err(format!("pulsed mic writes text or jsonl, not {}", a.format));
     }
+    // a WAV that cannot be read is refused in one line, before the model
+    // is fetched, opened or described
+    if let Some(path) = &a.input {
+        pulsed::audio::WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
+    }
+    a.model = super::chosen_model(a.model.take(), a.ctc, !a.no_vad, &mut a.decode.language)?;
     Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
     let opts = TranscriberOptions {
         mode: Mode::Streamed { pulse: a.pulse },

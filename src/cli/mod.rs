@@ -29,7 +29,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Transcribe WAV files with the shipped model (or `--model DIR`).
+    /// Transcribe WAV files (default model: whisper-base-streaming-640ms, fetched on first use).
     Transcribe(transcribe::Args),
     /// Print a model's graph: every node with its facts (pulsed with `--pulse`).
     Inspect(inspect::Args),
@@ -58,9 +58,33 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
     }
 }
 
-/// The model folder: the argument, or the shipped default.
+/// The model folder: the argument (`pulsed-en-ctc`: the shipped model), or
+/// the shipped model.
 fn model_dir(arg: Option<PathBuf>) -> PathBuf {
-    arg.unwrap_or_else(pulsed::models::ModelDir::default_path)
+    pulsed::models::ModelDir::find(arg.as_deref())
+}
+
+/// The model `transcribe` and `mic` run: `--model`, or the default for
+/// people's speech, fetched into the model cache on first use (`live`: with
+/// Silero VAD). `ctc`: a CTC head has no default (the caller's `--ctc`
+/// error says to name the folder). With the default, `language` becomes
+/// its language unless one was given.
+fn chosen_model(
+    arg: Option<PathBuf>,
+    ctc: bool,
+    live: bool,
+    language: &mut Option<String>,
+) -> Result<Option<PathBuf>, String> {
+    use pulsed::models::fetch::{self, ModelChoice, DEFAULT_LANGUAGE};
+    if ctc && arg.is_none() {
+        return Ok(None);
+    }
+    let choice = ModelChoice::of(arg.as_deref());
+    if let ModelChoice::Default(name) = choice {
+        fetch::fetch(name, "no --model given", live).map_err(|e| e.to_string())?;
+        language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
+    }
+    Ok(Some(choice.spec()))
 }
 
 /// Writes to standard output; a closed pipe (`| head`) ends quietly.

@@ -32,9 +32,11 @@ pub struct Args {
     /// (relative paths are taken from the manifest's folder). May be repeated.
     #[arg(long)]
     manifest: Vec<PathBuf>,
-    /// Model folder (default: the shipped model), or a Whisper checkpoint: a
-    /// Hugging Face folder, or a short name in the model cache
-    /// (`whisper-tiny.en`, `whisper-base`; `scripts/fetch_whisper.sh NAME`).
+    /// A short name (`whisper-base-streaming-640ms`, `whisper-tiny.en`,
+    /// `whisper-base`: Whisper checkpoints in the model cache, `bash
+    /// scripts/fetch_whisper.sh NAME`; `pulsed-en-ctc`: the shipped model,
+    /// synthetic voices, nothing to fetch) or a folder. Default:
+    /// whisper-base-streaming-640ms with `--language en`, fetched on first use.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Output format: text, jsonl, srt or vtt.
@@ -113,7 +115,7 @@ enum Order {
     Completion,
 }
 
-pub fn run(a: Args) -> Result<ExitCode, String> {
+pub fn run(mut a: Args) -> Result<ExitCode, String> {
     let engine = a.device.engine_tf32(a.precision, a.tf32)?;
     let mut files = batch::expand_inputs(&a.inputs).map_err(|e| e.to_string())?;
     for m in &a.manifest {
@@ -146,6 +148,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if a.streams == Some(0) {
         return Err("--streams must be at least 1".into());
     }
+    a.model = super::chosen_model(a.model.take(), a.ctc, false, &mut a.whisper.decode.language)?;
     let family = Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
     family
         .check(&Requests {

@@ -116,6 +116,21 @@ impl WhisperLive {
         vad: Option<&Vad>,
         o: WhisperLiveOptions,
     ) -> Result<WhisperLive> {
+        o.check()?;
+        let net = crate::whisper::network(model, &o.engine)?;
+        WhisperLive::with_network(model, net, vad, o)
+    }
+
+    /// [`WhisperLive::new`] over `net`, a network of `model` already built
+    /// on `o.engine` (the one a [`crate::asr::Transcriber`] built when it
+    /// opened the checkpoint, or one an earlier policy gave back): a
+    /// network is the largest thing a policy holds, and the slowest to make.
+    pub fn with_network(
+        model: &WhisperModel,
+        net: Box<dyn AlignedBackend + Send>,
+        vad: Option<&Vad>,
+        o: WhisperLiveOptions,
+    ) -> Result<WhisperLive> {
         let tokenizer = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json"))?;
         let gen = GenerationConfig::load(&model.dir)?;
         let vad = match vad {
@@ -129,7 +144,6 @@ impl WhisperLive {
             None => None,
         };
         o.check()?;
-        let net = crate::whisper::network(model, &o.engine)?;
         let encoder = if o.streams_encoder(model) {
             let padding = o.decode.padding.unwrap_or(net.window_padding());
             let stream = EncoderStream::new(model, padding, &o.engine)?;
@@ -180,6 +194,12 @@ impl WhisperLive {
             history: VecDeque::new(),
             last_partial: String::new(),
         })
+    }
+
+    /// The policy's network, for the next policy over the same checkpoint
+    /// and engine ([`WhisperLive::with_network`]).
+    pub fn into_network(self) -> Box<dyn AlignedBackend + Send> {
+        self.net
     }
 
     /// Loads the checkpoint `spec` names (see [`WhisperModel::open`]).

@@ -1,9 +1,12 @@
-//! Model builders: graphs written with the builder from a config and weights.
+//! Model builders: graphs written with the builder from a config and weights;
+//! which model a name means, and fetching it ([`fetch`]).
 
 mod config;
 pub mod conformer;
+pub mod fetch;
 mod package;
 pub mod silero;
 
 pub use config::{ConformerConfig, ConformerConfigError};
+pub use fetch::{ModelChoice, DEFAULT_MODEL, SHIPPED_MODEL};
 pub use package::ModelDir;

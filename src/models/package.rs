@@ -37,6 +37,16 @@ impl ModelDir {
         PathBuf::from("models").join(DEFAULT_MODEL)
     }
 
+    /// The folder `spec` names: `None`, or the shipped model's name
+    /// (`pulsed-en-ctc`) where no folder of that name is at hand, is
+    /// [`ModelDir::default_path`]; anything else is a folder as given.
+    pub fn find(spec: Option<&Path>) -> PathBuf {
+        match spec {
+            Some(p) if p != Path::new(DEFAULT_MODEL) || p.is_dir() => p.to_path_buf(),
+            _ => ModelDir::default_path(),
+        }
+    }
+
     /// Loads config and weights, checking that the folder is complete.
     pub fn open(path: impl AsRef<Path>) -> Result<ModelDir> {
         let path = path.as_ref().to_path_buf();

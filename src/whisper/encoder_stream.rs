@@ -4,7 +4,7 @@
 //! recording's maximum is not known yet), the pulsed encoder steps one
 //! chunk at a time, and the decoder reads its frames so far followed by a
 //! fixed tail, the encoder's output for a window of padding alone,
-//! computed once. docs/streaming-whisper.md measures what the clamp and the
+//! computed once. docs/notes/streaming-whisper.md measures what the clamp and the
 //! tail cost against the whole window.
 //!
 //! [`FirstWindowFrames`] hands those frames to decoding: it stands in for

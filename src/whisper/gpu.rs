@@ -98,7 +98,7 @@ impl Sized {
 
 /// The decoder nodes kept in f32 at bf16: the logits, the choice made from
 /// them and the running scores it ranks by. Rounding the logits alone to
-/// bf16 flips near-tied words at beam 5 (`docs/gpu-notes.md` §17).
+/// bf16 flips near-tied words at beam 5 (`docs/notes/gpu-notes.md` §17).
 pub(crate) const F32_HEAD: [&str; 3] = ["model.decoder.logit*", "model.decoder.choice", "scores"];
 
 /// `options` for a decoder graph: [`F32_HEAD`] kept in f32.

@@ -1,6 +1,6 @@
 //! Whisper's encoder as a stream. A checkpoint whose encoder attends in
 //! chunks (`pulsed_encoder_context` in its `config.json`, see
-//! `docs/streaming-whisper.md`) is written here over a feature stream
+//! `docs/notes/streaming-whisper.md`) is written here over a feature stream
 //! `[S, n_mels]` and pulsified: each encoder frame comes out as soon as the
 //! frames its chunk looks ahead to have arrived, with the same numbers as
 //! the whole-window encoder ([`super::graphs::encoder`]) gives for it.

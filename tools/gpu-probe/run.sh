@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (nvcc, no Rust needed): builds the probes against the
-# crate's kernels and prints their tables. See docs/gpu-notes.md section 6.
+# crate's kernels and prints their tables. See docs/notes/gpu-notes.md section 6.
 #   bash tools/gpu-probe/run.sh            # floor, then the Linear chain
 #   RULES="old 2" ROWS="4 8 16" bash tools/gpu-probe/run.sh
 set -euo pipefail

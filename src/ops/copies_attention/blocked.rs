@@ -4,7 +4,7 @@
 //! against each key range in one product, a softmax per row, the weights
 //! against the values in one more. One dot product at a time, a 30 s
 //! window of whisper-base (the tail a live stream computes when it starts)
-//! took 24 s on two cores; see `docs/streaming-whisper.md`.
+//! took 24 s on two cores; see `docs/notes/streaming-whisper.md`.
 
 use std::ops::Range;
 
