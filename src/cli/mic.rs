@@ -13,9 +13,14 @@ use pulsed::live::{feed_wav_realtime, LiveEvent, LiveTranscriber, WhisperLiveOpt
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Feed this WAV instead of the microphone.
+    /// Feed this audio file instead of the microphone; `-` reads standard
+    /// input as it arrives (`arecord -f S16_LE -r 16000 -t wav - | pulsed mic --input -`).
     #[arg(long)]
     input: Option<PathBuf>,
+    /// With --input: refuse a file that ends before its header says (by
+    /// default the audio that is there is used, with a warning).
+    #[arg(long, requires = "input")]
+    strict: bool,
     /// With --input: deliver the audio at real-time pace, as a sound card would.
     #[arg(long, requires = "input")]
     realtime: bool,
@@ -34,9 +39,9 @@ pub struct Args {
     beam: Option<usize>,
     #[command(flatten)]
     lm: super::lm::LmArgs,
-    /// Output format: text or jsonl.
-    #[arg(long, default_value = "text")]
-    format: pulsed::output::Format,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: LiveFormat,
     /// Seconds of trailing silence that end an utterance (CTC blanks; with
     /// Whisper, Silero VAD's silence).
     #[arg(long, default_value_t = 0.6)]
@@ -91,11 +96,19 @@ pub struct Args {
     tf32: bool,
 }
 
+/// What `mic` writes: lines as speech comes (subtitles need a whole file's timing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LiveFormat {
+    Text,
+    Jsonl,
+}
+
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    use pulsed::output::Format;
-    if !matches!(a.format, Format::Text | Format::Jsonl) {
-        return Err(format!("pulsed mic writes text or jsonl, not {}", a.format));
-    }
+    pulsed::audio::set_truncation(if a.strict {
+        pulsed::audio::Truncation::Refuse
+    } else {
+        pulsed::audio::Truncation::Warn
+    });
     Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
     let opts = TranscriberOptions {
         mode: Mode::Streamed { pulse: a.pulse },
@@ -143,8 +156,7 @@ fn drive(
     a: &Args,
     committed_latency: bool,
 ) -> Result<ExitCode, String> {
-    use pulsed::output::Format;
-    let jsonl = a.format == Format::Jsonl;
+    let jsonl = a.format == LiveFormat::Jsonl;
     let feeder = match a.input.clone() {
         Some(path) => {
             let realtime = a.realtime;
