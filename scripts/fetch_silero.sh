@@ -25,6 +25,14 @@ if [ ! -s "$WHEEL" ]; then
         exit 1
     }
 fi
+# the wheel pip saved, checked against the digest recorded here (pip checks
+# PyPI's own while downloading; this catches a damaged or replaced copy)
+WHEEL_SHA256=7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8
+if [ "$(sha256sum "$WHEEL" | cut -d' ' -f1)" != "$WHEEL_SHA256" ]; then
+    rm -f "$WHEEL"
+    echo "fetch_silero.sh: $WHEEL does not match its recorded sha256; deleted it, run this again to fetch it anew" >&2
+    exit 1
+fi
 # a wheel is a zip; python's zipfile works where `unzip` is not installed
 python3 - "$WHEEL" "$DEST" <<'PY'
 import sys, zipfile, os

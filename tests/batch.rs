@@ -47,6 +47,10 @@ fn write_odd_format(path: &Path) {
     w.finalize().unwrap();
 }
 
+/// The mixed folder's truncated file: neither good (its text is not the
+/// whole recording's) nor bad (it is transcribed, with a warning).
+const CUT: &str = "truncated.wav";
+
 /// The mixed folder; returns (good files, bad files).
 fn mixed_folder(d: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     std::fs::create_dir_all(d.join("sub")).unwrap();
@@ -63,7 +67,6 @@ fn mixed_folder(d: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         d.join("corrupt.wav"),
         d.join("empty.wav"),
         d.join("no_samples.wav"),
-        d.join("truncated.wav"),
         d.join("text.wav"),
     ];
     std::fs::write(&bad[0], b"RIFF\x10\x00\x00\x00WAVEjunkjunk").unwrap();
@@ -78,8 +81,9 @@ fn mixed_folder(d: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         .unwrap()
         .finalize()
         .unwrap();
-    std::fs::write(&bad[3], &bytes[..bytes.len() / 2]).unwrap();
-    std::fs::write(&bad[4], "this is not audio\n").unwrap();
+    // cut: transcribed up to where it ends, with a warning (CUT)
+    std::fs::write(d.join(CUT), &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::write(&bad[3], "this is not audio\n").unwrap();
     // a float WAV with a NaN a few pulses in: found half-way through the file
     let float = hound::WavSpec {
         channels: 1,
@@ -195,7 +199,14 @@ fn mixed_folder_with_streams(streams: &str) {
     ]);
     assert_eq!(code, 1, "{err}");
     let lines = by_file(&parse_lines(&out));
-    assert_eq!(lines.len(), good.len() + bad.len(), "{out}");
+    assert_eq!(lines.len(), good.len() + bad.len() + 1, "{out}");
+    let cut = &lines[&d.join(CUT).display().to_string()];
+    assert!(!cut["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{cut}"))
+        .is_empty());
+    let warned = format!("{}: truncated", d.join(CUT).display());
+    assert_eq!(err.matches(&warned).count(), 1, "{err}");
     let rec = Recognizer::open(
         pulsed::models::ModelDir::default_path(),
         RecognizerOptions::default(),
@@ -217,7 +228,7 @@ fn mixed_folder_with_streams(streams: &str) {
         err.contains(&format!(
             "{} of {} files failed",
             bad.len(),
-            good.len() + bad.len()
+            good.len() + bad.len() + 1
         )),
         "{err}"
     );
@@ -276,7 +287,7 @@ fn resume_skips_done_files_and_drops_a_cut_line() {
         d.to_str().unwrap(),
     ]);
     assert_eq!(code, 1, "{err}");
-    let all = good.len() + bad.len();
+    let all = good.len() + bad.len() + 1; // and the cut file
     assert!(
         err.contains(&format!("1 of {all} files already done")),
         "{err}"
@@ -284,7 +295,7 @@ fn resume_skips_done_files_and_drops_a_cut_line() {
     let text = std::fs::read_to_string(&o).unwrap();
     assert!(text.starts_with(&done_line), "{text}");
     let lines = by_file(&parse_lines(&text));
-    assert_eq!(lines.len(), good.len() + bad.len());
+    assert_eq!(lines.len(), all);
     assert_eq!(lines[&first]["text"], "from the first run");
     // everything done: nothing runs, nothing is added
     let (code, _, err) = pulsed(&[

@@ -127,7 +127,6 @@ impl CtcWorker {
         progress: &mut dyn FnMut(f64),
     ) -> std::result::Result<Option<Outcome>, String> {
         let mut wav = WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
-        let duration_s = wav.source_duration_s();
         let in_file = |e: Error| format!("{}: {e}", path.display());
         let mut stream =
             CtcStream::new(&self.model, &self.head, self.decoding.clone(), &self.engine)
@@ -142,6 +141,8 @@ impl CtcWorker {
             progress(samples as f64 / 16_000.0);
         }
         let mut transcript = stream.finish().map_err(in_file)?;
+        // read at the end: a pipe's WAV or a cut file knows its length only then
+        let duration_s = wav.source_duration_s();
         transcript.duration_s = duration_s;
         Ok(Some(Outcome::Done {
             transcript,

@@ -252,7 +252,6 @@ impl WhisperWorker {
         n_mels: usize,
     ) -> Result<Option<(Vec<f32>, f64)>, String> {
         let mut wav = WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
-        let duration_s = wav.source_duration_s();
         let in_file = |e: crate::Error| format!("{}: {e}", path.display());
         let mut fs = FeatureStream::new(n_mels).map_err(in_file)?;
         let mut samples = 0usize;
@@ -266,6 +265,8 @@ impl WhisperWorker {
         if samples == 0 {
             return Err(format!("{}: no audio (0 samples)", path.display()));
         }
+        // read at the end: a pipe's WAV or a cut file knows its length only then
+        let duration_s = wav.source_duration_s();
         Ok(Some((fs.finish().map_err(in_file)?, duration_s)))
     }
 }

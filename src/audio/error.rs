@@ -1,17 +1,20 @@
-//! Why a WAV could not be turned into model input, naming the file, and why
+//! Why an audio file could not be turned into model input, naming the file, and why
 //! the resampler under it failed.
 
 use thiserror::Error;
 
-/// A WAV that could not be read; every message is one line that starts with
+/// An audio file that could not be read; every message is one line that starts with
 /// the file's path (or the name given to [`super::decode_wav`]).
 #[derive(Debug, Error)]
 pub enum AudioError {
     /// The bytes are not a RIFF/WAVE file at all (text, another container, garbage).
     #[error("{path}: not a WAV file: {reason}")]
     NotWav { path: String, reason: String },
-    /// A WAV whose sample encoding we do not decode (A-law, ADPCM, 12-bit, 64-bit float...).
-    #[error("{path}: unsupported WAV format: {format}")]
+    /// A file that is neither a WAV nor a format the decoders recognise.
+    #[error("{path}: not an audio file: {reason}")]
+    NotAudio { path: String, reason: String },
+    /// An encoding we do not decode (WAV A-law, ADPCM, 12-bit, 64-bit float; Opus...).
+    #[error("{path}: unsupported audio format: {format}")]
     Unsupported { path: String, format: String },
     /// The file ends before the header or the data chunk says it should.
     #[error("{path}: truncated: {detail}")]
@@ -45,6 +48,7 @@ impl AudioError {
     pub fn path(&self) -> &str {
         match self {
             AudioError::NotWav { path, .. }
+            | AudioError::NotAudio { path, .. }
             | AudioError::Unsupported { path, .. }
             | AudioError::Truncated { path, .. }
             | AudioError::Corrupt { path, .. }

@@ -1,37 +1,51 @@
-//! Audio input: WAV files of any rate, channel count and PCM/float format,
+//! Audio input: WAV of any rate, channel count and PCM/float format, FLAC,
+//! MP3, OGG Vorbis and M4A (AAC, ALAC), from a file or standard input (`-`),
 //! turned into the mono f32 samples at the model's rate (16 kHz).
 //!
-//! - [`load_wav`] / [`decode_wav`] read a whole file into an [`Audio`].
+//! - [`load`] / [`decode_wav`] read a whole file into an [`Audio`].
 //! - [`WavStream`] reads a long file chunk by chunk in bounded memory and gives
-//!   the same samples as [`load_wav`].
+//!   the same samples as [`load`].
 //!
-//! Channels are averaged; integer samples are scaled to [-1, 1) (`x / 2^(bits-1)`);
-//! float samples are kept as they are (NaN or infinity is an error). Rates are
-//! converted with rubato's FFT resampler, time-aligned (its delay is removed)
-//! and cut to `round(n * target / source)` samples; equal rates pass through
-//! untouched. Every failure is an [`AudioError`] naming the file.
+//! WAV is read by our reader over hound, compressed formats by symphonia
+//! (pure Rust: no system library to install). Channels are averaged;
+//! integer samples are scaled to [-1, 1) (`x / 2^(bits-1)`); float samples
+//! are kept as they are (NaN or infinity is an error). Rates are converted
+//! with rubato's FFT resampler, time-aligned (its delay is removed) and cut
+//! to `round(n * target / source)` samples; equal rates pass through
+//! untouched. A WAV whose data length says 0 or about 4 GiB (written to a
+//! pipe) is read to its end; a file that ends before its header says is an
+//! error or a warning, as [`set_truncation`] chose. Every failure is an
+//! [`AudioError`] naming the file.
 //!
 //! ```no_run
-//! let audio = pulsed::audio::load_wav(std::path::Path::new("speech.wav"), 16_000)?;
+//! let audio = pulsed::audio::load(std::path::Path::new("speech.flac"), 16_000)?;
 //! assert_eq!(audio.sample_rate, 16_000);
 //! # Ok::<(), pulsed::audio::AudioError>(())
 //! ```
 
+mod coded;
 mod error;
+mod policy;
 pub(crate) mod resample;
+mod source;
 mod stream;
 mod wav;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_formats;
 
 use std::io::Read;
 use std::path::Path;
 
 pub use error::{AudioError, ResampleError};
+pub use policy::{set_truncation, truncation, Truncation};
+pub use source::STDIN;
 pub use stream::WavStream;
 
 use resample::StreamResampler;
+use source::Source;
 use wav::WavSource;
 
 /// Source frames read per step: bounds the memory of a read independently of the file.
@@ -54,31 +68,42 @@ pub struct Audio {
     pub duration_s: f64,
 }
 
-/// Reads a whole WAV file as mono f32 at `target_rate`.
+/// Reads a whole audio file (any format [`load`] reads) as mono f32 at
+/// `target_rate`; the name is older than the other formats.
 pub fn load_wav(path: &Path, target_rate: u32) -> Result<Audio, AudioError> {
-    let name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| AudioError::Io {
-        path: name.clone(),
-        source,
-    })?;
-    decode_wav(std::io::BufReader::new(file), target_rate, &name)
+    load(path, target_rate)
+}
+
+/// Reads a whole audio file, or standard input for `-`, as mono f32 at
+/// `target_rate`; an early end is treated as the process's [`truncation`] says.
+pub fn load(path: &Path, target_rate: u32) -> Result<Audio, AudioError> {
+    load_with(path, target_rate, truncation())
+}
+
+/// [`load`] with its own choice for a file that ends early.
+pub fn load_with(path: &Path, target_rate: u32, t: Truncation) -> Result<Audio, AudioError> {
+    read_all(Source::open(path, t)?, target_rate)
 }
 
 /// Decodes a WAV from any reader as mono f32 at `target_rate`; `name` labels errors.
 pub fn decode_wav<R: Read>(reader: R, target_rate: u32, name: &str) -> Result<Audio, AudioError> {
     let name = if name.is_empty() { "<input>" } else { name };
-    let mut source = WavSource::open(reader, name)?;
+    read_all(Source::Wav(WavSource::open(reader, name)?), target_rate)
+}
+
+fn read_all<R: Read>(mut source: Source<R>, target_rate: u32) -> Result<Audio, AudioError> {
     let mut resampler = new_resampler(&source, target_rate)?;
-    let from = source.rate();
+    let (from, name) = (source.rate(), source.name().to_string());
     let resample_err = |source| AudioError::Resample {
-        path: name.to_string(),
+        path: name.clone(),
         from,
         to: target_rate,
         source,
     };
     // Never size a buffer from the header alone: a lying header must not
     // allocate gigabytes before the truncation is noticed.
-    let expected = resample::resampled_len(source.frames_total(), source.rate(), target_rate);
+    let declared = source.frames_declared().unwrap_or(0);
+    let expected = resample::resampled_len(declared, source.rate(), target_rate);
     let mut samples = Vec::with_capacity(expected.min(1 << 20) as usize);
     let mut block = Vec::with_capacity(READ_FRAMES);
     loop {
@@ -88,6 +113,9 @@ pub fn decode_wav<R: Read>(reader: R, target_rate: u32, name: &str) -> Result<Au
         }
         resampler.push(&block, &mut samples).map_err(resample_err)?;
     }
+    if source.frames_held() == 0 {
+        return Err(AudioError::Empty { path: name });
+    }
     resampler.finish(&mut samples).map_err(resample_err)?;
     Ok(Audio {
         samples,
@@ -95,12 +123,12 @@ pub fn decode_wav<R: Read>(reader: R, target_rate: u32, name: &str) -> Result<Au
         source_rate: source.rate(),
         source_channels: source.channels(),
         source_format: source.format(),
-        duration_s: source.frames_total() as f64 / source.rate() as f64,
+        duration_s: source.frames_held() as f64 / source.rate() as f64,
     })
 }
 
 fn new_resampler<R: Read>(
-    source: &WavSource<R>,
+    source: &Source<R>,
     target_rate: u32,
 ) -> Result<StreamResampler, AudioError> {
     StreamResampler::new(source.rate(), target_rate).map_err(|e| AudioError::Resample {

@@ -1,14 +1,14 @@
-//! [`WavStream`]: a long WAV read and resampled chunk by chunk.
+//! [`WavStream`]: a long audio file read and resampled chunk by chunk.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 
+use super::policy::{truncation, Truncation};
 use super::resample::{resampled_len, StreamResampler};
-use super::wav::WavSource;
+use super::source::Source;
 use super::{new_resampler, AudioError, READ_FRAMES};
 
-/// A WAV file read incrementally as mono f32 at a target rate; memory stays
+/// An audio file (any format [`super::load`] reads; `-` is standard input,
+/// read as it arrives) read incrementally as mono f32 at a target rate; memory stays
 /// bounded by the chunk size whatever the file's length, and the samples are
 /// those [`super::load_wav`] would give.
 ///
@@ -21,7 +21,7 @@ use super::{new_resampler, AudioError, READ_FRAMES};
 /// # Ok::<(), pulsed::audio::AudioError>(())
 /// ```
 pub struct WavStream {
-    source: WavSource<BufReader<File>>,
+    source: Source,
     resampler: StreamResampler,
     target_rate: u32,
     /// Resampled samples not handed out yet, from `ready_pos`.
@@ -32,14 +32,15 @@ pub struct WavStream {
 }
 
 impl WavStream {
-    /// Opens `path` and checks its header; no samples are read yet.
+    /// Opens `path` and checks its header; no samples are read yet. An
+    /// early end is treated as the process's [`truncation`] says.
     pub fn open(path: &Path, target_rate: u32) -> Result<Self, AudioError> {
-        let name = path.display().to_string();
-        let file = File::open(path).map_err(|source| AudioError::Io {
-            path: name.clone(),
-            source,
-        })?;
-        let source = WavSource::open(BufReader::new(file), &name)?;
+        Self::open_with(path, target_rate, truncation())
+    }
+
+    /// [`Self::open`] with its own choice for a file that ends early.
+    pub fn open_with(path: &Path, target_rate: u32, t: Truncation) -> Result<Self, AudioError> {
+        let source = Source::open(path, t)?;
         let resampler = new_resampler(&source, target_rate)?;
         Ok(WavStream {
             source,
@@ -99,16 +100,22 @@ impl WavStream {
                 .push(&self.block, &mut self.ready)
                 .map_err(err)?;
         }
-        if self.source.frames_left() == 0 {
+        if self.source.at_end() || n == 0 {
+            if self.source.frames_held() == 0 {
+                return Err(AudioError::Empty {
+                    path: self.source.name().to_string(),
+                });
+            }
             self.resampler.finish(&mut self.ready).map_err(err)?;
             self.finished = true;
         }
         Ok(())
     }
 
-    /// Length of the file's audio in seconds.
+    /// Length of the file's audio in seconds: as its header declares until
+    /// the end is read, then as read (a cut file, a pipe's unrecorded length).
     pub fn source_duration_s(&self) -> f64 {
-        self.source.frames_total() as f64 / self.source.rate() as f64
+        self.source.frames_held() as f64 / self.source.rate() as f64
     }
 
     /// Sample rate stored in the file.
@@ -131,10 +138,11 @@ impl WavStream {
         self.target_rate
     }
 
-    /// How many samples the whole stream gives (if the file is not truncated).
+    /// How many samples the whole stream gives (if the file is not
+    /// truncated); until the end is read, 0 where the header does not say.
     pub fn total_samples(&self) -> u64 {
         resampled_len(
-            self.source.frames_total(),
+            self.source.frames_held(),
             self.source.rate(),
             self.target_rate,
         )

@@ -4,6 +4,7 @@
 
 use std::io::{Cursor, Read};
 
+use super::policy::{self, Truncation};
 use super::AudioError;
 
 /// How many leading bytes we keep to describe an unsupported format; the fmt
@@ -16,6 +17,14 @@ const MAX_RATE: u32 = 384_000;
 
 /// Most bytes one raw read asks for (one frame at least).
 const RAW_BLOCK: usize = 1 << 20;
+
+/// Data sizes that mean "not recorded": what writers to a pipe put there,
+/// since they cannot seek back to fill it in (ffmpeg 0xFFFFFFFF, arecord
+/// 0x7FFFFFFF, sox 0x7FFFF000, others 0). Such data is read to the end of
+/// the bytes; any other size is believed, and a shortfall is a truncation.
+fn is_streamed_len(len: u32) -> bool {
+    matches!(len, 0x7FFF_F000..=0x7FFF_FFFF | u32::MAX)
+}
 
 /// The largest f32 below 1.0: integer samples map to [-1, 1) even after rounding.
 const BELOW_ONE: f32 = 1.0 - f32::EPSILON / 2.0;
@@ -69,6 +78,38 @@ fn sniff_fmt(head: &[u8]) -> Option<FmtSniff> {
         // RIFF chunks are padded to an even length.
         at = body.checked_add(len)?.checked_add(len & 1)?;
     }
+}
+
+/// Where the data chunk's length field sits in `head`, and its value.
+fn find_data_len(head: &[u8]) -> Option<(usize, u32)> {
+    let mut at = 12usize;
+    loop {
+        let id = head.get(at..at + 4)?;
+        let len = le32(head, at + 4)?;
+        if id == b"data" {
+            return Some((at + 4, len));
+        }
+        at = (at + 8)
+            .checked_add(len as usize)?
+            .checked_add(len as usize & 1)?;
+    }
+}
+
+/// Rewrites a "not recorded" data length in `head` to the largest whole
+/// number of frames hound accepts; true if it did (the data is then read to
+/// its end). A zero length over no bytes at all stays an empty file.
+fn patch_streamed_len(head: &mut [u8], sniff: Option<FmtSniff>) -> bool {
+    let Some((at, len)) = find_data_len(head) else {
+        return false;
+    };
+    let streamed = is_streamed_len(len) || (len == 0 && head.len() > at + 4);
+    let align = sniff.map_or(0, |f| u32::from(f.block_align));
+    if !streamed || align == 0 {
+        return false;
+    }
+    let len = u32::MAX - u32::MAX % align;
+    head[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    true
 }
 
 fn tag_name(tag: u16) -> String {
@@ -142,8 +183,13 @@ pub(crate) struct WavSource<R: Read> {
     encoding: Encoding,
     channels: u16,
     rate: u32,
-    frames_total: u64,
+    /// Frames the data chunk declares; `None` when its length was not
+    /// recorded (a WAV written to a pipe).
+    frames_total: Option<u64>,
     frames_read: u64,
+    truncation: Truncation,
+    /// The bytes ended before `frames_total` (or, unrecorded, just ended).
+    cut_short: bool,
 }
 
 impl<R: Read> WavSource<R> {
@@ -171,6 +217,7 @@ impl<R: Read> WavSource<R> {
             .map_err(io)?;
         check_magic(&head, &path)?;
         let sniff = sniff_fmt(&head);
+        let streamed = patch_streamed_len(&mut head, sniff);
         let wav = hound::WavReader::new(Cursor::new(head).chain(reader))
             .map_err(|e| header_error(e, sniff, &path))?;
         let spec = wav.spec();
@@ -214,8 +261,8 @@ impl<R: Read> WavSource<R> {
                 format: format!("sample rate {} Hz (at most {MAX_RATE})", spec.sample_rate),
             });
         }
-        let frames_total = wav.duration() as u64;
-        if frames_total == 0 {
+        let frames_total = (!streamed).then_some(wav.duration() as u64);
+        if frames_total == Some(0) {
             return Err(AudioError::Empty { path });
         }
         // the raw path trusts the sniffed layout only where hound read the
@@ -246,7 +293,15 @@ impl<R: Read> WavSource<R> {
             rate: spec.sample_rate,
             frames_total,
             frames_read: 0,
+            truncation: policy::truncation(),
+            cut_short: false,
         })
+    }
+
+    /// Overrides the process's [`Truncation`] choice for this file.
+    pub(crate) fn with_truncation(mut self, t: Truncation) -> Self {
+        self.truncation = t;
+        self
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -261,12 +316,45 @@ impl<R: Read> WavSource<R> {
         self.channels
     }
 
-    pub(crate) fn frames_total(&self) -> u64 {
+    pub(crate) fn frames_total(&self) -> Option<u64> {
         self.frames_total
     }
 
-    pub(crate) fn frames_left(&self) -> u64 {
-        self.frames_total - self.frames_read
+    /// The frames the file holds: as declared, or as read when the bytes
+    /// ended early or the length was not recorded.
+    pub(crate) fn frames_held(&self) -> u64 {
+        match self.frames_total {
+            Some(t) if !self.cut_short => t,
+            _ => self.frames_read,
+        }
+    }
+
+    /// True once every frame there is has been read.
+    pub(crate) fn at_end(&self) -> bool {
+        self.cut_short || self.frames_total == Some(self.frames_read)
+    }
+
+    /// Ends the read where the bytes ended: silently when the length was not
+    /// recorded, else as the [`Truncation`] choice says.
+    fn ended_early(&mut self) -> Result<(), AudioError> {
+        self.cut_short = true;
+        let Some(total) = self.frames_total else {
+            return Ok(());
+        };
+        let detail = format!(
+            "the data chunk declares {total} frames but the file ends after {}",
+            self.frames_read
+        );
+        match self.truncation {
+            Truncation::Refuse => Err(AudioError::Truncated {
+                path: self.name.clone(),
+                detail,
+            }),
+            Truncation::Warn => {
+                policy::warn_truncated(&self.name, &detail, self.frames_read, self.rate);
+                Ok(())
+            }
+        }
     }
 
     pub(crate) fn format(&self) -> String {
@@ -280,7 +368,11 @@ impl<R: Read> WavSource<R> {
         max_frames: usize,
         out: &mut Vec<f32>,
     ) -> Result<usize, AudioError> {
-        let frames = (self.frames_left().min(max_frames as u64)) as usize;
+        if self.at_end() {
+            return Ok(0);
+        }
+        let left = self.frames_total.map_or(u64::MAX, |t| t - self.frames_read);
+        let frames = left.min(max_frames as u64) as usize;
         let ch = self.channels as usize;
         let start_frame = self.frames_read;
         if let Samples::Raw { .. } = self.reader {
@@ -292,14 +384,22 @@ impl<R: Read> WavSource<R> {
         let mut done = 0usize;
         let mut acc = 0f64;
         let mut in_frame = 0usize;
+        let mut eof = false;
         match self.encoding {
             Encoding::Int { bits } => {
                 let scale = 1.0 / (1u64 << (bits - 1)) as f64;
                 let inv_ch = 1.0 / ch as f64;
                 for s in reader.samples::<i32>().take(frames * ch) {
-                    let s = s.map_err(|e| {
-                        sample_error(e, &self.name, start_frame + done as u64, self.frames_total)
-                    })?;
+                    let s = match s {
+                        Ok(s) => s,
+                        Err(hound::Error::IoError(e)) if is_eof(&e) => {
+                            eof = true;
+                            break;
+                        }
+                        Err(e) => {
+                            return Err(sample_error(e, &self.name, start_frame + done as u64))
+                        }
+                    };
                     acc += s as f64;
                     in_frame += 1;
                     if in_frame == ch {
@@ -312,9 +412,16 @@ impl<R: Read> WavSource<R> {
             }
             Encoding::Float => {
                 for s in reader.samples::<f32>().take(frames * ch) {
-                    let s = s.map_err(|e| {
-                        sample_error(e, &self.name, start_frame + done as u64, self.frames_total)
-                    })?;
+                    let s = match s {
+                        Ok(s) => s,
+                        Err(hound::Error::IoError(e)) if is_eof(&e) => {
+                            eof = true;
+                            break;
+                        }
+                        Err(e) => {
+                            return Err(sample_error(e, &self.name, start_frame + done as u64))
+                        }
+                    };
                     if !s.is_finite() {
                         return Err(AudioError::Corrupt {
                             path: self.name.clone(),
@@ -336,6 +443,9 @@ impl<R: Read> WavSource<R> {
             }
         }
         self.frames_read += done as u64;
+        if eof {
+            self.ended_early()?;
+        }
         Ok(done)
     }
 
@@ -428,13 +538,7 @@ impl<R: Read> WavSource<R> {
         }
         self.frames_read += done as u64;
         if done < frames {
-            return Err(AudioError::Truncated {
-                path: self.name.clone(),
-                detail: format!(
-                    "the data chunk declares {} frames but the file ends after {}",
-                    self.frames_total, self.frames_read
-                ),
-            });
+            self.ended_early()?;
         }
         Ok(done)
     }
@@ -533,15 +637,10 @@ fn header_error(e: hound::Error, sniff: Option<FmtSniff>, path: &str) -> AudioEr
     }
 }
 
-fn sample_error(e: hound::Error, path: &str, frame: u64, total: u64) -> AudioError {
+/// A sample hound could not read, for reasons other than the bytes ending.
+fn sample_error(e: hound::Error, path: &str, frame: u64) -> AudioError {
     let path = path.to_string();
     match e {
-        hound::Error::IoError(e) if is_eof(&e) => AudioError::Truncated {
-            path,
-            detail: format!(
-                "the data chunk declares {total} frames but the file ends after {frame}"
-            ),
-        },
         hound::Error::IoError(source) => AudioError::Io { path, source },
         hound::Error::Unsupported => AudioError::Unsupported {
             path,

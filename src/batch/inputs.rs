@@ -47,7 +47,8 @@ pub enum ManifestLineError {
 
 /// Expands command-line inputs into files, in order, each once.
 ///
-/// - A folder gives the `*.wav` files under it (recursively, sorted; folders
+/// - A folder gives the audio files under it ([`AUDIO_EXTENSIONS`],
+///   recursively, sorted; folders
 ///   reached through symbolic links are not entered, so a link cycle cannot loop).
 /// - A path that does not exist but contains `*`, `?` or `[` is a glob
 ///   pattern (for shells that did not expand it); its matches come sorted.
@@ -71,6 +72,16 @@ pub fn expand_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
         }
     }
     Ok(dedup(files))
+}
+
+/// The extensions a folder is searched for (any case): what
+/// [`crate::audio::load`] reads.
+pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "flac", "mp3", "ogg", "oga", "m4a", "mp4", "aac"];
+
+fn is_audio_file(p: &Path) -> bool {
+    p.extension()
+        .and_then(|x| x.to_str())
+        .is_some_and(|x| AUDIO_EXTENSIONS.iter().any(|e| x.eq_ignore_ascii_case(e)))
 }
 
 /// Reads a manifest: one path per line, or JSON lines with an
@@ -149,7 +160,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
         let p = e.path();
         if e.file_type()?.is_dir() {
             walk(&p, out)?;
-        } else if p.extension().is_some_and(|x| x.eq_ignore_ascii_case("wav")) && !p.is_dir() {
+        } else if is_audio_file(&p) && !p.is_dir() {
             out.push(p);
         }
     }
@@ -185,6 +196,11 @@ mod tests {
             "notes.txt",
             "sub/c.wav",
             "sub/deeper/d.wav",
+            "sub/e.FLAC",
+            "f.mp3",
+            "g.ogg",
+            "h.m4a",
+            "i.opus",
         ] {
             std::fs::write(d.join(f), b"x").unwrap();
         }
@@ -193,7 +209,19 @@ mod tests {
             .iter()
             .map(|p| p.strip_prefix(&d).unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names, ["a.WAV", "b.wav", "sub/c.wav", "sub/deeper/d.wav"]);
+        assert_eq!(
+            names,
+            [
+                "a.WAV",
+                "b.wav",
+                "f.mp3",
+                "g.ogg",
+                "h.m4a",
+                "sub/c.wav",
+                "sub/deeper/d.wav",
+                "sub/e.FLAC"
+            ]
+        );
         let globbed = expand_inputs(&[d.join("sub/**/*.wav")]).unwrap();
         assert_eq!(globbed.len(), 2);
         assert!(matches!(

@@ -23,7 +23,7 @@ mod pool;
 mod resume;
 mod whole;
 
-pub use inputs::{expand_inputs, read_manifest, InputError, ManifestLineError};
+pub use inputs::{expand_inputs, read_manifest, InputError, ManifestLineError, AUDIO_EXTENSIONS};
 pub use pool::{
     default_jobs, default_streams, run, BatchOptions, Control, FileResult, Outcome, Summary,
     OPEN_FILES,

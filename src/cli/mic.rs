@@ -15,9 +15,14 @@ use pulsed::live::{feed_wav_realtime, LiveEvent, LiveTranscriber, WhisperLiveOpt
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Feed this WAV instead of the microphone.
+    /// Feed this audio file instead of the microphone; `-` reads standard
+    /// input as it arrives (`arecord -f S16_LE -r 16000 -t wav - | pulsed mic --input -`).
     #[arg(long)]
     input: Option<PathBuf>,
+    /// With --input: refuse a file that ends before its header says (by
+    /// default the audio that is there is used, with a warning).
+    #[arg(long, requires = "input")]
+    strict: bool,
     /// With --input: deliver the audio at real-time pace, as a sound card would.
     #[arg(long, requires = "input")]
     realtime: bool,
@@ -37,9 +42,9 @@ pub struct Args {
     beam: Option<usize>,
     #[command(flatten)]
     lm: super::lm::LmArgs,
-    /// Output format: text or jsonl.
-    #[arg(long, default_value = "text")]
-    format: pulsed::output::Format,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: LiveFormat,
     /// Seconds of trailing silence that end an utterance (CTC blanks; with
     /// Whisper, Silero VAD's silence).
     #[arg(long, default_value_t = 0.6)]
@@ -94,14 +99,22 @@ pub struct Args {
     tf32: bool,
 }
 
+/// What `mic` writes: lines as speech comes (subtitles need a whole file's timing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LiveFormat {
+    Text,
+    Jsonl,
+}
+
 pub fn run(mut a: Args) -> Result<ExitCode, String> {
-    use pulsed::output::Format;
-    if !matches!(a.format, Format::Text | Format::Jsonl) {
-        return Err(format!("pulsed mic writes text or jsonl, not {}", a.format));
-    }
-    // a WAV that cannot be read is refused in one line, before the model
-    // is fetched, opened or described
-    if let Some(path) = &a.input {
+    pulsed::audio::set_truncation(if a.strict {
+        pulsed::audio::Truncation::Refuse
+    } else {
+        pulsed::audio::Truncation::Warn
+    });
+    // a file that cannot be read is refused in one line, before the model
+    // is fetched, opened or described (standard input is read once, later)
+    if let Some(path) = a.input.as_ref().filter(|p| p.as_os_str() != "-") {
         pulsed::audio::WavStream::open(path, 16_000).map_err(|e| e.to_string())?;
     }
     a.model = super::chosen_model(a.model.take(), a.ctc, !a.no_vad, &mut a.decode.language)?;
@@ -152,8 +165,7 @@ fn drive(
     a: &Args,
     committed_latency: bool,
 ) -> Result<ExitCode, String> {
-    use pulsed::output::Format;
-    let jsonl = a.format == Format::Jsonl;
+    let jsonl = a.format == LiveFormat::Jsonl;
     let feeder = match a.input.clone() {
         Some(path) => {
             let realtime = a.realtime;

@@ -1,4 +1,5 @@
-//! `pulsed transcribe FILE|DIR|GLOB... [--manifest FILE]`: WAV files to text,
+//! `pulsed transcribe FILE|DIR|GLOB|-... [--manifest FILE]`: audio files
+//! (WAV, FLAC, MP3, OGG Vorbis, M4A; `-` is standard input) to text,
 //! JSON lines, SRT or VTT, on parallel CPU workers (see [`pulsed::batch`]).
 //!
 //! Exit codes: 0 every file transcribed, 1 some file failed (each has its own
@@ -25,9 +26,15 @@ use super::device::{Device, Precision};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// WAV files, folders (searched for *.wav recursively) or glob patterns.
+    /// Audio files (WAV, FLAC, MP3, OGG Vorbis, M4A), folders (searched for
+    /// those recursively), glob patterns, or `-` for standard input (e.g.
+    /// `ffmpeg -i F -f wav - | pulsed transcribe -`).
     #[arg(required_unless_present = "manifest")]
     inputs: Vec<PathBuf>,
+    /// Refuse a file that ends before its header says (by default the audio
+    /// that is there is transcribed, with a warning).
+    #[arg(long)]
+    strict: bool,
     /// A list of files: one path per line, or JSON lines with "audio_filepath" or "file"
     /// (relative paths are taken from the manifest's folder). May be repeated.
     #[arg(long)]
@@ -116,6 +123,11 @@ enum Order {
 }
 
 pub fn run(mut a: Args) -> Result<ExitCode, String> {
+    pulsed::audio::set_truncation(if a.strict {
+        pulsed::audio::Truncation::Refuse
+    } else {
+        pulsed::audio::Truncation::Warn
+    });
     let engine = a.device.engine_tf32(a.precision, a.tf32)?;
     let mut files = batch::expand_inputs(&a.inputs).map_err(|e| e.to_string())?;
     for m in &a.manifest {
@@ -124,7 +136,10 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
     let mut seen = std::collections::HashSet::new();
     files.retain(|f| seen.insert(f.clone())); // a file named twice runs once
     if files.is_empty() {
-        return Err("no input files (the folders hold no *.wav)".into());
+        return Err(format!(
+            "no input files (the folders hold no {} file)",
+            batch::AUDIO_EXTENSIONS.join("/")
+        ));
     }
     let several = files.len() > 1;
     if several
@@ -450,6 +465,10 @@ impl Progress {
             files
                 .iter()
                 .map(|f| {
+                    // standard input is read once, by the worker
+                    if f.as_os_str() == pulsed::audio::STDIN {
+                        return 0.0;
+                    }
                     pulsed::audio::WavStream::open(f, rate).map_or(0.0, |w| w.source_duration_s())
                 })
                 .collect()

@@ -36,7 +36,8 @@ impl WhisperModel {
     pub fn open_dir(dir: &Path) -> Result<WhisperModel> {
         folder::check_files(dir)?;
         let config = WhisperConfig::load(&dir.join("config.json"))?;
-        let weights = Weights::load(dir.join("model.safetensors"))?;
+        let weights =
+            Weights::load(dir.join("model.safetensors")).map_err(|e| refetch_hint(e, dir))?;
         let f32_weights = Weights::from_tensors(
             &dir.join("model.safetensors").display().to_string(),
             weights.names().into_iter().filter_map(|n| {
@@ -159,5 +160,24 @@ impl WhisperNet<CpuRunners> {
         }
         out.sort_by_key(|e| std::cmp::Reverse(e.2));
         out
+    }
+}
+
+/// A weights file that does not parse is almost always a cut download: the
+/// error says how to fetch it again (the script checks and rebuilds the cache).
+fn refetch_hint(e: crate::Error, dir: &Path) -> crate::Error {
+    match e {
+        crate::Error::File { path, reason } if reason.starts_with("not a valid safetensors") => {
+            let name = dir
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            crate::Error::File {
+                path,
+                reason: format!(
+                    "{reason}: the file is damaged or cut short; fetch it again with `bash scripts/fetch_whisper.sh {name}` (it checks the cache and rebuilds it)"
+                ),
+            }
+        }
+        e => e,
     }
 }
