@@ -343,6 +343,7 @@ impl WhisperLive {
     /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
         let mut redo = false;
+        let mut kept = Vec::new();
         if self.text.is_some() {
             if !self.second_pass {
                 let update = self.stream_pulse(true)?;
@@ -354,6 +355,7 @@ impl WhisperLive {
             }
             // the buffer decoded whole makes the final line
             if let Some(ts) = &mut self.text {
+                kept = std::mem::take(&mut ts.kept);
                 ts.restart();
             }
         }
@@ -382,9 +384,24 @@ impl WhisperLive {
         }
         self.next_utterance();
         let words = std::mem::take(&mut self.utterance);
-        let committed_at_s = std::mem::take(&mut self.committed_at);
+        let mut committed_at_s = std::mem::take(&mut self.committed_at);
         if words.is_empty() {
             return Ok(None);
+        }
+        let mut shown_at_s = Vec::new();
+        if redo {
+            // the streamed words the second pass kept, in order from the
+            // start, stayed as they were committed and shown
+            shown_at_s.clone_from(&committed_at_s);
+            let same = words
+                .iter()
+                .zip(&kept)
+                .take_while(|(w, k)| same_word(&w.text, &k.0))
+                .count();
+            for (i, k) in kept.iter().take(same).enumerate() {
+                committed_at_s[i] = k.1;
+                shown_at_s[i] = k.2;
+            }
         }
         Ok(Some(Update {
             text: text_of(&words),
@@ -392,7 +409,7 @@ impl WhisperLive {
             words: trimmed(words),
             is_final: true,
             committed_at_s,
-            shown_at_s: Vec::new(),
+            shown_at_s,
         }))
     }
 
@@ -635,4 +652,15 @@ impl Update {
             }
         }
     }
+}
+
+/// Whether two words are the same, case and punctuation aside.
+fn same_word(a: &str, b: &str) -> bool {
+    let fold = |w: &str| {
+        w.chars()
+            .filter(|c| c.is_alphanumeric())
+            .flat_map(char::to_lowercase)
+            .collect::<String>()
+    };
+    fold(a) == fold(b)
 }

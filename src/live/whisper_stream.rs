@@ -52,6 +52,9 @@ pub(super) struct TextStream {
     /// [`crate::live::WhisperLiveOptions::untexted_speech_s`]): its final
     /// line comes from the second pass.
     pub(super) redo: bool,
+    /// With `redo`: the committed words, each with when it was committed
+    /// and first shown; those the second pass keeps keep their times.
+    pub(super) kept: Vec<(String, f64, f64)>,
 }
 
 impl TextStream {
@@ -100,6 +103,7 @@ impl TextStream {
             shown: Vec::new(),
             pulse: 2 * chunk * crate::whisper::graphs::HOP,
             redo: false,
+            kept: Vec::new(),
         })
     }
 
@@ -112,6 +116,7 @@ impl TextStream {
         self.shown_at.clear();
         self.shown.clear();
         self.redo = false;
+        self.kept.clear();
     }
 }
 
@@ -161,6 +166,11 @@ impl WhisperLive {
         ts.shown = shown;
         if last && decoder.looped() {
             ts.redo = true;
+            let (at, first) = (ts.committed_at.clone(), ts.shown_at.clone());
+            let kept = self.timed_words(&tokens, &at, &first)?;
+            if let Some(ts) = self.text.as_mut() {
+                ts.kept = kept;
+            }
             return Ok(None);
         }
         if last {
@@ -281,6 +291,10 @@ impl WhisperLive {
             .collect();
         if speech.is_some_and(|s| untexted_speech(s, &spans) > untexted_s) {
             ts.redo = true;
+            let kept = self.timed_words(&tokens, &committed_at, &shown_at)?;
+            if let Some(ts) = self.text.as_mut() {
+                ts.kept = kept;
+            }
             return Ok(None);
         }
         let (mut words, mut at, mut first) = (Vec::new(), Vec::new(), Vec::new());
@@ -323,6 +337,32 @@ impl WhisperLive {
             committed_at_s: said.iter().map(|s| s.1).collect(),
             shown_at_s: said.iter().map(|s| s.2).collect(),
         }))
+    }
+
+    /// The words of `tokens`, each with the times of its last token in
+    /// `at` and `first` (committed, first shown).
+    fn timed_words(
+        &self,
+        tokens: &[u32],
+        at: &[f64],
+        first: &[f64],
+    ) -> Result<Vec<(String, f64, f64)>> {
+        let language = self.text.as_ref().map_or("en", |t| t.language.as_str());
+        let (words, groups) = self.tokenizer.split_to_word_tokens(tokens, language)?;
+        let mut n = 0;
+        let mut out = Vec::new();
+        for (w, g) in words.into_iter().zip(groups) {
+            n += g.len();
+            if w.trim().is_empty() {
+                continue;
+            }
+            let last = n.saturating_sub(1);
+            let (Some(&a), Some(&f)) = (at.get(last), first.get(last)) else {
+                break;
+            };
+            out.push((w, a, f));
+        }
+        Ok(out)
     }
 
     /// Words of `tokens` (a partial line), each timed by nothing better
