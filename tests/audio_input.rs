@@ -55,7 +55,14 @@ fn a_piped_wav_with_unrecorded_sizes_gives_the_files_text() {
     // ffmpeg writes 0xFFFFFFFF, arecord 0x7FFFFFFF, others 0
     for size in [u32::MAX, 0x7FFF_FFFF, 0] {
         let (code, out, err) = pulsed_piped(
-            &["transcribe", "--format", "jsonl", "-"],
+            &[
+                "transcribe",
+                "--model",
+                "pulsed-en-ctc",
+                "--format",
+                "jsonl",
+                "-",
+            ],
             &with_sizes(&wav, size),
         );
         assert_eq!(code, 0, "size {size:#x}: {err}");
@@ -71,7 +78,7 @@ fn a_piped_wav_with_unrecorded_sizes_gives_the_files_text() {
 #[test]
 fn mic_reads_a_piped_wav() {
     let wav = with_sizes(&std::fs::read(HELLO).unwrap(), u32::MAX);
-    let (code, out, err) = pulsed_piped(&["mic", "--input", "-"], &wav);
+    let (code, out, err) = pulsed_piped(&["mic", "--model", "pulsed-en-ctc", "--input", "-"], &wav);
     assert_eq!(code, 0, "{err}");
     let text: String = out
         .lines()
@@ -87,14 +94,25 @@ fn a_cut_wav_is_transcribed_with_a_warning_and_refused_with_strict() {
     let wav = std::fs::read(HELLO).unwrap();
     let cut = d.join("cut.wav");
     std::fs::write(&cut, &wav[..wav.len() * 3 / 4 + 1]).unwrap();
-    let (code, out, err) = pulsed(&["transcribe", cut.to_str().unwrap()]);
+    let (code, out, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        cut.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(!out.trim().is_empty(), "no text: {err}");
     let warnings: Vec<_> = err.lines().filter(|l| l.contains("warning")).collect();
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(warnings[0].contains("cut.wav") && warnings[0].contains("truncated"));
 
-    let (code, out, err) = pulsed(&["transcribe", "--strict", cut.to_str().unwrap()]);
+    let (code, out, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        "--strict",
+        cut.to_str().unwrap(),
+    ]);
     assert_eq!(code, 1, "{out}");
     assert!(out.trim().is_empty(), "{out}");
     assert!(
@@ -158,13 +176,22 @@ fn folders_pick_up_compressed_files_and_opus_is_named() {
     std::fs::copy(HELLO, d.join("a.wav")).unwrap();
     std::fs::copy(fixture("fixtures/audio/dev00.flac"), d.join("b.FLAC")).unwrap();
     std::fs::write(d.join("notes.txt"), "not audio").unwrap();
-    let (code, out, err) = pulsed(&["transcribe", "--format", "jsonl", d.to_str().unwrap()]);
+    let (code, out, err) = pulsed(&[
+        "transcribe",
+        "--model",
+        "pulsed-en-ctc",
+        "--format",
+        "jsonl",
+        d.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
     assert!(out.contains("b.FLAC"), "{out}");
 
     let (code, _, err) = pulsed(&[
         "transcribe",
+        "--model",
+        "pulsed-en-ctc",
         fixture("fixtures/audio/dev00.opus").to_str().unwrap(),
     ]);
     assert_eq!(code, 1);
