@@ -344,6 +344,7 @@ impl WhisperLive {
     fn end_utterance(&mut self) -> Result<Option<Update>> {
         let mut redo = false;
         let mut kept = Vec::new();
+        let mut fallback = None;
         if self.text.is_some() {
             if !self.second_pass {
                 let update = self.stream_pulse(true)?;
@@ -356,6 +357,7 @@ impl WhisperLive {
             // the buffer decoded whole makes the final line
             if let Some(ts) = &mut self.text {
                 kept = std::mem::take(&mut ts.kept);
+                fallback = ts.fallback.take();
                 ts.restart();
             }
         }
@@ -373,6 +375,15 @@ impl WhisperLive {
         } else {
             None
         };
+        if redo && last.as_ref().is_none_or(|h| h.is_empty()) {
+            // the second pass has no text: the streamed line stands
+            let fallback = fallback.map(|(update, words)| {
+                self.remember(&words);
+                update
+            });
+            self.next_utterance();
+            return Ok(fallback);
+        }
         match last {
             Some(h) if second_pass && !h.is_empty() => self.replace_buffered(h),
             // the last decoding completes what was agreed (a second pass

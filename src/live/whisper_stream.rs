@@ -55,6 +55,10 @@ pub(super) struct TextStream {
     /// With `redo`: the committed words, each with when it was committed
     /// and first shown; those the second pass keeps keep their times.
     pub(super) kept: Vec<(String, f64, f64)>,
+    /// With `redo`: the streamed final line, which stands where the second
+    /// pass gives no text.
+    /// (Its words as the prompt's history takes them, untrimmed.)
+    pub(super) fallback: Option<(Update, Vec<Word>)>,
 }
 
 impl TextStream {
@@ -104,6 +108,7 @@ impl TextStream {
             pulse: 2 * chunk * crate::whisper::graphs::HOP,
             redo: false,
             kept: Vec::new(),
+            fallback: None,
         })
     }
 
@@ -117,6 +122,7 @@ impl TextStream {
         self.shown.clear();
         self.redo = false;
         self.kept.clear();
+        self.fallback = None;
     }
 }
 
@@ -164,17 +170,9 @@ impl WhisperLive {
             ts.shown_at.push(since);
         }
         ts.shown = shown;
-        if last && decoder.looped() {
-            ts.redo = true;
-            let (at, first) = (ts.committed_at.clone(), ts.shown_at.clone());
-            let kept = self.timed_words(&tokens, &at, &first)?;
-            if let Some(ts) = self.text.as_mut() {
-                ts.kept = kept;
-            }
-            return Ok(None);
-        }
         if last {
-            return self.stream_final(tokens, heard, offset, now);
+            let looped = decoder.looped();
+            return self.stream_final(tokens, heard, offset, now, looped);
         }
         // a pulse commits whole words: every committed word is stable
         let stable = self.token_words(&tokens, offset)?.len();
@@ -259,6 +257,7 @@ impl WhisperLive {
         heard: usize,
         offset: f64,
         now: f64,
+        looped: bool,
     ) -> Result<Option<Update>> {
         // where the VAD heard speech (none without one): from its start
         // (the buffer keeps a pre-roll before it) to its end, or now
@@ -289,14 +288,7 @@ impl WhisperLive {
             .filter(|t| !t.word.trim().is_empty())
             .map(|t| (t.start + offset, t.end + offset))
             .collect();
-        if speech.is_some_and(|s| untexted_speech(s, &spans) > untexted_s) {
-            ts.redo = true;
-            let kept = self.timed_words(&tokens, &committed_at, &shown_at)?;
-            if let Some(ts) = self.text.as_mut() {
-                ts.kept = kept;
-            }
-            return Ok(None);
-        }
+        let redo = looped || speech.is_some_and(|s| untexted_speech(s, &spans) > untexted_s);
         let (mut words, mut at, mut first) = (Vec::new(), Vec::new(), Vec::new());
         let mut n = 0;
         for t in timings {
@@ -317,52 +309,42 @@ impl WhisperLive {
             .filter(|(w, _)| !w.text.trim().is_empty())
             .map(|(w, (a, f))| (w, a, f))
             .collect();
-        for (w, _, _) in &said {
+        self.last_partial.clear();
+        let spoken: Vec<Word> = said.iter().map(|s| s.0.clone()).collect();
+        let update = if said.is_empty() {
+            None
+        } else {
+            let words = spoken.clone();
+            Some(Update {
+                text: self.tokenizer.decode(&tokens)?.trim().to_string(),
+                stable: words.len(),
+                words: trimmed(words),
+                is_final: true,
+                committed_at_s: said.iter().map(|s| s.1).collect(),
+                shown_at_s: said.iter().map(|s| s.2).collect(),
+            })
+        };
+        if redo {
+            // the second pass makes the line; this one stands if it has none
+            if let Some(ts) = self.text.as_mut() {
+                ts.redo = true;
+                ts.kept = said.into_iter().map(|(w, a, f)| (w.text, a, f)).collect();
+                ts.fallback = update.map(|u| (u, spoken));
+            }
+            return Ok(None);
+        }
+        self.remember(&spoken);
+        Ok(update)
+    }
+
+    /// Adds a final line's words to the prompt's history.
+    pub(super) fn remember(&mut self, words: &[Word]) {
+        for w in words {
             self.history.push_back(w.clone());
             if self.history.len() > super::whisper::HISTORY_WORDS {
                 self.history.pop_front();
             }
         }
-        self.last_partial.clear();
-        if said.is_empty() {
-            return Ok(None);
-        }
-        let text = self.tokenizer.decode(&tokens)?.trim().to_string();
-        let words: Vec<Word> = said.iter().map(|s| s.0.clone()).collect();
-        Ok(Some(Update {
-            text,
-            stable: words.len(),
-            words: trimmed(words),
-            is_final: true,
-            committed_at_s: said.iter().map(|s| s.1).collect(),
-            shown_at_s: said.iter().map(|s| s.2).collect(),
-        }))
-    }
-
-    /// The words of `tokens`, each with the times of its last token in
-    /// `at` and `first` (committed, first shown).
-    fn timed_words(
-        &self,
-        tokens: &[u32],
-        at: &[f64],
-        first: &[f64],
-    ) -> Result<Vec<(String, f64, f64)>> {
-        let language = self.text.as_ref().map_or("en", |t| t.language.as_str());
-        let (words, groups) = self.tokenizer.split_to_word_tokens(tokens, language)?;
-        let mut n = 0;
-        let mut out = Vec::new();
-        for (w, g) in words.into_iter().zip(groups) {
-            n += g.len();
-            if w.trim().is_empty() {
-                continue;
-            }
-            let last = n.saturating_sub(1);
-            let (Some(&a), Some(&f)) = (at.get(last), first.get(last)) else {
-                break;
-            };
-            out.push((w, a, f));
-        }
-        Ok(out)
     }
 
     /// Words of `tokens` (a partial line), each timed by nothing better
