@@ -112,11 +112,7 @@ impl WhisperWorker {
             segments.push(s);
             Ok(())
         };
-        let net = if self.opts.word_timestamps {
-            Network::Aligned(&mut *self.net)
-        } else {
-            Network::Plain(&mut *self.net)
-        };
+        let net = network(&mut self.net, self.opts.word_timestamps);
         let (tok, gen, opts) = (&self.tokenizer, &self.gen, &self.opts);
         let info = match &self.batched {
             Some((b, vad)) => {
@@ -167,11 +163,7 @@ impl WhisperWorker {
             segments[j].push(s);
             Ok(())
         };
-        let net = if self.opts.word_timestamps {
-            Network::Aligned(&mut *self.net)
-        } else {
-            Network::Plain(&mut *self.net)
-        };
+        let net = network(&mut self.net, self.opts.word_timestamps);
         let (tok, gen, opts) = (&self.tokenizer, &self.gen, &self.opts);
         let r = match &self.batched {
             Some((b, vad)) => {
@@ -279,5 +271,14 @@ fn done(t: Transcription) -> Outcome {
         duration_s: t.transcript.duration_s,
         transcript: t.transcript,
         extra,
+    }
+}
+
+/// The network as decoding takes it: with word times, or plain.
+fn network(net: &mut Net, word_timestamps: bool) -> Network<'_> {
+    if word_timestamps {
+        Network::Aligned(&mut **net)
+    } else {
+        Network::Plain(&mut **net)
     }
 }

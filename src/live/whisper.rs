@@ -342,25 +342,23 @@ impl WhisperLive {
     /// Decodes the buffer once more and makes the utterance final (see
     /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
-        let mut redo = false;
-        let mut kept = Vec::new();
-        let mut fallback = None;
+        // the streamed line, where the streamed text is doubtful
+        let mut held = None;
         if self.text.is_some() {
             if !self.second_pass {
                 let update = self.stream_pulse(true)?;
-                redo = self.text.as_ref().is_some_and(|ts| ts.redo);
-                if !redo {
+                held = self.text.as_mut().and_then(|ts| ts.held.take());
+                if held.is_none() {
                     self.next_utterance();
                     return Ok(update);
                 }
             }
             // the buffer decoded whole makes the final line
             if let Some(ts) = &mut self.text {
-                kept = std::mem::take(&mut ts.kept);
-                fallback = ts.fallback.take();
                 ts.restart();
             }
         }
+        let redo = held.is_some();
         let second_pass = (self.second_pass() || redo) && !self.buffer.is_empty();
         let last = if second_pass || self.since_decode > 0 {
             let (mut hypothesis, _) = self.decode(true)?;
@@ -375,14 +373,15 @@ impl WhisperLive {
         } else {
             None
         };
+        let held = held.and_then(|h| h.line);
         if redo && last.as_ref().is_none_or(|h| h.is_empty()) {
             // the second pass has no text: the streamed line stands
-            let fallback = fallback.map(|(update, words)| {
+            let line = held.map(|(update, words)| {
                 self.remember(&words);
                 update
             });
             self.next_utterance();
-            return Ok(fallback);
+            return Ok(line);
         }
         match last {
             Some(h) if second_pass && !h.is_empty() => self.replace_buffered(h),
@@ -404,14 +403,14 @@ impl WhisperLive {
             // the streamed words the second pass kept, in order from the
             // start, stayed as they were committed and shown
             shown_at_s.clone_from(&committed_at_s);
-            let same = words
-                .iter()
-                .zip(&kept)
-                .take_while(|(w, k)| same_word(&w.text, &k.0))
-                .count();
-            for (i, k) in kept.iter().take(same).enumerate() {
-                committed_at_s[i] = k.1;
-                shown_at_s[i] = k.2;
+            if let Some((line, _)) = &held {
+                let same = words
+                    .iter()
+                    .zip(&line.words)
+                    .take_while(|(w, k)| same_word(&w.text, &k.text))
+                    .count();
+                committed_at_s[..same].copy_from_slice(&line.committed_at_s[..same]);
+                shown_at_s[..same].copy_from_slice(&line.shown_at_s[..same]);
             }
         }
         Ok(Some(Update {

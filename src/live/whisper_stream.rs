@@ -50,15 +50,17 @@ pub(super) struct TextStream {
     /// The utterance's streamed text is doubtful (its decoding ended in a
     /// loop, [`StreamOptions::repeats`], or left speech without words,
     /// [`crate::live::WhisperLiveOptions::untexted_speech_s`]): its final
-    /// line comes from the second pass.
-    pub(super) redo: bool,
-    /// With `redo`: the committed words, each with when it was committed
-    /// and first shown; those the second pass keeps keep their times.
-    pub(super) kept: Vec<(String, f64, f64)>,
-    /// With `redo`: the streamed final line, which stands where the second
-    /// pass gives no text.
-    /// (Its words as the prompt's history takes them, untrimmed.)
-    pub(super) fallback: Option<(Update, Vec<Word>)>,
+    /// line comes from the second pass, and this one is held back.
+    pub(super) held: Option<Held>,
+}
+
+/// A streamed final line held back for the second pass: it stands where
+/// the second pass gives no text, and the words the second pass keeps
+/// keep its commit times.
+pub(super) struct Held {
+    /// The line (`None`: it has no words) and its words untrimmed, as the
+    /// prompt's history takes them.
+    pub(super) line: Option<(Update, Vec<Word>)>,
 }
 
 impl TextStream {
@@ -106,9 +108,7 @@ impl TextStream {
             shown_at: Vec::new(),
             shown: Vec::new(),
             pulse: 2 * chunk * crate::whisper::graphs::HOP,
-            redo: false,
-            kept: Vec::new(),
-            fallback: None,
+            held: None,
         })
     }
 
@@ -120,9 +120,7 @@ impl TextStream {
         self.committed_at.clear();
         self.shown_at.clear();
         self.shown.clear();
-        self.redo = false;
-        self.kept.clear();
-        self.fallback = None;
+        self.held = None;
     }
 }
 
@@ -327,9 +325,9 @@ impl WhisperLive {
         if redo {
             // the second pass makes the line; this one stands if it has none
             if let Some(ts) = self.text.as_mut() {
-                ts.redo = true;
-                ts.kept = said.into_iter().map(|(w, a, f)| (w.text, a, f)).collect();
-                ts.fallback = update.map(|u| (u, spoken));
+                ts.held = Some(Held {
+                    line: update.map(|u| (u, spoken)),
+                });
             }
             return Ok(None);
         }

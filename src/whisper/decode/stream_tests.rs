@@ -1,0 +1,353 @@
+//! The streaming decoder over a fake backend whose attention says where
+//! each token was spoken.
+
+use super::*;
+use crate::whisper::{AlignmentSource, WhisperBackend};
+
+const EOT: u32 = 50;
+const PROMPT: [u32; 2] = [60, 61];
+const FRAMES: usize = 1500;
+
+/// A decoder that reads `words` tokens, token `k` (1-based) spoken at
+/// encoder frame `10 k`; the position that predicts token `k` attends
+/// there (or, `loop_at`, back to frame 0 from that token on: a loop).
+struct Fake {
+    words: u32,
+    loop_at: Option<u32>,
+    /// From this token on, tokens 1, 2, 1, 2, ... with the attention
+    /// moving forward: a loop the backstep guard does not see.
+    repeat_at: Option<u32>,
+    /// Text positions fed: the sequence as the cache holds it.
+    seq: Vec<u32>,
+    /// Positions fed one token at a time, in order.
+    single: Vec<usize>,
+    recording: bool,
+    kept: Vec<f32>,
+}
+
+impl Fake {
+    fn new(words: u32) -> Fake {
+        Fake {
+            words,
+            loop_at: None,
+            repeat_at: None,
+            seq: Vec::new(),
+            single: Vec::new(),
+            recording: false,
+            kept: Vec::new(),
+        }
+    }
+
+    /// The next token after `seq` and the frame its predicting
+    /// position attends to.
+    fn next(&self, seq: &[u32]) -> (u32, usize) {
+        let said = seq.len() - PROMPT.len();
+        let k = said as u32 + 1;
+        if self.loop_at.is_some_and(|l| k >= l) {
+            return (1 + k % 2, 0);
+        }
+        if self.repeat_at.is_some_and(|r| k >= r) {
+            return (1 + (k + 1) % 2, 10 * k as usize);
+        }
+        if k > self.words {
+            (EOT, 10 * k as usize)
+        } else {
+            (k, 10 * k as usize)
+        }
+    }
+}
+
+impl WhisperBackend for Fake {
+    fn n_mels(&self) -> usize {
+        80
+    }
+    fn window_frames(&self) -> usize {
+        2 * FRAMES
+    }
+    fn vocab_size(&self) -> usize {
+        64
+    }
+    fn max_text_positions(&self) -> usize {
+        448
+    }
+    fn log_mel(&mut self, _audio: &[f32]) -> Result<Vec<f32>> {
+        Ok(Vec::new())
+    }
+    fn encode(&mut self, _windows: &[&[f32]]) -> Result<()> {
+        Ok(())
+    }
+    fn start(&mut self, _windows: &[usize]) -> Result<()> {
+        self.seq.clear();
+        Ok(())
+    }
+    fn rewind(&mut self, len: usize) -> Result<bool> {
+        assert!(len <= self.seq.len(), "rewind past the cache");
+        self.seq.truncate(len);
+        Ok(true)
+    }
+    fn feed(
+        &mut self,
+        tokens: &[u32],
+        n: usize,
+        _p: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        assert_eq!(tokens.len(), n);
+        if n == 1 {
+            self.single.push(self.seq.len());
+        }
+        for &t in tokens {
+            self.seq.push(t);
+            if self.recording {
+                let (_, at) = self.next(&self.seq);
+                let mut row = vec![0.0; FRAMES];
+                row[at.min(FRAMES - 1)] = 1.0;
+                self.kept.extend(row);
+            }
+        }
+        let (token, _) = self.next(&self.seq);
+        logits.clear();
+        logits.resize(64, 0.0);
+        logits[token as usize] = 10.0;
+        Ok(())
+    }
+    fn reorder(&mut self, _src: &[usize]) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl AlignmentSource for Fake {
+    fn cross_attention(
+        &mut self,
+        _w: usize,
+        _t: &[u32],
+        _h: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
+        unreachable!("the fake keeps attention as it decodes")
+    }
+    fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
+        self.recording = heads.is_some();
+        self.kept.clear();
+        true
+    }
+    fn take_attention(&mut self) -> Vec<Vec<f32>> {
+        vec![std::mem::take(&mut self.kept)]
+    }
+}
+
+fn spec(word_starts: Option<Vec<bool>>) -> StreamSpec {
+    StreamSpec {
+        prompt: PROMPT.to_vec(),
+        eot: EOT,
+        suppress: Vec::new(),
+        suppress_begin: Vec::new(),
+        heads: vec![(0, 0)],
+        word_starts: word_starts.map(std::sync::Arc::new),
+        keys: None,
+    }
+}
+
+fn decoder(o: StreamOptions) -> StreamDecoder {
+    StreamDecoder::new(spec(None), o).unwrap()
+}
+
+/// Every text token its own key.
+fn keyed(o: StreamOptions) -> StreamDecoder {
+    let keys = (0..64).map(|t| if t < EOT { t + 1 } else { 0 }).collect();
+    let spec = StreamSpec {
+        keys: Some(std::sync::Arc::new(keys)),
+        ..spec(None)
+    };
+    StreamDecoder::new(spec, o).unwrap()
+}
+
+/// Pulses every 32 frames up to `frames`, then the last one.
+fn stream(net: &mut Fake, d: &mut StreamDecoder, frames: usize) -> Vec<usize> {
+    let mut committed_after = Vec::new();
+    for heard in (32..frames).step_by(32) {
+        let before = d.committed().len();
+        let new = d.pulse(net, heard, false).unwrap();
+        assert_eq!(new, d.committed().len() - before, "the count of new tokens");
+        committed_after.push(d.committed().len());
+    }
+    d.pulse(net, frames, true).unwrap();
+    committed_after
+}
+
+/// A decoder over a fake of 12 tokens per way of feeding the committed
+/// prefix (kept in the cache, refilled), with options `o` otherwise.
+fn both_feeds(o: StreamOptions) -> [(bool, Fake, StreamDecoder); 2] {
+    [false, true].map(|refill| {
+        let o = StreamOptions {
+            refill,
+            ..o.clone()
+        };
+        (refill, Fake::new(12), decoder(o))
+    })
+}
+
+#[test]
+fn one_pulse_over_the_whole_audio_is_the_greedy_decoding() {
+    let mut net = Fake::new(12);
+    let mut d = decoder(StreamOptions::default());
+    d.pulse(&mut net, 200, true).unwrap();
+    assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
+    assert!(d.ended() && d.tentative().is_empty());
+    // every token fed once, after the prompt fed in one pass
+    assert_eq!((d.fed_batched, d.fed_single), (PROMPT.len(), 12));
+}
+
+#[test]
+fn pulses_commit_what_lies_a_margin_before_the_last_frame_heard() {
+    for (refill, mut net, mut d) in both_feeds(StreamOptions {
+        margin: 20,
+        ..StreamOptions::default()
+    }) {
+        let after = stream(&mut net, &mut d, 140);
+        for (i, &n) in after.iter().enumerate() {
+            let heard = 32 * (i + 1);
+            // token k peaks at 10 k: committed while 10 k + 20 < heard
+            let expect = (1..=12).filter(|k| 10 * k + 20 < heard).count();
+            assert_eq!(n, expect, "refill {refill}, heard {heard}");
+        }
+        assert_eq!(
+            d.committed(),
+            (1..=12).collect::<Vec<u32>>(),
+            "refill {refill}"
+        );
+    }
+}
+
+#[test]
+fn the_committed_prefix_is_not_fed_token_by_token_again() {
+    for (refill, mut net, mut d) in both_feeds(StreamOptions::default()) {
+        let pulses = stream(&mut net, &mut d, 140).len() + 1;
+        let mut seen = vec![0usize; 448];
+        for &p in &net.single {
+            seen[p] += 1;
+        }
+        // a position is fed alone once when its token is committed; with
+        // the cache kept, the last committed one is fed again at each
+        // pulse (its step reads the new frames) and nothing before it
+        let again: usize = seen.iter().map(|&n| n.saturating_sub(1)).sum();
+        if refill {
+            assert_eq!(again, 0);
+            assert_eq!(d.fed_single, 12);
+        } else {
+            assert!(
+                again < pulses,
+                "{again} repeated feeds over {pulses} pulses"
+            );
+            assert_eq!(
+                d.fed_batched,
+                PROMPT.len(),
+                "the prompt is fed in one pass, once"
+            );
+        }
+    }
+}
+
+#[test]
+fn tokens_past_the_first_uncommitted_one_are_shown_while_they_read_heard_audio() {
+    for (refill, mut net, mut d) in both_feeds(StreamOptions {
+        show: 3,
+        ..StreamOptions::default()
+    }) {
+        d.pulse(&mut net, 64, false).unwrap();
+        // committed while 10 k + 20 < 64; shown while 10 k < 64
+        assert_eq!(d.committed(), [1, 2, 3, 4]);
+        assert_eq!(d.tentative(), [5, 6]);
+        d.pulse(&mut net, 96, false).unwrap();
+        assert_eq!(d.committed(), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(d.tentative(), [8, 9]);
+        d.pulse(&mut net, 140, true).unwrap();
+        assert_eq!(
+            d.committed(),
+            (1..=12).collect::<Vec<u32>>(),
+            "refill {refill}"
+        );
+    }
+}
+
+#[test]
+fn a_pulse_commits_whole_words() {
+    // words of two tokens: odd ids start them
+    let starts: Vec<bool> = (0..64).map(|t| t % 2 == 1 || t >= EOT as usize).collect();
+    let mut net = Fake::new(12);
+    let mut d = StreamDecoder::new(spec(Some(starts)), StreamOptions::default()).unwrap();
+    // 10 k + 20 < 80 passes 1..=5; 6 continues 5's word, which waits
+    assert_eq!(d.pulse(&mut net, 80, false).unwrap(), 4);
+    assert_eq!(
+        (d.committed(), d.tentative()),
+        (&[1, 2, 3, 4][..], &[5, 6][..])
+    );
+    // 1..=6 pass, 7 starts a word: 5 and 6 are committed
+    assert_eq!(d.pulse(&mut net, 90, false).unwrap(), 2);
+    assert_eq!(d.committed(), [1, 2, 3, 4, 5, 6]);
+    d.pulse(&mut net, 140, true).unwrap();
+    assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
+}
+
+#[test]
+fn a_decoder_going_back_over_what_it_said_commits_nothing_more() {
+    let mut net = Fake::new(12);
+    net.loop_at = Some(6);
+    let mut d = decoder(StreamOptions::default());
+    stream(&mut net, &mut d, 140);
+    assert_eq!(d.committed(), (1..=5).collect::<Vec<u32>>());
+    assert!(d.ended());
+}
+
+#[test]
+fn a_phrase_said_a_third_time_is_not_committed_and_ends_the_decoding_as_a_loop() {
+    for refill in [false, true] {
+        let mut net = Fake::new(12);
+        net.repeat_at = Some(5);
+        let o = StreamOptions {
+            refill,
+            ..StreamOptions::default()
+        };
+        let mut d = keyed(o.clone());
+        stream(&mut net, &mut d, 200);
+        // 1 2 3 4 then 1 2 1 2 1 2 ...: the third "1 2" waits, and ends it
+        assert_eq!(
+            d.committed(),
+            [1, 2, 3, 4, 1, 2, 1, 2, 1],
+            "refill {refill}"
+        );
+        assert!(d.ended() && d.looped());
+        // the check off: the loop is committed until the audio ends
+        let mut net = Fake::new(12);
+        net.repeat_at = Some(5);
+        let mut d = keyed(StreamOptions { repeats: 0, ..o });
+        stream(&mut net, &mut d, 200);
+        assert!(d.committed().len() > 12 && !d.looped());
+    }
+}
+
+#[test]
+fn a_phrase_said_twice_is_committed() {
+    let mut net = Fake::new(12);
+    net.repeat_at = Some(5);
+    let mut d = keyed(StreamOptions::default());
+    // heard up to token 8 and its margin: 1 2 3 4 1 2 1 2, no third copy
+    d.pulse(&mut net, 10 * 8 + 21, false).unwrap();
+    assert_eq!(d.committed(), [1, 2, 3, 4, 1, 2, 1, 2]);
+    assert!(!d.looped());
+}
+
+#[test]
+fn one_word_said_three_times_is_speech_a_phrase_said_three_times_a_loop() {
+    let d = keyed(StreamOptions::default());
+    assert!(!d.loops(&[7, 1, 1], 1), "no, no, no");
+    assert!(d.loops(&[7, 1, 1, 1], 1));
+    assert!(!d.loops(&[2, 3, 2], 3));
+    assert!(d.loops(&[9, 2, 3, 2, 3, 2], 3));
+    // keys aside (punctuation): EOT's neighbours carry none
+    assert!(d.loops(&[2, 3, 60, 2, 3, 61, 2], 3));
+    assert!(!keyed(StreamOptions {
+        repeats: 0,
+        ..StreamOptions::default()
+    })
+    .loops(&[1; 8], 1));
+}
