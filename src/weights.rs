@@ -2,10 +2,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use half::{bf16, f16};
 use safetensors::{Dtype as StDtype, SafeTensors};
 
+use crate::ops::matmul::Int8Matrix;
 use crate::ops::{DType, Tensor};
 use crate::{Error, Result};
 
@@ -14,6 +16,9 @@ use crate::{Error, Result};
 pub struct Weights {
     file: String,
     tensors: HashMap<String, Tensor>,
+    /// Matrices also held as int8 ([`Weights::with_int8`]): a graph
+    /// builder that finds one here multiplies by it instead.
+    int8: HashMap<String, Arc<Int8Matrix>>,
 }
 
 impl Weights {
@@ -76,6 +81,7 @@ impl Weights {
         Ok(Weights {
             file: file.to_string(),
             tensors,
+            int8: HashMap::new(),
         })
     }
 
@@ -87,7 +93,26 @@ impl Weights {
         Weights {
             file: file.to_string(),
             tensors: tensors.into_iter().collect(),
+            int8: HashMap::new(),
         }
+    }
+
+    /// The same weights, with every 2-D float tensor whose name `pick`
+    /// takes also quantized to int8 (a scale per row).
+    pub fn with_int8(&self, pick: impl Fn(&str) -> bool) -> Result<Weights> {
+        let mut out = self.clone();
+        for (name, t) in &self.tensors {
+            if t.rank() == 2 && t.dtype().is_float() && pick(name) {
+                let q = Int8Matrix::from_tensor(t)?;
+                out.int8.insert(name.clone(), Arc::new(q));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The int8 form of matrix `name`, when [`Weights::with_int8`] made one.
+    pub fn int8(&self, name: &str) -> Option<Arc<Int8Matrix>> {
+        self.int8.get(name).cloned()
     }
 
     /// Names of all tensors, sorted.

@@ -27,6 +27,10 @@ pub struct TranscriberOptions {
     pub ctc_head: bool,
     /// How a Whisper checkpoint transcribes.
     pub whisper: WhisperOptions,
+    /// Weight-only int8 on the CPU: a Whisper checkpoint's linear layers
+    /// and output projection (a quarter of f32's bytes a decoder step
+    /// reads). Other families and GPU engines refuse it.
+    pub int8: bool,
 }
 
 impl Default for TranscriberOptions {
@@ -37,6 +41,7 @@ impl Default for TranscriberOptions {
             lm: LmChoice::default(),
             ctc_head: false,
             whisper: WhisperOptions::default(),
+            int8: false,
         }
     }
 }

@@ -44,7 +44,13 @@ impl Transcriber {
         opts: &TranscriberOptions,
         engine: Engine,
     ) -> Result<Transcriber> {
-        let model = match Family::of(spec, opts.ctc_head)? {
+        let family = Family::of(spec, opts.ctc_head)?;
+        if opts.int8 && family != Family::Whisper {
+            return Err(crate::Error::Other(
+                "int8 weights are for Whisper checkpoints (their decoders); use f32".into(),
+            ));
+        }
+        let model = match family {
             Family::Conformer => {
                 let dir = crate::models::ModelDir::find(spec);
                 let decoding = opts
@@ -62,6 +68,7 @@ impl Transcriber {
                 spec.unwrap_or(Path::new("")),
                 opts.beam,
                 &opts.whisper,
+                opts.int8,
                 engine,
             )?)),
             Family::WhisperCtc => Model::WhisperCtc(CtcJob::open(

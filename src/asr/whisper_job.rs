@@ -37,17 +37,21 @@ pub struct WhisperJob {
 impl WhisperJob {
     /// Loads the checkpoint `model` names and turns `a` into decoding
     /// options (`beam`: `None` is faster-whisper's default of 5); its
-    /// networks run on `engine`.
+    /// networks run on `engine`, with int8 linear layers when `int8`.
     pub fn open(
         model: &Path,
         beam: Option<usize>,
         a: &WhisperOptions,
+        int8: bool,
         engine: Engine,
     ) -> Result<WhisperJob> {
         let spec = model
             .to_str()
             .ok_or_else(|| Error::Other("--model: not a UTF-8 path".into()))?;
-        let model = WhisperModel::open(spec)?;
+        let mut model = WhisperModel::open(spec)?;
+        if int8 {
+            model = model.with_int8()?;
+        }
         let tokenizer = WhisperTokenizer::from_file(&model.dir.join("tokenizer.json"))?;
         let gen = GenerationConfig::load(&model.dir)?;
         let mut opts = if a.vad {

@@ -31,7 +31,8 @@ pub struct Args {
 
 /// `--model whisper-*`: one thread, the parts of a 30 s window's work
 /// timed apart (front end, encoder, a decoder step for 1 and 5 sequences,
-/// the output projection included), medians of `--reps`, then the encoder's
+/// the output projection included), medians of `--reps`, in f32 and with
+/// int8 weights side by side, then the encoder's
 /// time per op kind. With `--device cuda`, the same on the GPU in f32 and
 /// bf16, side by side with the CPU. A checkpoint that streams its encoder
 /// also gets its chunk step timed (`bench_streamed`).
@@ -62,6 +63,23 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         super::transcribe_bench::cpu_model()
     );
     let window = whisper_times("cpu", &mut w, &audio.samples, a.reps)?;
+    let int8 = model.clone().with_int8().map_err(|e| e.to_string())?;
+    let mut q = CpuWhisper::new(&int8).map_err(|e| e.to_string())?;
+    whisper_times("cpu int8 weights", &mut q, &audio.samples, a.reps)?;
+    for (label, net) in [("f32", &mut w), ("int8", &mut q)] {
+        net.time_nodes();
+        step_ms(net, 1, 1)?;
+        println!("  cpu decoder step (1 sequence, {label}) by op kind, 40 steps:");
+        for (_, op, t) in net
+            .node_times()
+            .into_iter()
+            .filter(|x| x.0 == "step")
+            .take(6)
+        {
+            println!("    {op:<20} {:8.2} ms", t.as_secs_f64() * 1000.0);
+        }
+    }
+    drop((q, int8));
     use super::device::Precision as P;
     let mut gpus = match a.device {
         super::device::Device::Cpu => vec![],

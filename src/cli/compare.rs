@@ -55,10 +55,10 @@ pub struct Args {
 impl Args {
     /// The GPU precision, the tolerance (its default per precision), the
     /// bf16 budget and the mode asked for.
-    fn settings(&self) -> Settings {
+    fn settings(&self) -> Result<Settings, String> {
         use pulsed::gpu::compare::CompareMode;
         use pulsed::gpu::Precision as P;
-        let p = self.precision.gpu();
+        let p = self.precision.gpu()?;
         let tol = self.tolerance.unwrap_or(match p {
             P::F32 => 1e-4,
             P::Bf16 => 1e-2,
@@ -69,12 +69,12 @@ impl Args {
         } else {
             CompareMode::Cumulative
         };
-        Settings {
+        Ok(Settings {
             p,
             tol,
             budget,
             mode,
-        }
+        })
     }
 }
 
@@ -108,7 +108,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     if let Ok(pulsed::asr::Family::Whisper) = pulsed::asr::Family::of(a.model.as_deref(), false) {
         return whisper(&a);
     }
-    let settings = a.settings();
+    let settings = a.settings()?;
     let Settings {
         p,
         tol,
@@ -279,7 +279,7 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
         .sot_sequence(multilingual, "en", Task::Transcribe)
         .map_err(|e| e.to_string())?;
     prompt.push(sp.no_timestamps);
-    let settings = a.settings();
+    let settings = a.settings()?;
     let Settings {
         p,
         tol,

@@ -1,4 +1,4 @@
-//! `--device cpu|cuda|auto` and `--precision f32|bf16`.
+//! `--device cpu|cuda|auto` and `--precision f32|bf16|int8`.
 
 use clap::ValueEnum;
 use pulsed::engine::Engine;
@@ -10,22 +10,31 @@ pub enum Device {
     Auto,
 }
 
-/// How floats are stored on the GPU.
+/// How weights (and on the GPU, activations) are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Precision {
     #[default]
     F32,
+    /// GPU: bf16 storage, f32 accumulation.
     Bf16,
+    /// CPU, Whisper: weight-only int8 linear layers and output projection.
+    Int8,
 }
 
-#[cfg(feature = "cuda")]
 impl Precision {
-    /// The GPU runner's precision of this choice.
-    pub fn gpu(self) -> pulsed::gpu::Precision {
+    /// The GPU runner's precision of this choice (int8 has none).
+    #[cfg(feature = "cuda")]
+    pub fn gpu(self) -> Result<pulsed::gpu::Precision, String> {
         match self {
-            Precision::F32 => pulsed::gpu::Precision::F32,
-            Precision::Bf16 => pulsed::gpu::Precision::Bf16,
+            Precision::F32 => Ok(pulsed::gpu::Precision::F32),
+            Precision::Bf16 => Ok(pulsed::gpu::Precision::Bf16),
+            Precision::Int8 => Err("--precision int8 runs on the CPU only".into()),
         }
+    }
+
+    /// Whether weights are int8 (the CPU's weight-only int8).
+    pub fn int8(self) -> bool {
+        self == Precision::Int8
     }
 }
 
@@ -38,7 +47,7 @@ fn gpu_engine(precision: Precision, tf32: bool) -> Result<Engine, String> {
     }
     Ok(Engine::Gpu {
         device,
-        options: GpuRunnerOptions::new(precision.gpu()),
+        options: GpuRunnerOptions::new(precision.gpu()?),
     })
 }
 
@@ -60,6 +69,8 @@ impl Device {
     pub fn engine_tf32(self, precision: Precision, tf32: bool) -> Result<Engine, String> {
         match self {
             Device::Cpu => Ok(Engine::Cpu),
+            // int8 is the CPU's: auto takes the CPU rather than refuse
+            Device::Auto if precision.int8() => Ok(Engine::Cpu),
             Device::Auto => match gpu_engine(precision, tf32) {
                 Ok(e) => {
                     eprintln!("device: {}", describe(&e));

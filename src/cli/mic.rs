@@ -90,7 +90,8 @@ pub struct Args {
     /// Where the encoder runs: a GPU when one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: super::device::Device,
-    /// How the GPU stores weights and activations.
+    /// How weights are stored: f32 or bf16 on the GPU; int8 (Whisper) on
+    /// the CPU.
     #[arg(long, value_enum, default_value = "f32")]
     precision: super::device::Precision,
     /// GPU f32: let matrix products use TF32 tensor cores (faster; each
@@ -128,6 +129,7 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
             decoding: a.decode.decoding(),
             ..WhisperOptions::default()
         },
+        int8: a.precision.int8(),
     };
     let engine = a.device.engine_tf32(a.precision, a.tf32)?;
     let t = Transcriber::open(a.model.as_deref(), &opts, engine).map_err(|e| e.to_string())?;

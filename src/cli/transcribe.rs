@@ -72,8 +72,9 @@ pub struct Args {
     /// one is usable (auto), or the one named.
     #[arg(long, value_enum, default_value = "auto")]
     device: Device,
-    /// How the GPU stores weights and activations (bf16: half the memory traffic,
-    /// f32 accumulation).
+    /// How weights are stored: on the GPU f32 or bf16 (half the memory
+    /// traffic, f32 accumulation); int8 runs a Whisper checkpoint's linear
+    /// layers from int8 weights on the CPU (a quarter of the bytes).
     #[arg(long, value_enum, default_value = "f32")]
     precision: Precision,
     /// GPU f32: let matrix products use TF32 tensor cores (faster; each
@@ -201,6 +202,7 @@ fn options(a: &Args) -> TranscriberOptions {
         lm: a.lm.choice(),
         ctc_head: a.ctc,
         whisper: a.whisper.options(a.format),
+        int8: a.precision.int8(),
     }
 }
 

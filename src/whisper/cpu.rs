@@ -2,9 +2,11 @@
 //! graphs run by the CPU runner, which takes any batch or prompt length.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use super::graphs::{self, DecoderShape};
 use super::net::{NetRunners, WhisperNet};
+use super::projection::Projection;
 use super::{folder, WhisperConfig};
 use crate::graph::{Runner, StepRunner};
 use crate::ops::kv_cache::KvCache;
@@ -22,6 +24,11 @@ pub struct WhisperModel {
     /// Every float tensor widened to f32 once, shared by the graphs of all
     /// workers (their constants point into it).
     pub f32_weights: Weights,
+    /// `f32_weights` with the linear layers also as int8, when
+    /// [`WhisperModel::with_int8`] made them: what CPU graphs build on.
+    int8: Option<Weights>,
+    /// The output projection networks share, made on first use.
+    projection: Arc<OnceLock<Arc<Projection>>>,
 }
 
 impl WhisperModel {
@@ -55,7 +62,54 @@ impl WhisperModel {
             config,
             weights,
             f32_weights,
+            int8: None,
+            projection: Arc::default(),
         })
+    }
+
+    /// The same checkpoint with weight-only int8 on the CPU: every linear
+    /// layer and the output projection (a scale per output row). A GPU
+    /// network of it is refused.
+    pub fn with_int8(mut self) -> Result<WhisperModel> {
+        let linear = |n: &str| {
+            n.ends_with("_proj.weight") || n.ends_with("fc1.weight") || n.ends_with("fc2.weight")
+        };
+        self.int8 = Some(self.f32_weights.with_int8(linear)?);
+        self.projection = Arc::default();
+        Ok(self)
+    }
+
+    /// Whether CPU networks of it run on int8 weights.
+    pub fn is_int8(&self) -> bool {
+        self.int8.is_some()
+    }
+
+    /// The weights CPU graphs are built from (int8 linears when set).
+    pub fn cpu_weights(&self) -> &Weights {
+        self.int8.as_ref().unwrap_or(&self.f32_weights)
+    }
+
+    /// The weights graphs on `engine` are built from.
+    pub fn weights_for(&self, engine: &crate::engine::Engine) -> &Weights {
+        match engine {
+            crate::engine::Engine::Cpu => self.cpu_weights(),
+            #[allow(unreachable_patterns)]
+            _ => &self.f32_weights,
+        }
+    }
+
+    /// The output projection every network of this model shares: the
+    /// embedding as stored, or int8 with [`WhisperModel::with_int8`].
+    pub(super) fn projection(&self) -> Result<Arc<Projection>> {
+        if let Some(p) = self.projection.get() {
+            return Ok(p.clone());
+        }
+        let e = self.embedding()?;
+        let p = Arc::new(match self.int8 {
+            Some(_) => Projection::int8(&e)?,
+            None => Projection::new(&e)?,
+        });
+        Ok(self.projection.get_or_init(|| p).clone())
     }
 
     /// The token embedding as stored, `[vocab, d]`: the output projection.
@@ -107,7 +161,7 @@ pub type CpuWhisper = WhisperNet<CpuRunners>;
 impl WhisperNet<CpuRunners> {
     /// Builds the graphs of `model`.
     pub fn new(model: &WhisperModel) -> Result<CpuWhisper> {
-        let (cfg, w) = (&model.config, &model.f32_weights);
+        let (cfg, w) = (&model.config, model.cpu_weights());
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
         let runners = CpuRunners {
             encoder: Runner::new(graphs::encoder(cfg, w)?)?,
@@ -116,7 +170,7 @@ impl WhisperNet<CpuRunners> {
             step: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
         };
         let rows = Runner::new(graphs::cross_kv_rows(cfg, w)?)?;
-        Ok(WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)?.with_cross_rows(rows))
+        Ok(WhisperNet::from_parts(cfg, runners, cache, model.projection()?)?.with_cross_rows(rows))
     }
 
     /// The encoder output of the last [`WhisperBackend::encode`] call,

@@ -81,7 +81,7 @@ impl EncoderStream {
         engine: &Engine,
         tail: Arc<Vec<f32>>,
     ) -> Result<EncoderStream> {
-        let (cfg, w) = (&model.config, &model.f32_weights);
+        let (cfg, w) = (&model.config, model.weights_for(engine));
         let ctx = streaming::context(cfg)?;
         let (m, d) = (cfg.num_mel_bins, cfg.d_model);
         // a chunk of audio a pulse, so that no encoder frame waits for more

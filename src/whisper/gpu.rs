@@ -248,6 +248,11 @@ impl WhisperNet<GpuRunners> {
         dev: Arc<GpuDevice>,
         options: &GpuRunnerOptions,
     ) -> Result<GpuWhisper> {
+        if model.is_int8() {
+            return Err(crate::Error::Other(
+                "int8 weights run on the CPU only: use --device cpu, or f32/bf16 on the GPU".into(),
+            ));
+        }
         let (cfg, w) = (&model.config, &model.f32_weights);
         // a stream of its own, so networks on other threads run concurrently
         let dev = dev.lane()?;
@@ -311,7 +316,7 @@ impl WhisperNet<GpuRunners> {
                 Some(_) => None,
             },
         };
-        WhisperNet::from_parts(cfg, runners, cache, &model.embedding()?)
+        WhisperNet::from_parts(cfg, runners, cache, model.projection()?)
     }
 
     /// Where the nodes of the decoder step run: `(gpu, cpu)` counts, once a

@@ -11,7 +11,7 @@ use crate::ops::conv::{Conv1d, ConvLayout};
 use crate::ops::copies_attention::CopiesAttention;
 use crate::ops::gather::Gather;
 use crate::ops::kv_cache::{CachedSelfAttention, CrossAttention, KvCache};
-use crate::ops::matmul::Linear;
+use crate::ops::matmul::{Int8Linear, Linear};
 use crate::ops::norm::LayerNorm;
 use crate::ops::right_copies::RightCopies;
 use crate::ops::shape::{Permute, Reshape, Slice, Squeeze};
@@ -55,7 +55,8 @@ impl Net<'_> {
         self.b.constant(name, t)
     }
 
-    /// `x · Wᵀ + b` from `{name}.weight` `[out, in]` and `{name}.bias`.
+    /// `x · Wᵀ + b` from `{name}.weight` `[out, in]` and `{name}.bias`;
+    /// int8 where the weights hold the matrix as int8.
     pub fn linear(
         &mut self,
         name: &str,
@@ -63,11 +64,24 @@ impl Net<'_> {
         (fan_in, fan_out): (usize, usize),
         bias: bool,
     ) -> Result<OutletId> {
-        let w = self.weight(&format!("{name}.weight"), &[fan_out, fan_in])?;
-        let mut ins = vec![x, w];
-        if bias {
-            ins.push(self.weight(&format!("{name}.bias"), &[fan_out])?);
+        let weight = format!("{name}.weight");
+        let bias = match bias {
+            true => Some(self.weight(&format!("{name}.bias"), &[fan_out])?),
+            false => None,
+        };
+        if let Some(w) = self.w.int8(&weight) {
+            if (w.rows(), w.cols()) != (fan_out, fan_in) {
+                return Err(crate::Error::Other(format!(
+                    "{weight}: int8 [{}, {}], expected [{fan_out}, {fan_in}]",
+                    w.rows(),
+                    w.cols()
+                )));
+            }
+            let ins: Vec<OutletId> = std::iter::once(x).chain(bias).collect();
+            return self.b.op(name, Int8Linear { w }, &ins);
         }
+        let w = self.weight(&weight, &[fan_out, fan_in])?;
+        let ins: Vec<OutletId> = [x, w].into_iter().chain(bias).collect();
         self.b.op(name, Linear, &ins)
     }
 

@@ -72,8 +72,9 @@ pub struct WhisperNet<R: NetRunners> {
     pub(super) cfg: WhisperConfig,
     pub(super) runners: R,
     pub(super) cache: KvCache,
-    /// The output projection (the token embedding, as stored).
-    projection: Projection,
+    /// The output projection (the token embedding), shared by the model's
+    /// networks.
+    projection: std::sync::Arc<Projection>,
     rows: Vec<f32>,
     /// The cross-attention keys and values of a few encoder frames
     /// ([`super::graphs::cross_kv_rows`]), on the CPU whatever the engine.
@@ -122,13 +123,13 @@ impl<R: NetRunners> WhisperNet<R> {
         cfg: &WhisperConfig,
         runners: R,
         cache: KvCache,
-        embedding: &Tensor,
+        projection: std::sync::Arc<Projection>,
     ) -> Result<WhisperNet<R>> {
         Ok(WhisperNet {
             cfg: cfg.clone(),
             runners,
             cache,
-            projection: Projection::new(embedding)?,
+            projection,
             rows: Vec::new(),
             cross_rows: None,
         })

@@ -77,7 +77,8 @@ pub struct Args {
     /// usable).
     #[arg(long, value_enum)]
     device: Option<super::device::Device>,
-    /// Whisper on a GPU: how weights and activations are stored.
+    /// How Whisper's weights are stored: f32 or bf16 on the GPU; int8 on
+    /// the CPU.
     #[arg(long, value_enum, default_value = "f32")]
     precision: super::device::Precision,
     /// GPU f32: let matrix products use TF32 tensor cores (faster; each
@@ -250,6 +251,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         lm: a.lm.choice(),
         ctc_head: a.ctc,
         whisper: a.whisper.options(pulsed::output::Format::Text),
+        int8: a.precision.int8(),
     };
     let t = Transcriber::open(a.model.as_deref(), &opts, engine).map_err(|e| e.to_string())?;
     if a.live {

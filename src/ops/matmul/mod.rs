@@ -24,7 +24,10 @@ use crate::op_common;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod int8;
 mod linear;
+
+pub use int8::{Int8Linear, Int8Matrix};
 
 /// `a · b` over the last two axes, leading (batch) axes broadcast numpy-style.
 ///
