@@ -170,3 +170,47 @@ fn copies_step_allocs(chunk: usize, left: usize, right: usize) -> usize {
         }
     })
 }
+
+/// Whisper tiny.en's CPU decoder step (f32 and int8 weights): after a
+/// prompt and a few steps, a step over one new token allocates nothing.
+#[test]
+fn whisper_decoder_step_allocates_nothing() {
+    use pulsed::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
+    let Ok(model) = WhisperModel::open("whisper-tiny.en") else {
+        panic!("whisper-tiny.en is not in the model cache: bash scripts/fetch_whisper.sh whisper-tiny.en");
+    };
+    for model in [model.clone(), model.with_int8().unwrap()] {
+        let mut w = CpuWhisper::new(&model).unwrap();
+        let audio = vec![0f32; 16_000];
+        let mel = w.log_mel(&audio).unwrap();
+        let (m, frames, wf) = (w.n_mels(), mel.len() / w.n_mels(), w.window_frames());
+        let mut window = vec![0f32; m * wf];
+        for k in 0..m {
+            window[k * wf..k * wf + frames.min(wf)]
+                .copy_from_slice(&mel[k * frames..k * frames + frames.min(wf)]);
+        }
+        w.encode(&[&window]).unwrap();
+        w.start(&[0]).unwrap();
+        let mut logits = Vec::new();
+        w.feed(&[50257, 50362], 2, &[1], &mut logits).unwrap();
+        let mut token = 1000u32;
+        let mut step = |w: &mut CpuWhisper| {
+            w.feed(&[token], 1, &[0], &mut logits).unwrap();
+            token += 7;
+        };
+        for _ in 0..3 {
+            step(&mut w);
+        }
+        let n = count_allocs(|| {
+            for _ in 0..5 {
+                step(&mut w);
+            }
+        });
+        assert_eq!(
+            n,
+            0,
+            "int8 {}: {n} allocations in 5 decoder steps",
+            model.is_int8()
+        );
+    }
+}

@@ -13,7 +13,7 @@ use super::WhisperConfig;
 use crate::graph::StepRunner;
 use crate::ops::kv_cache::KvCache;
 use crate::ops::top_tokens::{RowRules, ROW_PARAMS};
-use crate::ops::{OpError, Tensor};
+use crate::ops::{DType, OpError, Tensor};
 use crate::{Error, Result};
 
 /// The runners of one network's graphs, for the sizes decoding asks for.
@@ -76,6 +76,8 @@ pub struct WhisperNet<R: NetRunners> {
     /// networks.
     projection: std::sync::Arc<Projection>,
     rows: Vec<f32>,
+    /// The decoder's token ids and positions, rewritten each call.
+    inputs: (Tensor, Tensor),
     /// The cross-attention keys and values of a few encoder frames
     /// ([`super::graphs::cross_kv_rows`]), on the CPU whatever the engine.
     cross_rows: Option<crate::graph::Runner>,
@@ -131,6 +133,7 @@ impl<R: NetRunners> WhisperNet<R> {
             cache,
             projection,
             rows: Vec::new(),
+            inputs: (Tensor::empty(), Tensor::empty()),
             cross_rows: None,
         })
     }
@@ -143,22 +146,28 @@ impl<R: NetRunners> WhisperNet<R> {
     }
 
     /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
+    /// Its inputs are written into tensors kept from the last call, so that
+    /// a step allocates nothing.
     fn run_decoder(&mut self, tokens: &[u32], batch: usize, n: usize) -> Result<()> {
         let past = self.cache.len() as i64;
-        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let (shape, s, dims, ids) = if n == 1 {
+        let (shape, s, dims) = if n == 1 {
             let rows = self.runners.step_rows(batch);
-            let mut ids = ids;
-            ids.resize(rows, 0);
-            (DecoderShape::Step, rows, vec![rows, 1], ids)
+            (DecoderShape::Step, rows, [rows, 1])
         } else {
-            (DecoderShape::Prompt, n, vec![1, n], ids)
+            (DecoderShape::Prompt, n, [1, n])
         };
-        let tokens = Tensor::from_vec(dims, ids)?;
-        let positions = Tensor::from_vec(vec![n], (past..past + n as i64).collect::<Vec<_>>())?;
-        self.runners
-            .decoder(shape, s)?
-            .step(&[&tokens, &positions])?;
+        let (ids, positions) = &mut self.inputs;
+        ids.ensure(DType::I64, &dims);
+        let v = ids.as_slice_mut::<i64>()?;
+        v.fill(0);
+        for (d, &t) in v.iter_mut().zip(tokens) {
+            *d = t as i64;
+        }
+        positions.ensure(DType::I64, &[n]);
+        for (i, p) in positions.as_slice_mut::<i64>()?.iter_mut().enumerate() {
+            *p = past + i as i64;
+        }
+        self.runners.decoder(shape, s)?.step(&[ids, positions])?;
         Ok(self.cache.advance(n)?)
     }
 

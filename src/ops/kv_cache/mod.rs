@@ -578,7 +578,9 @@ impl Op for CachedSelfAttention {
         let out = outputs[0].as_slice_mut::<f32>()?;
         let dh = width / self.heads;
         let scale = 1.0 / (dh as f32).sqrt();
-        let w = scratch.one(past + n);
+        // sized for the whole cache at once, not grown a token at a time
+        // (a decoder step allocates nothing)
+        let w = &mut scratch.one(cap)[..past + n];
         let (kc, vc) = (&st.self_k[layer], &st.self_v[layer]);
         for s in 0..b {
             for i in 0..n {
