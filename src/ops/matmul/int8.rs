@@ -1,6 +1,7 @@
 //! Weight-only int8: a PyTorch-layout weight `[out, in]` stored as int8
-//! with one f32 scale per output row, and `Int8Linear`, the `Linear` that
-//! runs on it.
+//! with an f32 scale per group of inputs of each output row (the whole row,
+//! or fewer where a few large inputs would leave the rest coarse), and
+//! `Int8Linear`, the `Linear` that runs on it.
 //!
 //! A decoder step multiplies one row (or a beam's few) by every weight, so
 //! its speed is the bytes it reads: int8 reads a quarter of f32's. Few rows
@@ -22,13 +23,15 @@ use crate::ops::{
 /// weight into scratch first (a beam of 5 reads int8).
 const DIRECT_ROWS: usize = 8;
 
-/// A `[rows, cols]` matrix as int8 with a scale per row:
-/// `w[r][c] ≈ scale[r] * q[r][c]`, `|q| <= 127`.
+/// A `[rows, cols]` matrix as int8 with a scale per `group` columns of a
+/// row: `w[r][c] ≈ scale[r][c / group] * q[r][c]`, `|q| <= 127`.
 #[derive(Clone, PartialEq)]
 pub struct Int8Matrix {
     rows: usize,
     cols: usize,
+    group: usize,
     q: Vec<i8>,
+    /// `[rows, cols / group]`
     scale: Vec<f32>,
 }
 
@@ -42,27 +45,31 @@ impl Int8Matrix {
     /// Row-major `w` of `rows x cols`, each row scaled by its largest
     /// magnitude (symmetric, round to nearest).
     pub fn quantize(w: &[f32], rows: usize, cols: usize) -> Int8Matrix {
+        Int8Matrix::quantize_groups(w, rows, cols, cols)
+    }
+
+    /// As [`Int8Matrix::quantize`], a scale per `group` columns (`group`
+    /// divides `cols`; `cols` itself is a scale per row).
+    pub fn quantize_groups(w: &[f32], rows: usize, cols: usize, group: usize) -> Int8Matrix {
         assert_eq!(w.len(), rows * cols, "quantize: {rows} x {cols} weight");
+        let group = group.max(1);
+        assert!(cols.is_multiple_of(group), "quantize: group {group} of {cols}");
         let mut q = vec![0i8; rows * cols];
-        let mut scale = vec![0f32; rows];
-        for (r, (src, dst)) in w
-            .chunks(cols.max(1))
-            .zip(q.chunks_mut(cols.max(1)))
-            .enumerate()
-        {
+        let mut scale = vec![0f32; rows * cols / group];
+        for ((src, dst), s) in w.chunks(group).zip(q.chunks_mut(group)).zip(&mut scale) {
             let max = src.iter().fold(0f32, |m, x| m.max(x.abs()));
             if max == 0.0 || !max.is_finite() {
                 continue;
             }
-            let s = max / 127.0;
-            scale[r] = s;
+            *s = max / 127.0;
             for (d, x) in dst.iter_mut().zip(src) {
-                *d = (x / s).round().clamp(-127.0, 127.0) as i8;
+                *d = (x / *s).round().clamp(-127.0, 127.0) as i8;
             }
         }
         Int8Matrix {
             rows,
             cols,
+            group,
             q,
             scale,
         }
@@ -70,17 +77,23 @@ impl Int8Matrix {
 
     /// A float tensor `[rows, cols]`, quantized.
     pub fn from_tensor(t: &Tensor) -> OpResult<Int8Matrix> {
-        if t.rank() != 2 {
+        Int8Matrix::from_tensor_groups(t, t.shape().get(1).copied().unwrap_or(1))
+    }
+
+    /// A float tensor `[rows, cols]`, quantized in groups of `group` columns.
+    pub fn from_tensor_groups(t: &Tensor, group: usize) -> OpResult<Int8Matrix> {
+        if t.rank() != 2 || group == 0 || !t.shape()[1].is_multiple_of(group) {
             return Err(OpError::Shape(format!(
-                "int8 weight must be [out, in], got {:?}",
+                "int8 weight must be [out, in] in groups of {group} inputs, got {:?}",
                 t.shape()
             )));
         }
         let w = t.cast(DType::F32).contiguous();
-        Ok(Int8Matrix::quantize(
+        Ok(Int8Matrix::quantize_groups(
             w.as_slice::<f32>()?,
             t.shape()[0],
             t.shape()[1],
+            group,
         ))
     }
 
@@ -100,8 +113,8 @@ impl Int8Matrix {
     /// The f32 weight it stands for, row-major, into `out`.
     pub fn widen_into(&self, out: &mut [f32]) {
         for ((dst, src), s) in out
-            .chunks_mut(self.cols.max(1))
-            .zip(self.q.chunks(self.cols.max(1)))
+            .chunks_mut(self.group)
+            .zip(self.q.chunks(self.group))
             .zip(&self.scale)
         {
             for (d, &q) in dst.iter_mut().zip(src) {
@@ -123,10 +136,12 @@ impl Int8Matrix {
             {
                 if is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("fma")
-                    && k.is_multiple_of(16)
+                    && self.group.is_multiple_of(16)
                 {
-                    // SAFETY: the features were just detected; k is a multiple of 16.
-                    unsafe { avx2::group(rows, &self.q, &self.scale, k, n, r0, out) };
+                    // SAFETY: the features were just detected; the group
+                    // (and so k) is a multiple of 16.
+                    let w = (&self.q[..], &self.scale[..], self.group);
+                    unsafe { avx2::group(rows, w, k, n, r0, out) };
                     continue;
                 }
             }
@@ -143,11 +158,18 @@ impl Int8Matrix {
 
     /// Up to four rows of `x` against every row of `w`, in plain Rust.
     fn group(&self, rows: &[f32], r0: usize, out: &mut [f32]) {
-        let (k, n) = (self.cols, self.rows);
-        for (t, (q, s)) in self.q.chunks(k).zip(&self.scale).enumerate() {
+        let (k, n, g) = (self.cols, self.rows, self.group);
+        let per_row = k / g;
+        for (t, q) in self.q.chunks(k).enumerate() {
+            let scales = &self.scale[t * per_row..(t + 1) * per_row];
             for (r, row) in rows.chunks(k).enumerate() {
-                let dot: f32 = row.iter().zip(q).map(|(x, &q)| x * q as f32).sum();
-                out[(r0 + r) * n + t] = dot * s;
+                let dot: f32 = row
+                    .chunks(g)
+                    .zip(q.chunks(g))
+                    .zip(scales)
+                    .map(|((x, q), s)| s * x.iter().zip(q).map(|(x, &q)| x * q as f32).sum::<f32>())
+                    .sum();
+                out[(r0 + r) * n + t] = dot;
             }
         }
     }
@@ -165,42 +187,50 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    /// Up to four rows of `k` (a multiple of 16) against every row of the
-    /// int8 weight `q [n, k]`, sixteen weights widened per load.
+    /// Up to four rows of `k` against every row of the int8 weight
+    /// `q [n, k]` with a scale per `g` (a multiple of 16) of a row, sixteen
+    /// weights widened per load.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn group(
         rows: &[f32],
-        q: &[i8],
-        scale: &[f32],
+        (q, scale, g): (&[i8], &[f32], usize),
         k: usize,
         n: usize,
         r0: usize,
         out: &mut [f32],
     ) {
         let m = rows.len() / k;
-        assert!(m <= 4 && k.is_multiple_of(16) && q.len() >= n * k && scale.len() >= n);
+        assert!(m <= 4 && g.is_multiple_of(16) && k.is_multiple_of(g));
+        assert!(q.len() >= n * k && scale.len() >= n * (k / g));
         assert!(out.len() >= (r0 + m) * n);
         let (rp, qp) = (rows.as_ptr(), q.as_ptr());
         for t in 0..n {
-            let mut lo = [_mm256_setzero_ps(); 4];
-            let mut hi = [_mm256_setzero_ps(); 4];
-            for c in (0..k).step_by(16) {
-                // SAFETY: t * k + c + 16 <= n * k <= q.len().
-                let b = unsafe { _mm_loadu_si128(qp.add(t * k + c) as *const __m128i) };
-                let w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-                let w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+            let mut tot = [_mm256_setzero_ps(); 4];
+            for (gi, c0) in (0..k).step_by(g).enumerate() {
+                let mut lo = [_mm256_setzero_ps(); 4];
+                let mut hi = [_mm256_setzero_ps(); 4];
+                for c in (c0..c0 + g).step_by(16) {
+                    // SAFETY: t * k + c + 16 <= n * k <= q.len().
+                    let b = unsafe { _mm_loadu_si128(qp.add(t * k + c) as *const __m128i) };
+                    let w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+                    let w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+                    for r in 0..m {
+                        // SAFETY: r * k + c + 16 <= m * k = rows.len().
+                        let (x0, x1) = unsafe {
+                            let p = rp.add(r * k + c);
+                            (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+                        };
+                        lo[r] = _mm256_fmadd_ps(x0, w0, lo[r]);
+                        hi[r] = _mm256_fmadd_ps(x1, w1, hi[r]);
+                    }
+                }
+                let s = _mm256_set1_ps(scale[t * (k / g) + gi]);
                 for r in 0..m {
-                    // SAFETY: r * k + c + 16 <= m * k = rows.len().
-                    let (x0, x1) = unsafe {
-                        let p = rp.add(r * k + c);
-                        (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
-                    };
-                    lo[r] = _mm256_fmadd_ps(x0, w0, lo[r]);
-                    hi[r] = _mm256_fmadd_ps(x1, w1, hi[r]);
+                    tot[r] = _mm256_fmadd_ps(_mm256_add_ps(lo[r], hi[r]), s, tot[r]);
                 }
             }
             for r in 0..m {
-                out[(r0 + r) * n + t] = hsum(_mm256_add_ps(lo[r], hi[r])) * scale[t];
+                out[(r0 + r) * n + t] = hsum(tot[r]);
             }
         }
     }
@@ -379,11 +409,31 @@ mod tests {
     }
 
     #[test]
+    fn a_scale_per_group_keeps_small_weights_beside_a_large_one() {
+        let (n, k) = (2, 32);
+        let mut w = values(n * k, 1.0);
+        w[16] = 50.0; // one large input of row 0, in its second group
+        let (row, grouped) = (
+            Int8Matrix::quantize(&w, n, k),
+            Int8Matrix::quantize_groups(&w, n, k, 16),
+        );
+        let err = |q: &Int8Matrix| {
+            let mut back = vec![0f32; n * k];
+            q.widen_into(&mut back);
+            w[..16].iter().zip(&back[..16]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)
+        };
+        assert!(err(&grouped) <= 1.0 / 254.0 + 1e-6, "{}", err(&grouped));
+        assert!(err(&row) > 10.0 * err(&grouped));
+        assert_eq!(grouped.bytes(), n * k + 4 * n * 2);
+    }
+
+    #[test]
     fn products_from_the_int8_bytes_equal_the_widened_weights_product() {
-        // k = 48 takes the AVX2 kernel where there is one, k = 20 plain Rust
-        for k in [48, 20] {
+        // groups of 16 and 48 take the AVX2 kernel where there is one,
+        // rows of 20 and groups of 8 plain Rust
+        for (k, g) in [(48, 48), (48, 16), (20, 20), (32, 8)] {
             let n = 11;
-            let w = Int8Matrix::quantize(&values(n * k, 2.0), n, k);
+            let w = Int8Matrix::quantize_groups(&values(n * k, 2.0), n, k, g);
             for m in 1..=9 {
                 let x = values(m * k, 3.0 + m as f32);
                 let mut out = vec![0f32; m * n];
