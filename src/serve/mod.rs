@@ -25,6 +25,7 @@ mod session_config;
 mod state;
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +39,9 @@ use crate::asr::{LiveSettings, Transcriber};
 pub use auth::same_secret;
 pub use metrics::Metrics;
 pub use state::AppState;
+
+/// How long a stopping server waits for its live sessions to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// How the server runs; `pulsed serve`'s flags.
 #[derive(Debug, Clone)]
@@ -110,10 +114,19 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let state = Arc::new(AppState::new(transcriber, options, stopped));
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(async move {
             shutdown.await;
             let _ = stop.send(true);
         })
-        .await
+        .await?;
+    // upgraded connections outlive the server's own wait: give the live
+    // sessions time to send their last lines and close
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    while state.metrics.streams_active.load(Ordering::Relaxed) > 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
