@@ -1,5 +1,6 @@
 //! A small load check for `pulsed serve`: N Realtime clients, each
-//! replaying a WAV (looped) at real-time pace in 20 ms appends for a given
+//! replaying a WAV (looped, a second of silence after each replay) at
+//! real-time pace in 20 ms appends for a given
 //! time, then committing. Prints word latency (the append that held a
 //! word's last sample -> the `completed` event holding the word),
 //! completed lines, and errors by code.
@@ -21,7 +22,10 @@ use tokio_tungstenite::tungstenite::Message;
 /// What all clients saw.
 #[derive(Default)]
 struct Tally {
+    /// Word end -> the `completed` event holding the word.
     latencies: Vec<f64>,
+    /// Word end -> the first delta holding the word.
+    delta_latencies: Vec<f64>,
     lines: usize,
     errors: BTreeMap<String, usize>,
     failed_clients: usize,
@@ -35,7 +39,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let clients: usize = clients.parse()?;
     let seconds: f64 = seconds.parse()?;
-    let samples = pulsed::audio::load(std::path::Path::new(wav), 16_000)?.samples;
+    let mut samples = pulsed::audio::load(std::path::Path::new(wav), 16_000)?.samples;
+    // a pause after each replay, so that the endpointer ends the line
+    samples.extend(std::iter::repeat_n(0.0, 16_000));
     let blocks: Arc<Vec<String>> = Arc::new(
         samples
             .chunks(320)
@@ -65,23 +71,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.await?;
     }
     let mut t = tally.lock().unwrap();
-    t.latencies.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        let n = t.latencies.len();
-        if n == 0 {
-            f64::NAN
-        } else {
-            t.latencies[((n as f64 * p) as usize).min(n - 1)]
+    let quantiles = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1)));
+        match (q(0.5), q(0.9), q(0.99), v.last()) {
+            (Some(a), Some(b), Some(c), Some(d)) => {
+                format!("p50 {a:.3} s, p90 {b:.3} s, p99 {c:.3} s, max {d:.3} s")
+            }
+            _ => "none".to_string(),
         }
     };
+    let completed = quantiles(&mut t.latencies);
+    let delta = quantiles(&mut t.delta_latencies);
     println!(
-        "{clients} clients x {seconds} s: {} lines, {} words, word latency p50 {:.3} s, p90 {:.3} s, p99 {:.3} s, max {:.3} s; failed clients {}; errors {:?}",
+        "{clients} clients x {seconds} s: {} lines, {} words; word end -> delta: {delta}; \
+         word end -> completed: {completed}; failed clients {}; errors {:?}",
         t.lines,
         t.latencies.len(),
-        q(0.5),
-        q(0.9),
-        q(0.99),
-        t.latencies.last().copied().unwrap_or(f64::NAN),
         t.failed_clients,
         t.errors
     );
@@ -104,6 +110,8 @@ async fn client(
     let committed = std::sync::atomic::AtomicBool::new(false);
     let reader = {
         let sent = sent.clone();
+        // when each word of the open item first came in a delta
+        let mut shown: Vec<Instant> = Vec::new();
         let committed = &committed;
         async move {
             while let Some(msg) = rx.next().await {
@@ -111,17 +119,30 @@ async fn client(
                 let ev: Value = serde_json::from_str(t.as_str()).unwrap_or_default();
                 let now = Instant::now();
                 match ev["type"].as_str().unwrap_or_default() {
+                    "conversation.item.input_audio_transcription.delta" => {
+                        let n = ev["delta"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .split_whitespace()
+                            .count();
+                        shown.extend(std::iter::repeat_n(now, n));
+                    }
                     "conversation.item.input_audio_transcription.completed" => {
                         let sent = sent.lock().unwrap();
                         let mut t = tally.lock().unwrap();
                         t.lines += 1;
-                        for w in ev["words"].as_array().into_iter().flatten() {
+                        for (i, w) in ev["words"].as_array().into_iter().flatten().enumerate() {
                             let end = w["end"].as_f64().unwrap_or(0.0);
                             let block = ((end * 50.0).ceil() as usize).saturating_sub(1);
                             if let Some(at) = sent.get(block.min(sent.len().saturating_sub(1))) {
                                 t.latencies.push(now.duration_since(*at).as_secs_f64());
+                                if let Some(d) = shown.get(i) {
+                                    t.delta_latencies
+                                        .push(d.saturating_duration_since(*at).as_secs_f64());
+                                }
                             }
                         }
+                        shown.clear();
                         if committed.load(std::sync::atomic::Ordering::SeqCst) {
                             break; // the commit's answer
                         }
