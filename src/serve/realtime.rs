@@ -77,13 +77,15 @@ struct Live {
     fed: u64,
     /// Samples it reported dropped so far.
     dropped: u64,
+    /// Whether its partial lines carry committed words (Whisper).
+    commits_words: bool,
 }
 
 /// The utterance being transcribed.
 struct Item {
     id: String,
-    /// The words sent as deltas so far.
-    sent: Vec<String>,
+    /// The text sent as deltas so far.
+    sent: String,
 }
 
 struct Connection {
@@ -339,13 +341,18 @@ impl Connection {
             settings.vad = false;
         }
         // a Whisper session builds its network: not on the executor
-        let started = tokio::task::spawn_blocking(move || t.live(settings)?.start()).await;
+        let started = tokio::task::spawn_blocking(move || {
+            let setup = t.live(settings)?;
+            setup.start().map(|s| (s, setup.commits_words()))
+        })
+        .await;
         match started {
-            Ok(Ok((lt, input))) => Ok(Live {
+            Ok(Ok(((lt, input), commits_words))) => Ok(Live {
                 lt,
                 input,
                 fed: 0,
                 dropped: 0,
+                commits_words,
             }),
             Ok(Err(e)) => {
                 self.fail(&format!("the live session cannot start: {e}"))
@@ -385,11 +392,16 @@ impl Connection {
 
     async fn on_live(&mut self, event: LiveEvent) -> Result<(), End> {
         match event {
-            LiveEvent::Partial { words, stable, .. } => {
+            LiveEvent::Partial {
+                text,
+                words,
+                stable,
+                ..
+            } => {
                 self.open_item(&words).await?;
-                // the last word may still grow ("hel" -> "hello"): wait for it
-                let keep = stable.max(words.len().saturating_sub(1)).min(words.len());
-                self.send_delta(&words[..keep]).await
+                let commits = self.live.as_ref().is_some_and(|l| l.commits_words);
+                let settled = settled_text(&text, &words, stable, commits);
+                self.send_delta(settled).await
             }
             LiveEvent::Final { text, words, at } => self.final_line(text, words, at).await,
             LiveEvent::Overrun { dropped_total } => {
@@ -427,7 +439,7 @@ impl Connection {
         let id = self.ids.item();
         self.item = Some(Item {
             id: id.clone(),
-            sent: Vec::new(),
+            sent: String::new(),
         });
         if self.config.server_vad {
             let start_s = words.first().map_or(0.0, |w| w.start_s) + self.offset_s();
@@ -445,24 +457,21 @@ impl Connection {
         self.base as f64 / self.rate
     }
 
-    /// Sends the words of `words` past those already sent, when the ones
-    /// sent are still its first (a revised word is left to `completed`).
-    async fn send_delta(&mut self, words: &[Word]) -> Result<(), End> {
+    /// Sends what `text` adds to the text already sent, when that is still
+    /// its beginning (a revised word is left to `completed`).
+    async fn send_delta(&mut self, text: &str) -> Result<(), End> {
         let Some(item) = &mut self.item else {
             return Ok(());
         };
-        let n = item.sent.len();
-        if words.len() <= n || words[..n].iter().zip(&item.sent).any(|(w, s)| w.text != *s) {
+        let text = text.trim_start();
+        let Some(delta) = text
+            .strip_prefix(item.sent.as_str())
+            .filter(|d| !d.is_empty())
+        else {
             return Ok(());
-        }
-        let mut delta = String::new();
-        for w in &words[n..] {
-            if !item.sent.is_empty() || !delta.is_empty() {
-                delta.push(' ');
-            }
-            delta.push_str(&w.text);
-        }
-        item.sent.extend(words[n..].iter().map(|w| w.text.clone()));
+        };
+        let delta = delta.to_string();
+        item.sent.push_str(&delta);
         let id = item.id.clone();
         self.send_event(
             "conversation.item.input_audio_transcription.delta",
@@ -473,7 +482,7 @@ impl Connection {
 
     async fn final_line(&mut self, text: String, words: Vec<Word>, at: Instant) -> Result<(), End> {
         self.open_item(&words).await?;
-        self.send_delta(&words).await?;
+        self.send_delta(&text).await?;
         let Some(item) = self.item.take() else {
             return Ok(());
         };
@@ -611,7 +620,66 @@ impl Connection {
     }
 }
 
+/// The part of a partial line that is not expected to change: through
+/// its `stable` (committed) words for a model that commits words, else
+/// all but its last word (a CTC word may still grow: "hel" -> "hello").
+fn settled_text<'a>(text: &'a str, words: &[Word], stable: usize, commits: bool) -> &'a str {
+    let text = text.trim_start();
+    if !commits {
+        return text.rsplit_once(' ').map_or("", |(head, _)| head);
+    }
+    // the end of the stable-th word, found word by word in the text
+    let mut end = 0;
+    for w in words.iter().take(stable) {
+        match text[end..].find(w.text.as_str()) {
+            Some(at) => end += at + w.text.len(),
+            None => return "",
+        }
+    }
+    &text[..end]
+}
+
 /// Seconds as whole milliseconds.
 fn ms(s: f64) -> u64 {
     (s.max(0.0) * 1000.0).round() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<Word> {
+        text.split(' ')
+            .map(|w| Word {
+                text: w.to_string(),
+                start_s: 0.0,
+                end_s: 0.0,
+                confidence: 1.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_ctc_line_settles_all_but_its_last_word() {
+        let w = words("if anything ca");
+        assert_eq!(settled_text("if anything ca", &w, 0, false), "if anything");
+        assert_eq!(settled_text("if", &words("if"), 0, false), "");
+    }
+
+    #[test]
+    fn a_committing_line_settles_its_stable_words_as_spelled() {
+        let text = " He was not an ill-disposed young";
+        let mut w = words("He was not an ill -disposed young");
+        assert_eq!(
+            settled_text(text, &w, 6, true),
+            "He was not an ill-disposed"
+        );
+        assert_eq!(settled_text(text, &w, 0, true), "");
+        w[1].text = "is".into();
+        assert_eq!(
+            settled_text(text, &w, 3, true),
+            "",
+            "a word not in the text"
+        );
+    }
 }
