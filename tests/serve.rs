@@ -852,3 +852,59 @@ async fn whisper_realtime_line_equals_the_library_live_session() {
     .await;
     assert_eq!(done["transcript"], want.as_str());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_closed() {
+    let server = start(open(CTC), CTC, |o| o.idle_timeout = Duration::from_secs(1)).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url())
+        .await
+        .unwrap();
+    wait_for(&mut ws, "session.created").await;
+    let ev = wait_for(&mut ws, "error").await;
+    assert_eq!(ev["error"]["code"], "idle_timeout");
+    assert!(next_event(&mut ws).await.is_none(), "then closed");
+    assert_eq!(scrape(&server).await["pulsed_streams_active"], 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_finishes_the_line_in_progress() {
+    let t = open(CTC);
+    let want = t.transcribe_file(Path::new(HELLO)).unwrap().transcript.text;
+    let server = start(t, CTC, |_| {}).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url())
+        .await
+        .unwrap();
+    wait_for(&mut ws, "session.created").await;
+    // no endpointing: only the stop ends the line
+    send(&mut ws, json!({"type": "session.update", "session": {"type": "transcription",
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": null}}}}))
+    .await;
+    wait_for(&mut ws, "session.updated").await;
+    let samples = pulsed::audio::load(Path::new(HELLO), 16_000)
+        .unwrap()
+        .samples;
+    send(
+        &mut ws,
+        json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&samples)}),
+    )
+    .await;
+    // the first partial says the session has the audio
+    wait_for(&mut ws, "conversation.item.input_audio_transcription.delta").await;
+    drop(server);
+    let done = wait_for(
+        &mut ws,
+        "conversation.item.input_audio_transcription.completed",
+    )
+    .await;
+    assert_eq!(done["transcript"], want);
+    loop {
+        match within("the close frame", ws.next()).await {
+            Some(Ok(Message::Close(Some(frame)))) => {
+                assert_eq!(u16::from(frame.code), 1001);
+                break;
+            }
+            Some(Ok(_)) => {}
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    }
+}

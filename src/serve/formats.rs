@@ -85,8 +85,9 @@ pub fn verbose(t: &Transcription) -> Value {
             .into_iter()
             .enumerate()
             .map(|(id, c)| {
+                let all = &t.transcript.words;
                 let n = c.text.split(' ').count();
-                let ws = &t.transcript.words[from..(from + n).min(t.transcript.words.len())];
+                let ws = all.get(from..(from + n).min(all.len())).unwrap_or(&[]);
                 from += n;
                 let logp = ws
                     .iter()

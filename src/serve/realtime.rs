@@ -22,6 +22,8 @@ use super::state::AppState;
 use crate::decode::Word;
 use crate::live::{AudioInput, LiveEvent, LiveTranscriber};
 
+/// How long a client may leave the server's events unread.
+const SEND_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the live session's events are collected.
 const POLL: Duration = Duration::from_millis(20);
 /// The arrival times kept for word latency (a few minutes of appends).
@@ -204,11 +206,14 @@ impl Connection {
         let _ = self.socket.send(Message::Close(Some(frame))).await;
     }
 
+    /// Sends one event; a client that has not read for [`SEND_TIMEOUT`]
+    /// is dropped (its own session only: every connection has its task).
     async fn send(&mut self, v: Value) -> Result<(), End> {
-        self.socket
-            .send(Message::Text(v.to_string().into()))
-            .await
-            .map_err(|_| End::Gone)
+        let sending = self.socket.send(Message::Text(v.to_string().into()));
+        match tokio::time::timeout(SEND_TIMEOUT, sending).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(End::Gone),
+        }
     }
 
     async fn send_event(&mut self, kind: &str, fields: Value) -> Result<(), End> {
