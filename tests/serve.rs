@@ -908,3 +908,68 @@ async fn a_stopping_server_finishes_the_line_in_progress() {
         }
     }
 }
+
+/// `pulsed serve` itself: its flags, the address it prints, the routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_serves_and_refuses_an_open_host_without_a_key() {
+    let bin = env!("CARGO_BIN_EXE_pulsed");
+    let out = std::process::Command::new(bin)
+        .args(["serve", "--model", CTC, "--host", "0.0.0.0", "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs --api-key"), "{err}");
+
+    /// Killed however the test ends.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Child(
+        std::process::Command::new(bin)
+            .args(["serve", "--model", CTC, "--device", "cpu", "--port", "0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("serving"))
+    });
+    let line = within("the serving line", line).await.unwrap();
+    let answers = async {
+        let line = line.expect("a `serving ... on http://ADDR` line");
+        assert!(
+            line.contains(&format!("serving {CTC} on http://127.0.0.1:")),
+            "{line}"
+        );
+        let url = line
+            .split("on ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        let health = reqwest::get(format!("{url}/health")).await.unwrap();
+        let models: Value = reqwest::get(format!("{url}/v1/models"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (health.status(), models)
+    };
+    let (health, models) = within("the served routes", answers).await;
+    drop(child);
+    assert_eq!(health, 200);
+    assert_eq!(models["data"][0]["id"], CTC);
+}

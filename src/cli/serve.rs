@@ -26,6 +26,7 @@ pub struct Args {
     /// The address to listen on; any other than loopback needs `--api-key`.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
+    /// The port (0: any free one, printed at start).
     #[arg(long, default_value_t = 8000)]
     port: u16,
     /// Every route but /health then needs `Authorization: Bearer KEY`.
@@ -135,6 +136,8 @@ fn serve(t: Transcriber, options: ServeOptions, addr: SocketAddr) -> Result<Exit
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        // the port the system gave for --port 0
+        let addr = listener.local_addr().unwrap_or(addr);
         eprintln!(
             "pulsed: serving {} on http://{addr} (max {} live streams{})",
             options.model_name,

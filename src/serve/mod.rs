@@ -16,6 +16,8 @@
 mod api_error;
 mod auth;
 mod formats;
+#[cfg(test)]
+mod fuzz_tests;
 mod http;
 mod metrics;
 mod pcm;
