@@ -15,6 +15,7 @@
 
 mod api_error;
 mod auth;
+mod deltas;
 mod formats;
 #[cfg(test)]
 mod fuzz_tests;
