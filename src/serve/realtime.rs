@@ -111,6 +111,8 @@ struct Connection {
     finals: u64,
     /// (samples received through an append, when it arrived).
     arrivals: VecDeque<(u64, Instant)>,
+    /// The `event_id` of the client event being handled.
+    client_event: Option<String>,
 }
 
 impl Connection {
@@ -137,6 +139,7 @@ impl Connection {
             uncommitted: 0,
             finals: 0,
             arrivals: VecDeque::new(),
+            client_event: None,
             state,
             socket,
         }
@@ -174,6 +177,7 @@ impl Connection {
                         }
                         Some(Ok(Message::Text(t))) => self.on_text(t.as_str()).await?,
                         Some(Ok(Message::Binary(_))) => {
+                            self.client_event = None;
                             self.client_error("invalid_event", "binary messages are not served: send JSON events as text", None).await?;
                         }
                         Some(Ok(_)) => {} // ping and pong
@@ -233,6 +237,7 @@ impl Connection {
             .metrics
             .client_errors
             .fetch_add(1, Ordering::Relaxed);
+        let event_id = event_id.or(self.client_event.as_deref());
         let ev = self
             .ids
             .error("invalid_request_error", code, message, event_id);
@@ -241,7 +246,10 @@ impl Connection {
 
     async fn on_text(&mut self, text: &str) -> Result<(), End> {
         let event = match parse(text) {
-            Ok(e) => e,
+            Ok(incoming) => {
+                self.client_event = incoming.event_id;
+                incoming.event
+            }
             Err(Refusal {
                 code,
                 message,

@@ -18,6 +18,14 @@ pub enum ClientEvent {
     Clear,
 }
 
+/// A client event and the id the client gave it (errors it causes name
+/// that id).
+#[derive(Debug, PartialEq)]
+pub struct Incoming {
+    pub event: ClientEvent,
+    pub event_id: Option<String>,
+}
+
 /// A refused client event: OpenAI's error `code` and a message.
 #[derive(Debug, PartialEq)]
 pub struct Refusal {
@@ -28,7 +36,7 @@ pub struct Refusal {
 }
 
 /// Parses one text message.
-pub fn parse(text: &str) -> Result<ClientEvent, Refusal> {
+pub fn parse(text: &str) -> Result<Incoming, Refusal> {
     let refuse = |code, message: String, event_id: Option<String>| Refusal {
         code,
         message,
@@ -58,7 +66,7 @@ pub fn parse(text: &str) -> Result<ClientEvent, Refusal> {
             )
         })
     };
-    Ok(match kind {
+    let event = match kind {
         "session.update" => ClientEvent::SessionUpdate(session()?),
         "transcription_session.update" => ClientEvent::TranscriptionSessionUpdate(session()?),
         "input_audio_buffer.append" => match v.get("audio").and_then(Value::as_str) {
@@ -84,7 +92,8 @@ pub fn parse(text: &str) -> Result<ClientEvent, Refusal> {
                 event_id,
             ))
         }
-    })
+    };
+    Ok(Incoming { event, event_id })
 }
 
 /// Ids of one connection's events, items and session.
@@ -170,11 +179,14 @@ mod tests {
     #[test]
     fn events_parse_or_say_why_not() {
         assert_eq!(
-            parse(r#"{"type":"input_audio_buffer.append","audio":"AAA="}"#),
-            Ok(ClientEvent::Append("AAA=".into()))
+            parse(r#"{"type":"input_audio_buffer.append","audio":"AAA=","event_id":"e0"}"#),
+            Ok(Incoming {
+                event: ClientEvent::Append("AAA=".into()),
+                event_id: Some("e0".into())
+            })
         );
         assert_eq!(
-            parse(r#"{"type":"input_audio_buffer.commit"}"#),
+            parse(r#"{"type":"input_audio_buffer.commit"}"#).map(|i| i.event),
             Ok(ClientEvent::Commit)
         );
         assert_eq!(parse("{nope").unwrap_err().code, "invalid_json");

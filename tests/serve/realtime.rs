@@ -213,6 +213,11 @@ async fn bad_client_events_get_errors_and_the_session_goes_on() {
         assert_eq!(ev["type"], "error", "{ev}");
         assert_eq!(ev["error"]["code"], code, "{ev}");
     }
+    // an error names the client's event
+    let named = r#"{"type":"input_audio_buffer.append","audio":"%%%","event_id":"ev7"}"#;
+    ws.send(Message::text(named)).await.unwrap();
+    let ev = wait_for(&mut ws, "error").await;
+    assert_eq!(ev["error"]["event_id"], "ev7");
     // the session still transcribes
     send(
         &mut ws,
@@ -250,7 +255,7 @@ async fn bad_client_events_get_errors_and_the_session_goes_on() {
         .await
         .unwrap();
     wait_for(&mut again, "session.created").await;
-    assert_eq!(scrape(&server).await["pulsed_client_errors_total"], 8.0);
+    assert_eq!(scrape(&server).await["pulsed_client_errors_total"], 9.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
