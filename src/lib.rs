@@ -22,6 +22,8 @@ pub mod models;
 pub mod ops;
 pub mod output;
 pub mod pulse;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod vad;
 pub mod weights;
 pub mod whisper;

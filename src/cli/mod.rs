@@ -8,6 +8,8 @@ mod eval;
 mod inspect;
 mod lm;
 mod mic;
+#[cfg(feature = "serve")]
+mod serve;
 mod text_policy;
 mod transcribe;
 mod transcribe_bench;
@@ -43,6 +45,9 @@ enum Command {
     Mic(mic::Args),
     /// Speech segments (or probabilities) of WAV files with Silero VAD v6.
     Vad(vad::Args),
+    /// Serve the model over HTTP and WebSocket: OpenAI's transcription and Realtime APIs.
+    #[cfg(feature = "serve")]
+    Serve(serve::Args),
 }
 
 /// Runs a parsed command line; `Err` is a one-line reason (exit code 2).
@@ -55,6 +60,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Eval(a) => eval::run(a),
         Command::Mic(a) => mic::run(a),
         Command::Vad(a) => vad::run(a),
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => serve::run(a),
     }
 }
 

@@ -1,0 +1,56 @@
+//! `--api-key`: every route but `/health` needs `Authorization: Bearer
+//! KEY`, compared in constant time (a WebSocket upgrade is an HTTP request
+//! too, so it is refused with 401 before it upgrades).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::api_error::ApiError;
+use super::state::AppState;
+
+/// Lets the request through when no key is set or it bears the key.
+pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let Some(key) = &state.options.api_key else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match given {
+        Some(g) if same_secret(g.as_bytes(), key.as_bytes()) => next.run(req).await,
+        _ => ApiError::unauthorized().into_response(),
+    }
+}
+
+/// Whether `a` equals `b`, in time that depends only on their lengths.
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = (a.len() ^ b.len()) as u64;
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= (x ^ y) as u64;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"k3y", b"k3y"));
+        assert!(!same_secret(b"k3y", b"k3z"));
+        assert!(!same_secret(b"k3y", b"k3y0"));
+        assert!(!same_secret(b"", b"k"));
+        assert!(same_secret(b"", b""));
+    }
+}
