@@ -42,7 +42,7 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Little-endian f32 bytes (the Python side's `ndarray.tobytes()`) as samples.
 pub fn f32_samples(bytes: &[u8]) -> PyResult<Vec<f32>> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(error(format!(
             "samples: {} bytes is not a whole number of f32 samples",
             bytes.len()

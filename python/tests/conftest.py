@@ -46,9 +46,10 @@ def cli_transcripts(model: str, files, *extra: str) -> dict:
     return {json.loads(l)["file"]: json.loads(l) for l in out.splitlines() if l.strip()}
 
 
-def cli_live_finals(model: str, path) -> list:
-    """The final lines `pulsed mic --input F --model M` prints."""
-    out = cli("mic", "--input", str(path), "--model", model, "--format", "jsonl")
+def cli_live_finals(model, path, *extra: str) -> list:
+    """The final lines `pulsed mic --input F [--model M]` prints."""
+    model_arg = [] if model is None else ["--model", model]
+    out = cli("mic", "--input", str(path), *model_arg, "--format", "jsonl", *extra)
     lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     return [l["text"] for l in lines if l["type"] == "final"]
 

@@ -2,12 +2,15 @@
 lines (the CLI's path: the inference thread, every step decoded)."""
 
 import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pulsed
-from conftest import HELLO, LIBRIVOX, cli_live_finals, read_wav
+from conftest import HELLO, LIBRIVOX, ROOT, cli_live_finals, read_wav
 
 
 def feed(stream, samples, rate):
@@ -94,3 +97,24 @@ def test_live_session_errors(ctc):
         s2.push(np.zeros(3200, dtype=np.int16))
     silence = list(s2)
     assert s2.ended and all(not e.words for e in silence)
+
+
+REALDEV = Path(os.environ.get("PULSED_REALDEV", ROOT.parent / "shared" / "realdev"))
+
+
+@pytest.mark.skipif(
+    not (REALDEV / "manifest.jsonl").is_file() or not os.environ.get("PULSED_SLOW"),
+    reason="realdev live (minutes): set PULSED_SLOW=1 where ../shared/realdev is reachable",
+)
+@pytest.mark.parametrize("model", os.environ.get("PULSED_LIVE_MODELS", "whisper-tiny.en").split(","))
+def test_realdev_live_equals_the_cli(model):
+    """Every realdev file fed in 20 ms blocks: `pulsed mic --input F`'s final lines."""
+    m = pulsed.Model(None if model == "default" else model, device="cpu")
+    cli_model = [] if model == "default" else ["--model", model]
+    files = pulsed._pulsed.read_manifest(str(REALDEV / "manifest.jsonl"))
+    with ThreadPoolExecutor(1) as pool:  # the CLI beside the Python session
+        want = {f: pool.submit(cli_live_finals, None, f, *cli_model) for f in files}
+        for f in files:
+            x, rate = read_wav(f)
+            finals = [e.text for e in feed(m.stream(), x, rate) if e.is_final]
+            assert finals == want[f].result(), f
