@@ -34,6 +34,7 @@ fn _pulsed(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_strict, m)?)?;
     m.add_function(wrap_pyfunction!(read_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(resume_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     Ok(())
 }
 
@@ -76,4 +77,11 @@ fn resume_jsonl(path: PathBuf) -> PyResult<Vec<String>> {
     let mut files: Vec<String> = done.files.into_iter().collect();
     files.sort();
     Ok(files)
+}
+
+/// Panics inside the guard every engine call runs in, so that a test can
+/// check a Rust panic reaches Python as a `PulsedError`.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>, message: String) -> PyResult<()> {
+    errors::detached(py, move || -> Result<(), String> { panic!("{message}") })
 }

@@ -94,9 +94,6 @@ struct Feed {
 impl LiveSession {
     /// Starts a session over `t` (the model's thread of inference).
     pub fn start(t: &Transcriber, opts: LiveOptions) -> Result<LiveSession, String> {
-        let settings = opts.settings().map_err(|e| e.to_string())?;
-        let setup = t.live(settings).map_err(|e| e.to_string())?;
-        let (live, input) = setup.start().map_err(|e| e.to_string())?;
         let rate = t.sample_rate();
         let resampler = if opts.source_rate == rate {
             None
@@ -105,6 +102,9 @@ impl LiveSession {
                 format!("cannot resample {} Hz to {rate} Hz: {e}", opts.source_rate)
             })?)
         };
+        let settings = opts.settings().map_err(|e| e.to_string())?;
+        let setup = t.live(settings).map_err(|e| e.to_string())?;
+        let (live, input) = setup.start().map_err(|e| e.to_string())?;
         Ok(LiveSession {
             events: live.events().clone(),
             input: Mutex::new(Some(Feed { input, resampler })),

@@ -93,6 +93,8 @@ def test_live_session_errors(ctc):
         s.push(np.zeros(320, dtype=np.float32))
     with pytest.raises(pulsed.PulsedError, match="policy"):
         ctc.stream(policy="nope")
+    with pytest.raises(pulsed.PulsedError, match="cannot resample 0 Hz to 16000 Hz"):
+        ctc.stream(sample_rate=0)
     with ctc.stream() as s2:  # finished on leaving the block
         s2.push(np.zeros(3200, dtype=np.int16))
     silence = list(s2)

@@ -131,6 +131,11 @@ def test_errors_are_pulsed_errors(ctc, bad_wav, tmp_path):
     assert issubclass(pulsed.PulsedError, RuntimeError)
 
 
+def test_a_rust_panic_is_a_pulsed_error():
+    with pytest.raises(pulsed.PulsedError, match="internal error: boom"):
+        pulsed._pulsed._panic_for_tests("boom")
+
+
 def test_the_gil_is_released_while_transcribing(tiny):
     """A Python thread keeps running while the engine works."""
     count = [0]
