@@ -47,7 +47,10 @@ class Transcriber:
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         files = [str(f) for f in batch["file"]]
         results = self.model.transcribe_many(files, jobs=self.jobs, progress=False)
-        lines = [json.dumps(r.to_dict(), ensure_ascii=False) for r in results]
+        # compact, as `pulsed transcribe --format jsonl` writes its lines
+        lines = [
+            json.dumps(r.to_dict(), ensure_ascii=False, separators=(",", ":")) for r in results
+        ]
         durations = [r.duration for r in results]
         return {
             "file": np.array(files, dtype=object),
