@@ -60,7 +60,7 @@ def main():
     total = audio_s(files)
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     print(f"{len(files)} files, {total:.1f} s of audio, model {a.model}, {os.cpu_count()} cores")
     rows = []
     for rnd in range(a.rounds):

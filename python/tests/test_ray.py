@@ -20,7 +20,8 @@ REALDEV = Path(os.environ.get("PULSED_REALDEV", ROOT.parent / "shared" / "realde
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # a runtime of its own, whatever cluster this machine may be part of
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
