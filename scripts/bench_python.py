@@ -6,8 +6,9 @@ files, in audio seconds per wall second.
     python scripts/bench_python.py MANIFEST [--model M] [--rounds R]
 
 Each figure is end to end (process or call, model opening included; Ray's
-runtime started beforehand, as on a cluster); the CLI's own figure (its
-pool alone, after the model opened) is given beside it."""
+runtime started beforehand, as on a cluster, and only for the Ray runs);
+the CLI's own figure (its pool alone, after the model opened) is given
+beside it."""
 
 import argparse
 import json
@@ -60,7 +61,6 @@ def main():
     total = audio_s(files)
     import ray
 
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     print(f"{len(files)} files, {total:.1f} s of audio, model {a.model}, {os.cpu_count()} cores")
     rows = []
     for rnd in range(a.rounds):
@@ -73,6 +73,8 @@ def main():
             assert all(r.ok for r in res)
             rows.append((rnd, f"Model.transcribe_many(jobs={jobs})", total / (time.monotonic() - t), None))
             del m
+        # Ray's runtime (its daemons take CPU too) only while Ray runs
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         for workers, per in ((1, 1), (2, 1), (1, 2)):
             with tempfile.TemporaryDirectory() as out:
                 t = time.monotonic()
@@ -81,10 +83,10 @@ def main():
                 assert s["transcribed"] == len(files), s
                 rows.append((rnd, f"pulsed.ray --workers {workers} --jobs-per-worker {per}",
                              total / (time.monotonic() - t), None))
+        ray.shutdown()
         for r in rows[-7:]:
             own = f"  (its own figure: {r[3]:.1f})" if r[3] else ""
             print(f"round {r[0]}: {r[1]:<45} {r[2]:6.2f} audio s/s{own}", flush=True)
-    ray.shutdown()
 
 
 if __name__ == "__main__":
