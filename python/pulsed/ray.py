@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -122,6 +123,19 @@ def run(
     return summary
 
 
+def _pulsed_reason(e: BaseException) -> Optional[str]:
+    """The one-line reason of a PulsedError an actor raised (a model that
+    cannot be opened), which Ray hands on wrapped with its traceback."""
+    while e is not None:
+        if isinstance(e, pulsed.PulsedError):
+            return str(e)
+        m = re.search(r"PulsedError: (.+)", str(e))
+        if m:
+            return m.group(1).strip()
+        e = e.__cause__ or getattr(e, "cause", None)
+    return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m pulsed.ray",
@@ -161,6 +175,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     except pulsed.PulsedError as e:
         print(f"pulsed.ray: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - Ray's wrapping of an actor's error
+        reason = _pulsed_reason(e)
+        if reason is None:
+            raise
+        print(f"pulsed.ray: {reason}", file=sys.stderr)
         return 2
     speed = s["audio_s"] / s["wall_s"] if s["wall_s"] > 0 else 0.0
     print(

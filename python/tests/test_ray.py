@@ -89,3 +89,13 @@ def test_realdev_on_two_workers_equals_the_cli(local_ray, tmp_path, tiny):
     # and the Python API's pool on the same files
     for r in tiny.transcribe_many(list(want), jobs=2, progress=False):
         assert r.to_dict() == want[r.path], r.path
+
+
+def test_a_model_that_cannot_open_is_a_one_line_reason(local_ray, tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    write_manifest(manifest, [HELLO])
+    with pytest.raises(Exception) as e:
+        pulsed_ray.run(str(manifest), str(tmp_path / "out"), model="whisper-nonexistent")
+    reason = pulsed_ray._pulsed_reason(e.value)
+    assert reason.startswith("model `whisper-nonexistent` is not in the model cache"), reason
+    assert "\n" not in reason
