@@ -108,7 +108,7 @@ REALDEV = Path(os.environ.get("PULSED_REALDEV", ROOT.parent / "shared" / "realde
     not (REALDEV / "manifest.jsonl").is_file() or not os.environ.get("PULSED_SLOW"),
     reason="realdev live (minutes): set PULSED_SLOW=1 where ../shared/realdev is reachable",
 )
-@pytest.mark.parametrize("model", os.environ.get("PULSED_LIVE_MODELS", "whisper-tiny.en").split(","))
+@pytest.mark.parametrize("model", os.environ.get("PULSED_SLOW_MODELS", "whisper-tiny.en").split(","))
 def test_realdev_live_equals_the_cli(model):
     """Every realdev file fed in 20 ms blocks: `pulsed mic --input F`'s final lines."""
     m = pulsed.Model(None if model == "default" else model, device="cpu")

@@ -1,13 +1,16 @@
 """Offline transcription from Python equals `pulsed transcribe`: files,
 numpy arrays of every dtype and rate, many files with a bad one, errors."""
 
+import json
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pulsed
-from conftest import HELDOUT, HELLO, LIBRIVOX, cli_transcripts, read_wav, write_wav
+from conftest import HELDOUT, HELLO, LIBRIVOX, ROOT, cli, cli_transcripts, read_wav, write_wav
 
 
 def words_of(r):
@@ -161,3 +164,26 @@ def test_properties(ctc, tiny):
     assert ctc.family == "conformer" and ctc.sample_rate == 16_000
     assert ctc.device == "CPU"
     assert tiny.family == "whisper" and "whisper-tiny.en" in tiny.describe()
+
+
+REALDEV = Path(os.environ.get("PULSED_REALDEV", ROOT.parent / "shared" / "realdev"))
+
+
+@pytest.mark.skipif(
+    not (REALDEV / "manifest.jsonl").is_file() or not os.environ.get("PULSED_SLOW"),
+    reason="realdev (minutes): set PULSED_SLOW=1 where ../shared/realdev is reachable",
+)
+@pytest.mark.parametrize("model", os.environ.get("PULSED_SLOW_MODELS", "whisper-tiny.en").split(","))
+def test_realdev_equals_the_cli(model):
+    """Every realdev file: `Model.transcribe` and `transcribe_many` give
+    `pulsed transcribe`'s lines (`default`: no --model, the default model)."""
+    m = pulsed.Model(None if model == "default" else model, device="cpu")
+    manifest = str(REALDEV / "manifest.jsonl")
+    cli_model = [] if model == "default" else ["--model", model]
+    out = cli("transcribe", "--manifest", manifest, *cli_model, "--device", "cpu", "--format", "jsonl", "-j", "2")
+    want = {json.loads(l)["file"]: json.loads(l) for l in out.splitlines()}
+    assert len(want) == 24
+    for r in m.transcribe_many(list(want), jobs=2, progress=False):
+        assert r.to_dict() == want[r.path], r.path
+    for f, line in want.items():
+        assert m.transcribe(f).text == line["text"], f
