@@ -70,6 +70,7 @@ def _samples(audio: Any) -> bytes:
             )
     elif a.ndim != 1:
         raise PulsedError(f"samples: expected a 1-D array or (n, channels), got shape {a.shape}")
+    x: Any  # float32 or float64, (n,) or (n, channels)
     if a.dtype.kind == "f":
         x = a.astype(np.float64 if a.dtype.itemsize > 4 else np.float32, copy=False)
     else:
@@ -172,6 +173,7 @@ class Model:
         ``progress``: ``True`` shows a line on a terminal's stderr, or a
         function called with (result, done, total) as each file finishes."""
         files = [os.fspath(p) for p in paths]
+        callback: Optional[Callable[[Transcription, int, int], Any]]
         if progress is True:
             callback = _Progress() if sys.stderr.isatty() else None
         elif progress is False or progress is None:

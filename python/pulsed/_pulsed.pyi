@@ -1,7 +1,25 @@
 # Type stubs of the native module (python/src/*.rs); pulsed/__init__.py
 # wraps it with numpy conversion and is typed inline.
 from os import PathLike
-from typing import Callable, List, Optional, Union
+from typing import Callable, List, Optional, Union, final
+
+__all__ = [
+    "DEFAULT_LANGUAGE",
+    "DEFAULT_MODEL",
+    "LiveEvent",
+    "LiveSession",
+    "Model",
+    "PulsedError",
+    "SHIPPED_MODEL",
+    "Segment",
+    "Transcription",
+    "Word",
+    "read_manifest",
+    "resample",
+    "resume_jsonl",
+    "set_strict",
+    "_panic_for_tests",
+]
 
 DEFAULT_MODEL: str
 DEFAULT_LANGUAGE: str
@@ -10,6 +28,7 @@ SHIPPED_MODEL: str
 class PulsedError(RuntimeError):
     """What went wrong, in the one line the command line prints."""
 
+@final
 class Word:
     text: str
     start: float
@@ -17,6 +36,7 @@ class Word:
     confidence: float
     def to_dict(self) -> dict: ...
 
+@final
 class Segment:
     start: float
     end: float
@@ -26,6 +46,7 @@ class Segment:
     compression_ratio: float
     temperature: float
 
+@final
 class Transcription:
     text: str
     words: List[Word]
@@ -38,6 +59,7 @@ class Transcription:
     def ok(self) -> bool: ...
     def to_dict(self) -> dict: ...
 
+@final
 class LiveEvent:
     kind: str
     text: str
@@ -47,6 +69,7 @@ class LiveEvent:
     @property
     def is_final(self) -> bool: ...
 
+@final
 class LiveSession:
     @property
     def sample_rate(self) -> int: ...
@@ -59,9 +82,10 @@ class LiveSession:
     def __iter__(self) -> LiveSession: ...
     def __next__(self) -> LiveEvent: ...
 
+@final
 class Model:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         name_or_dir: Optional[Union[str, PathLike[str]]] = None,
         device: str = "auto",
         precision: str = "f32",
@@ -86,7 +110,7 @@ class Model:
         word_bonus: Optional[float] = None,
         oov_penalty: Optional[float] = None,
         tf32: bool = False,
-    ) -> None: ...
+    ) -> Model: ...
     @property
     def name(self) -> str: ...
     @property

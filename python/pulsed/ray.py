@@ -102,8 +102,8 @@ def run(
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     start = time.monotonic()
-    ds = ray.data.from_items([{"file": f} for f in todo], override_num_blocks=min(len(todo), 64))
-    ds = ds.map_batches(
+    items = ray.data.from_items([{"file": f} for f in todo], override_num_blocks=min(len(todo), 64))
+    ds = items.map_batches(
         Transcriber,
         fn_constructor_kwargs={"model": model, "jobs": jobs_per_worker, "options": options},
         batch_size=batch_size,
@@ -123,9 +123,10 @@ def run(
     return summary
 
 
-def _pulsed_reason(e: BaseException) -> Optional[str]:
+def _pulsed_reason(error: BaseException) -> Optional[str]:
     """The one-line reason of a PulsedError an actor raised (a model that
     cannot be opened), which Ray hands on wrapped with its traceback."""
+    e: Optional[BaseException] = error
     while e is not None:
         if isinstance(e, pulsed.PulsedError):
             return str(e)
