@@ -56,3 +56,6 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 else
     echo "test.sh: not root or no apt-get: skipping the build of the mic feature" >&2
 fi
+# The Python package and the Ray runner (python/tests): a venv in the ignored
+# third_party/pyenv, one more release build of the crate, then pytest.
+bash scripts/test_python.sh

@@ -41,10 +41,10 @@ use std::path::Path;
 
 pub use error::{AudioError, ResampleError};
 pub use policy::{set_truncation, truncation, Truncation};
+pub use resample::StreamResampler;
 pub use source::STDIN;
 pub use stream::WavStream;
 
-use resample::StreamResampler;
 use source::Source;
 use wav::WavSource;
 

@@ -32,8 +32,10 @@ enum Mode {
     },
 }
 
-/// Mono resampler fed any number of samples at a time.
-pub(crate) struct StreamResampler {
+/// Mono resampler fed any number of samples at a time: what [`super::load`]
+/// converts a file's rate with, for samples that come from elsewhere (a
+/// microphone, another program's arrays).
+pub struct StreamResampler {
     mode: Mode,
     source_rate: u32,
     target_rate: u32,
@@ -59,7 +61,7 @@ pub(crate) fn resampled_len(n: u64, source: u32, target: u32) -> u64 {
 
 impl StreamResampler {
     /// A resampler from `source_rate` to `target_rate` (both > 0).
-    pub(crate) fn new(source_rate: u32, target_rate: u32) -> Result<Self, ResampleError> {
+    pub fn new(source_rate: u32, target_rate: u32) -> Result<Self, ResampleError> {
         if source_rate == 0 || target_rate == 0 {
             return Err(ResampleError::ZeroRate {
                 source_rate,
@@ -118,7 +120,7 @@ impl StreamResampler {
     }
 
     /// Resamples `input`, appending every output sample that is ready to `out`.
-    pub(crate) fn push(&mut self, input: &[f32], out: &mut Vec<f32>) -> Result<(), ResampleError> {
+    pub fn push(&mut self, input: &[f32], out: &mut Vec<f32>) -> Result<(), ResampleError> {
         self.frames_in += input.len() as u64;
         let Mode::Fft {
             fft,
@@ -156,7 +158,7 @@ impl StreamResampler {
 
     /// Flushes the tail: after this, `out` has received exactly
     /// [`final_len`](Self::final_len) samples in all.
-    pub(crate) fn finish(&mut self, out: &mut Vec<f32>) -> Result<(), ResampleError> {
+    pub fn finish(&mut self, out: &mut Vec<f32>) -> Result<(), ResampleError> {
         let want = self.final_len();
         let Mode::Fft {
             fft,

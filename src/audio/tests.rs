@@ -321,6 +321,25 @@ fn stream_matches_load_for_any_chunk_size() {
     }
 }
 
+/// The public resampler, fed samples from elsewhere in blocks of any size,
+/// gives the samples a file at that rate is read as.
+#[test]
+fn stream_resampler_on_samples_equals_load() {
+    let x = sine(48_000, 2.1, 440.0, 0.5);
+    let t = write_wav(Fmt::F32, 48_000, 1, &mono(&x));
+    let want = load_wav(t.path(), 16_000).unwrap().samples;
+    let source: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    for block in [1usize, 320, 7_777, source.len()] {
+        let mut r = StreamResampler::new(48_000, 16_000).unwrap();
+        let mut got = Vec::new();
+        for b in source.chunks(block) {
+            r.push(b, &mut got).unwrap();
+        }
+        r.finish(&mut got).unwrap();
+        assert_eq!(got, want, "blocks of {block}");
+    }
+}
+
 #[test]
 fn stream_at_source_rate_is_pass_through() {
     let x = sine(16_000, 0.7, 200.0, 0.3);
