@@ -68,8 +68,8 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     whisper_times("cpu int8 weights", &mut q, &audio.samples, a.reps)?;
     for (label, net) in [("f32", &mut w), ("int8", &mut q)] {
         net.time_nodes();
-        step_ms(net, 1, 1)?;
-        println!("  cpu decoder step (1 sequence, {label}) by op kind, 40 steps:");
+        step_ms(net, 5, 1)?;
+        println!("  cpu decoder step (5 sequences, {label}) by op kind, 40 steps:");
         for (_, op, t) in net
             .node_times()
             .into_iter()

@@ -125,28 +125,42 @@ impl Int8Matrix {
 
     /// `out[i * rows + r] = x[i] · w[r] (+ bias[r])` for the `x.len() / cols`
     /// rows of `x`, straight from the int8 bytes (any number of rows; meant
-    /// for a few: each row of `w` is read once per four rows of `x`).
+    /// for a few: each row of `w` is read once per eight rows of `x`).
     pub fn product(&self, x: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
         let (k, n) = (self.cols, self.rows);
         let m = if k == 0 { 0 } else { x.len() / k };
         assert!(out.len() >= m * n && bias.is_none_or(|b| b.len() == n));
-        for (g, rows) in x[..m * k].chunks(4 * k).enumerate() {
-            let r0 = g * 4;
-            #[cfg(target_arch = "x86_64")]
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && self.group.is_multiple_of(16)
             {
-                if is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && self.group.is_multiple_of(16)
-                {
+                let w = (&self.q[..], &self.scale[..], self.group);
+                // eight rows a pass, one sum each; four or fewer take two
+                // sums each (one sum alone waits on its own additions)
+                for (g, rows) in x[..m * k].chunks(8 * k).enumerate() {
                     // SAFETY: the features were just detected; the group
                     // (and so k) is a multiple of 16.
-                    let w = (&self.q[..], &self.scale[..], self.group);
-                    unsafe { avx2::group(rows, w, k, n, r0, out) };
-                    continue;
+                    unsafe {
+                        match rows.len() / k {
+                            ..=4 => avx2::group::<4, true>(rows, w, k, n, g * 8, out),
+                            _ => avx2::group::<8, false>(rows, w, k, n, g * 8, out),
+                        }
+                    }
                 }
+                self.add_bias(bias, m, out);
+                return;
             }
-            self.group(rows, r0, out);
         }
+        for (g, rows) in x[..m * k].chunks(4 * k).enumerate() {
+            self.group(rows, g * 4, out);
+        }
+        self.add_bias(bias, m, out);
+    }
+
+    fn add_bias(&self, bias: Option<&[f32]>, m: usize, out: &mut [f32]) {
+        let n = self.rows;
         if let Some(b) = bias {
             for row in out[..m * n].chunks_mut(n) {
                 for (y, b) in row.iter_mut().zip(b) {
@@ -187,11 +201,11 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    /// Up to four rows of `k` against every row of the int8 weight
+    /// Up to `M` rows of `k` against every row of the int8 weight
     /// `q [n, k]` with a scale per `g` (a multiple of 16) of a row, sixteen
-    /// weights widened per load.
+    /// weights widened per load; each row summed in two halves when `SPLIT`.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn group(
+    pub(super) unsafe fn group<const M: usize, const SPLIT: bool>(
         rows: &[f32],
         (q, scale, g): (&[i8], &[f32], usize),
         k: usize,
@@ -200,20 +214,24 @@ mod avx2 {
         out: &mut [f32],
     ) {
         let m = rows.len() / k;
-        assert!(m <= 4 && g.is_multiple_of(16) && k.is_multiple_of(g));
+        assert!(m <= M && g.is_multiple_of(16) && k.is_multiple_of(g));
         assert!(q.len() >= n * k && scale.len() >= n * (k / g));
         assert!(out.len() >= (r0 + m) * n);
         let (rp, qp) = (rows.as_ptr(), q.as_ptr());
         for t in 0..n {
-            let mut tot = [_mm256_setzero_ps(); 4];
+            let mut lo = [_mm256_setzero_ps(); M];
+            let mut hi = [_mm256_setzero_ps(); M];
             for (gi, c0) in (0..k).step_by(g).enumerate() {
-                let mut lo = [_mm256_setzero_ps(); 4];
-                let mut hi = [_mm256_setzero_ps(); 4];
+                // the weights scaled as they are widened, shared by every row
+                let s = _mm256_set1_ps(scale[t * (k / g) + gi]);
                 for c in (c0..c0 + g).step_by(16) {
                     // SAFETY: t * k + c + 16 <= n * k <= q.len().
                     let b = unsafe { _mm_loadu_si128(qp.add(t * k + c) as *const __m128i) };
-                    let w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-                    let w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+                    let w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
+                    let w1 = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))),
+                        s,
+                    );
                     for r in 0..m {
                         // SAFETY: r * k + c + 16 <= m * k = rows.len().
                         let (x0, x1) = unsafe {
@@ -221,16 +239,21 @@ mod avx2 {
                             (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
                         };
                         lo[r] = _mm256_fmadd_ps(x0, w0, lo[r]);
-                        hi[r] = _mm256_fmadd_ps(x1, w1, hi[r]);
+                        if SPLIT {
+                            hi[r] = _mm256_fmadd_ps(x1, w1, hi[r]);
+                        } else {
+                            lo[r] = _mm256_fmadd_ps(x1, w1, lo[r]);
+                        }
                     }
-                }
-                let s = _mm256_set1_ps(scale[t * (k / g) + gi]);
-                for r in 0..m {
-                    tot[r] = _mm256_fmadd_ps(_mm256_add_ps(lo[r], hi[r]), s, tot[r]);
                 }
             }
             for r in 0..m {
-                out[(r0 + r) * n + t] = hsum(tot[r]);
+                let sum = if SPLIT {
+                    _mm256_add_ps(lo[r], hi[r])
+                } else {
+                    lo[r]
+                };
+                out[(r0 + r) * n + t] = hsum(sum);
             }
         }
     }
