@@ -83,7 +83,11 @@ impl Projection {
     /// row then recomputed from `e`.
     pub fn int8(e: &Tensor) -> Result<Projection> {
         let d = e.shape()[1];
-        let group = if d.is_multiple_of(INT8_GROUP) { INT8_GROUP } else { d };
+        let group = if d.is_multiple_of(INT8_GROUP) {
+            INT8_GROUP
+        } else {
+            d
+        };
         let mut p = Projection::new(e)?;
         p.int8 = Some(Int8Matrix::from_tensor_groups(e, group)?);
         Ok(p)
@@ -349,7 +353,10 @@ mod tests {
         Projection::new(&e).unwrap().logits(&rows, &mut exact);
         Projection::int8(&e).unwrap().logits(&rows, &mut int8);
         for r in 0..5 {
-            let (a, b) = (&exact[r * vocab..(r + 1) * vocab], &int8[r * vocab..(r + 1) * vocab]);
+            let (a, b) = (
+                &exact[r * vocab..(r + 1) * vocab],
+                &int8[r * vocab..(r + 1) * vocab],
+            );
             let mut order: Vec<usize> = (0..vocab).collect();
             order.sort_by(|&x, &y| a[y].total_cmp(&a[x]));
             // the largest logits are the f16 path's, bit for bit
@@ -358,7 +365,10 @@ mod tests {
             }
             // the rest are close
             for t in 0..vocab {
-                assert!((a[t] - b[t]).abs() < 0.05 * (1.0 + a[t].abs()), "row {r} token {t}");
+                assert!(
+                    (a[t] - b[t]).abs() < 0.05 * (1.0 + a[t].abs()),
+                    "row {r} token {t}"
+                );
             }
         }
     }

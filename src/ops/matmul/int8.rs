@@ -53,7 +53,10 @@ impl Int8Matrix {
     pub fn quantize_groups(w: &[f32], rows: usize, cols: usize, group: usize) -> Int8Matrix {
         assert_eq!(w.len(), rows * cols, "quantize: {rows} x {cols} weight");
         let group = group.max(1);
-        assert!(cols.is_multiple_of(group), "quantize: group {group} of {cols}");
+        assert!(
+            cols.is_multiple_of(group),
+            "quantize: group {group} of {cols}"
+        );
         let mut q = vec![0i8; rows * cols];
         let mut scale = vec![0f32; rows * cols / group];
         for ((src, dst), s) in w.chunks(group).zip(q.chunks_mut(group)).zip(&mut scale) {
@@ -128,7 +131,7 @@ impl Int8Matrix {
     /// for a few: each row of `w` is read once per eight rows of `x`).
     pub fn product(&self, x: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
         let (k, n) = (self.cols, self.rows);
-        let m = if k == 0 { 0 } else { x.len() / k };
+        let m = x.len().checked_div(k).unwrap_or(0);
         assert!(out.len() >= m * n && bias.is_none_or(|b| b.len() == n));
         #[cfg(target_arch = "x86_64")]
         {
@@ -443,7 +446,11 @@ mod tests {
         let err = |q: &Int8Matrix| {
             let mut back = vec![0f32; n * k];
             q.widen_into(&mut back);
-            w[..16].iter().zip(&back[..16]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)
+            w[..16]
+                .iter()
+                .zip(&back[..16])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max)
         };
         assert!(err(&grouped) <= 1.0 / 254.0 + 1e-6, "{}", err(&grouped));
         assert!(err(&row) > 10.0 * err(&grouped));
