@@ -375,13 +375,7 @@ impl Op for Int8Linear {
     }
 
     fn frame_local_axis(&self, inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
-        let x = inputs.first()?;
-        match axes {
-            [Some(a), rest @ ..] if rest.iter().all(Option::is_none) && a + 1 < x.rank() => {
-                Some(*a)
-            }
-            _ => None,
-        }
+        super::rows_axis(inputs, axes)
     }
 
     fn info(&self) -> String {

@@ -65,6 +65,16 @@ pub struct MatMul {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Linear;
 
+/// A linear's streaming axis: `x`'s (input 0) when it is one of its
+/// leading axes and no other input streams.
+fn rows_axis(inputs: &[&TypedFact], axes: &[Option<usize>]) -> Option<usize> {
+    let x = inputs.first()?;
+    match axes {
+        [Some(a), rest @ ..] if rest.iter().all(Option::is_none) && a + 1 < x.rank() => Some(*a),
+        _ => None,
+    }
+}
+
 /// Strides (row, column) of a matrix inside a slice, in elements.
 pub(crate) type Strides = (usize, usize);
 
