@@ -65,24 +65,33 @@ impl Net<'_> {
         bias: bool,
     ) -> Result<OutletId> {
         let weight = format!("{name}.weight");
+        // the weight is checked before the bias: errors name it first
+        let int8 = self.w.int8(&weight);
+        let w = match &int8 {
+            Some(q) if (q.rows(), q.cols()) != (fan_out, fan_in) => {
+                return Err(crate::Error::Other(format!(
+                    "{weight}: int8 [{}, {}], expected [{fan_out}, {fan_in}]",
+                    q.rows(),
+                    q.cols()
+                )))
+            }
+            Some(_) => None,
+            None => Some(self.weight(&weight, &[fan_out, fan_in])?),
+        };
         let bias = match bias {
             true => Some(self.weight(&format!("{name}.bias"), &[fan_out])?),
             false => None,
         };
-        if let Some(w) = self.w.int8(&weight) {
-            if (w.rows(), w.cols()) != (fan_out, fan_in) {
-                return Err(crate::Error::Other(format!(
-                    "{weight}: int8 [{}, {}], expected [{fan_out}, {fan_in}]",
-                    w.rows(),
-                    w.cols()
-                )));
+        match (int8, w) {
+            (Some(w), _) => {
+                let ins: Vec<OutletId> = std::iter::once(x).chain(bias).collect();
+                self.b.op(name, Int8Linear { w }, &ins)
             }
-            let ins: Vec<OutletId> = std::iter::once(x).chain(bias).collect();
-            return self.b.op(name, Int8Linear { w }, &ins);
+            (None, w) => {
+                let ins: Vec<OutletId> = [x].into_iter().chain(w).chain(bias).collect();
+                self.b.op(name, Linear, &ins)
+            }
         }
-        let w = self.weight(&weight, &[fan_out, fan_in])?;
-        let ins: Vec<OutletId> = [x, w].into_iter().chain(bias).collect();
-        self.b.op(name, Linear, &ins)
     }
 
     pub fn layer_norm(&mut self, name: &str, x: OutletId) -> Result<OutletId> {
