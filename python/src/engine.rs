@@ -1,4 +1,4 @@
-//! `device="auto"|"cpu"|"cuda"` and `precision="f32"|"bf16"` as an
+//! `device="auto"|"cpu"|"cuda"` and `precision="f32"|"bf16"|"int8"` as an
 //! [`Engine`], as the command line's `--device` and `--precision` choose it.
 
 use pulsed::engine::Engine;
@@ -6,13 +6,18 @@ use pulsed::engine::Engine;
 /// The engine `device` names, or the one-line reason it cannot be had:
 /// `auto` takes a usable GPU and the CPU otherwise; `cuda` fails without one.
 pub fn engine(device: &str, precision: &str, tf32: bool) -> Result<Engine, String> {
-    if !matches!(precision, "f32" | "bf16") {
+    if !matches!(precision, "f32" | "bf16" | "int8") {
         return Err(format!(
-            "precision must be \"f32\" or \"bf16\" (got {precision:?})"
+            "precision must be \"f32\", \"bf16\" or \"int8\" (got {precision:?})"
         ));
     }
     match device {
         "cpu" => Ok(Engine::Cpu),
+        // int8 weights are the CPU's (Whisper): auto takes the CPU for them
+        "auto" if precision == "int8" => Ok(Engine::Cpu),
+        "cuda" if precision == "int8" => {
+            Err("precision=\"int8\" runs on the CPU only: use device=\"cpu\"".into())
+        }
         "auto" => Ok(gpu(precision, tf32).unwrap_or(Engine::Cpu)),
         "cuda" => gpu(precision, tf32)
             .map_err(|why| format!("device=\"cuda\": {why}; use device=\"cpu\" or \"auto\"")),

@@ -154,6 +154,7 @@ impl Model {
                     vad,
                     batch_size,
                 },
+                int8: precision == "int8",
             };
             let engine = crate::engine::engine(&device_arg, &precision, tf32)?;
             let device = engine.describe();
