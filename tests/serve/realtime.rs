@@ -12,6 +12,18 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::harness::*;
 
+/// Sends `samples` (16 kHz) in one append, commits, and returns the
+/// completed line's event.
+async fn append_and_commit(ws: &mut Ws, samples: &[f32]) -> serde_json::Value {
+    send(
+        ws,
+        json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(samples)}),
+    )
+    .await;
+    send(ws, json!({"type": "input_audio_buffer.commit"})).await;
+    wait_for(ws, "conversation.item.input_audio_transcription.completed").await
+}
+
 /// Streams `samples` at `rate` in 20 ms appends at twice real time, commits,
 /// and gives the transcripts of the `completed` events (and checks each
 /// item's deltas and events on the way).
@@ -229,17 +241,7 @@ async fn bad_client_events_get_errors_and_the_session_goes_on() {
     let samples = pulsed::audio::load(Path::new(HELLO), 16_000)
         .unwrap()
         .samples;
-    send(
-        &mut ws,
-        json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&samples)}),
-    )
-    .await;
-    send(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
-    let done = wait_for(
-        &mut ws,
-        "conversation.item.input_audio_transcription.completed",
-    )
-    .await;
+    let done = append_and_commit(&mut ws, &samples).await;
     assert_eq!(done["transcript"], want);
 
     // a message over the limit closes this connection, not the server
@@ -347,17 +349,7 @@ async fn whisper_realtime_line_equals_the_library_live_session() {
     )
     .await;
     wait_for(&mut ws, "session.updated").await;
-    send(
-        &mut ws,
-        json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&samples)}),
-    )
-    .await;
-    send(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
-    let done = wait_for(
-        &mut ws,
-        "conversation.item.input_audio_transcription.completed",
-    )
-    .await;
+    let done = append_and_commit(&mut ws, &samples).await;
     assert_eq!(done["transcript"], want.as_str());
 }
 
