@@ -701,3 +701,42 @@ fn live_streams_on_threads_share_one_gpu_engine() {
         assert_eq!(t, &lone, "a stream beside others differs from the lone one");
     }
 }
+
+/// The streamed text's alignment pass on the GPU keeps the positions it
+/// ran last pulse: over the same window, the rows it runs again equal a
+/// whole pass's.
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_alignment_pass_keeps_the_prefix_it_ran() {
+    use pulsed::whisper::AlignmentSource;
+    let Some(dev) = dev() else { return };
+    let (g, model) = (Golden::load(), model());
+    let heads: Vec<(usize, usize)> = (0..model.config.decoder_layers)
+        .flat_map(|l| [(l, 0), (l, 3)])
+        .collect();
+    let mut w = gpu(&model, &dev, Precision::F32);
+    let (shape, mel) = g.tensor::<f32>("mel");
+    w.encode(&[&window(&mel, shape[0], shape[1])]).unwrap();
+    let prefix = g.ids(&["logits", "prefix"]);
+    let tokens = g.ids(&["logits", "tokens"]);
+    let seq: Vec<u32> = prefix.iter().chain(&tokens).copied().collect();
+    let whole = w.cross_attention(0, &seq, &heads).unwrap();
+    let (n, h) = (seq.len(), heads.len());
+    let frames = whole.len() / (n * h);
+    let rows = |all: &[f32], from: usize| -> Vec<f32> {
+        all.chunks(n * frames)
+            .flat_map(|b| b[from * frames..].to_vec())
+            .collect()
+    };
+    // a pulse over the prompt and a few tokens, then one over them all
+    let k = prefix.len() + 2;
+    let first = w.cross_attention_from(0, &seq[..k], &heads, k - 1).unwrap();
+    assert_eq!(first.len(), h * frames);
+    let from = k - 1;
+    let kept = w.cross_attention_from(0, &seq, &heads, from).unwrap();
+    let want = rows(&whole, from);
+    assert_eq!(kept.len(), want.len());
+    let diff = max_abs_diff(&kept, &want);
+    println!("alignment rows from a kept prefix: max abs diff {diff:e}");
+    assert!(diff < 1e-4, "{diff}");
+}

@@ -144,7 +144,7 @@ class Model:
         policy: Optional[str] = None,
         margin: int = 20,
         backstep: int = 25,
-        show: int = 0,
+        show: int = 2,
         refill: bool = False,
         repeats: int = 3,
         untexted_speech: float = 1.5,

@@ -331,7 +331,7 @@ impl Model {
     #[pyo3(signature = (
         *, sample_rate = None, end_silence = 0.6, vad = true, step = 1.0, trim = 15.0,
         paced = true, window_encoder = false, second_pass = None, greedy_partials = None,
-        policy = None, margin = 20, backstep = 25, show = 0, refill = false, repeats = 3,
+        policy = None, margin = 20, backstep = 25, show = 2, refill = false, repeats = 3,
         untexted_speech = 1.5
     ))]
     #[allow(clippy::too_many_arguments)]

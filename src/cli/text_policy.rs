@@ -24,14 +24,22 @@ pub struct PolicyArgs {
     /// lies this many encoder frames (20 ms each) before the last heard.
     #[arg(long, default_value_t = 20)]
     pub margin: usize,
+    /// With --policy stream: a token of at least this probability is
+    /// committed at --sure-margin frames instead of --margin.
+    #[arg(long, value_name = "P")]
+    pub sure: Option<f32>,
+    /// With --policy stream: the margin of a token --sure picks.
+    #[arg(long, default_value_t = 10, value_name = "FRAMES")]
+    pub sure_margin: usize,
     /// With --policy stream: a token whose attention peak lies more than
     /// this many frames before the last committed token's is taken for a
     /// loop, and not committed.
     #[arg(long, default_value_t = 25)]
     pub backstep: usize,
-    /// With --policy stream: tokens decoded past the first uncommitted one
-    /// (while they attend to audio heard) and shown as partial text.
-    #[arg(long, default_value_t = 0)]
+    /// With --policy stream: most tokens past the committed ones shown as
+    /// partial text (those that read audio heard, whole words; 0: the
+    /// committed text alone).
+    #[arg(long, default_value_t = 2)]
     pub show: usize,
     /// With --policy stream: feed the committed tokens again in one pass
     /// at every pulse instead of keeping them in the decoder's cache.
@@ -54,6 +62,7 @@ impl PolicyArgs {
     pub fn apply(&self, o: &mut WhisperLiveOptions) {
         o.stream_text = self.policy.map(|p| p == Policy::Stream);
         o.stream.margin = self.margin;
+        o.stream.sure = self.sure.map(|p| (p, self.sure_margin));
         o.stream.refill = self.refill;
         o.stream.backstep = self.backstep;
         o.stream.show = self.show;

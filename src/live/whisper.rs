@@ -576,9 +576,22 @@ impl WhisperLive {
         let Some((stream, start)) = &mut self.encoder else {
             return Ok(None);
         };
-        if *start != self.buffer_start || stream.samples() > self.buffer.len() {
+        let done = stream.finished() && stream.samples() == self.buffer.len();
+        if *start != self.buffer_start
+            || stream.samples() > self.buffer.len()
+            || (stream.finished() && !done)
+        {
             stream.reset();
             *start = self.buffer_start;
+        }
+        if done && *start == self.buffer_start {
+            // the streamed text's last pulse finished the stream over this
+            // very buffer: its window stands as it is
+            let window = stream.window();
+            if last {
+                stream.reset();
+            }
+            return Ok(Some((window, self.buffer.len())));
         }
         stream.push(&self.buffer[stream.samples()..])?;
         if !last {

@@ -201,7 +201,8 @@ impl WhisperLive {
                 "live Whisper: a streaming decoder without a streamed encoder".into(),
             ));
         };
-        if *start != self.buffer_start || stream.samples() > self.buffer.len() {
+        if *start != self.buffer_start || stream.samples() > self.buffer.len() || stream.finished()
+        {
             stream.reset();
             *start = self.buffer_start;
         }
@@ -224,11 +225,9 @@ impl WhisperLive {
         if !set {
             net.encode_frames(&[&stream.window()])?;
         }
+        // a finished stream stays as it is for a second pass over the same
+        // buffer; the next utterance starts a stream of its own
         ts.rows = Some(heard);
-        if last {
-            // the next utterance starts a stream of its own
-            stream.reset();
-        }
         Ok(heard)
     }
 

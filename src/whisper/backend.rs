@@ -192,6 +192,22 @@ pub trait AlignmentSource {
         heads: &[(usize, usize)],
     ) -> Result<Vec<f32>>;
 
+    /// The rows of [`AlignmentSource::cross_attention`] from row `from` on:
+    /// `[heads.len(), tokens.len() - from, encoder_frames]`. A backend may
+    /// keep the positions before `from` from an earlier call over the same
+    /// tokens and window (their self-attention then read that call's
+    /// frames, as a decoder's kept cache does) and run only the rest.
+    fn cross_attention_from(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+        from: usize,
+    ) -> Result<Vec<f32>> {
+        let all = self.cross_attention(window, tokens, heads)?;
+        Ok(rows_from(&all, heads.len(), tokens.len(), from))
+    }
+
     /// Keeps (`Some`) or stops keeping (`None`) the cross-attention weights
     /// of `heads` for every position fed from now on; false, keeping
     /// nothing, where this backend's decoder steps cannot (they run where
@@ -206,5 +222,31 @@ pub trait AlignmentSource {
     /// for every position fed (batch 1).
     fn take_attention(&mut self) -> Vec<Vec<f32>> {
         Vec::new()
+    }
+}
+
+/// Rows `from..rows` of each head's `[rows, frames]` block in `all`
+/// (`heads` blocks).
+pub(crate) fn rows_from(all: &[f32], heads: usize, rows: usize, from: usize) -> Vec<f32> {
+    let frames = all.len() / (heads * rows).max(1);
+    let from = from.min(rows);
+    all.chunks(rows * frames.max(1))
+        .take(heads)
+        .flat_map(|h| &h[from * frames..])
+        .copied()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_from;
+
+    #[test]
+    fn rows_from_keeps_each_heads_later_rows() {
+        // 2 heads x 3 rows x 2 frames
+        let all: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        assert_eq!(rows_from(&all, 2, 3, 1), [2., 3., 4., 5., 8., 9., 10., 11.]);
+        assert_eq!(rows_from(&all, 2, 3, 0), all);
+        assert!(rows_from(&all, 2, 3, 3).is_empty());
     }
 }

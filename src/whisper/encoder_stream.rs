@@ -134,6 +134,11 @@ impl EncoderStream {
         self.samples
     }
 
+    /// Whether [`EncoderStream::finish`] ended the stream.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
     /// Encoder frames known so far.
     pub fn frames(&self) -> usize {
         self.frames.len() / self.d

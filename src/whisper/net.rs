@@ -81,6 +81,9 @@ pub struct WhisperNet<R: NetRunners> {
     /// The cross-attention keys and values of a few encoder frames
     /// ([`super::graphs::cross_kv_rows`]), on the CPU whatever the engine.
     cross_rows: Option<crate::graph::Runner>,
+    /// The window and tokens whose positions the aligner's cache holds
+    /// (see [`AlignmentSource::cross_attention_from`]).
+    aligned: Option<(usize, Vec<u32>)>,
 }
 
 fn internal(what: String) -> Error {
@@ -135,6 +138,7 @@ impl<R: NetRunners> WhisperNet<R> {
             rows: Vec::new(),
             inputs: (Tensor::empty(), Tensor::empty()),
             cross_rows: None,
+            aligned: None,
         })
     }
 
@@ -434,6 +438,7 @@ impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
+        self.aligned = None;
         if let Some((runner, cache)) = self.runners.aligner() {
             cache.copy_cross_from(&self.cache)?;
             cache.start(&[window])?;
@@ -445,6 +450,7 @@ impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
             let rec = cache.recorded();
             cache.record(None);
             r?;
+            cache.advance(n)?;
             return Ok(rec.concat());
         }
         self.cache.start(&[window])?;
@@ -455,6 +461,60 @@ impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
         self.cache.record(None);
         r?;
         Ok(rec.concat())
+    }
+
+    fn cross_attention_from(
+        &mut self,
+        window: usize,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+        from: usize,
+    ) -> Result<Vec<f32>> {
+        let n = tokens.len();
+        let from = from.min(n);
+        // positions the aligner's cache holds of this very prefix
+        let kept = match &self.aligned {
+            Some((w, held)) if *w == window => held
+                .iter()
+                .zip(tokens)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(from)
+                .min(n.saturating_sub(1)),
+            _ => 0,
+        };
+        if kept == 0 || self.runners.aligner().is_none() {
+            let all = self.cross_attention(window, tokens, heads)?;
+            if self.runners.aligner().is_some() {
+                self.aligned = Some((window, tokens.to_vec()));
+            }
+            return Ok(super::backend::rows_from(&all, heads.len(), n, from));
+        }
+        let Some((runner, cache)) = self.runners.aligner() else {
+            return Err(internal("no aligner".into()));
+        };
+        // the new frames, then the positions after the kept ones
+        cache.copy_cross_from(&self.cache)?;
+        cache.truncate(kept)?;
+        cache.record(Some(heads.to_vec()));
+        let fed = n - kept;
+        let ids = Tensor::from_vec(
+            vec![1, fed],
+            tokens[kept..].iter().map(|&t| t as i64).collect(),
+        )?;
+        let positions = Tensor::from_vec(vec![fed], (kept as i64..n as i64).collect::<Vec<_>>())?;
+        let r = runner.step(&[&ids, &positions]).map_err(Error::from);
+        let rec = cache.recorded();
+        cache.record(None);
+        let r = r.and_then(|_| Ok(cache.advance(fed)?));
+        self.aligned = r.is_ok().then(|| (window, tokens.to_vec()));
+        r?;
+        Ok(super::backend::rows_from(
+            &rec.concat(),
+            heads.len(),
+            fed,
+            from - kept,
+        ))
     }
 
     fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {

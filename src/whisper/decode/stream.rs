@@ -27,6 +27,11 @@ pub struct StreamOptions {
     /// A token is committed while its attention peak lies at least this
     /// many encoder frames (20 ms each) before the last frame heard.
     pub margin: usize,
+    /// A token the decoder is sure of (its probability at least `.0`) is
+    /// committed at `.1` frames instead of [`StreamOptions::margin`]: the
+    /// margin guards against a word guessed before its end is heard, and a
+    /// sure token is seldom such a guess. `None`: one margin for all.
+    pub sure: Option<(f32, usize)>,
     /// Attention moves forward with the audio: a token whose peak lies
     /// more than this many frames before the last committed token's is
     /// the decoder going back over what it said (a loop), and ends the
@@ -36,8 +41,9 @@ pub struct StreamOptions {
     /// last frame heard is text the audio does not hold (the decoder going
     /// on into the padding), and ends the decoding.
     pub stop_past_audio: bool,
-    /// Tokens decoded past the first uncommitted one, while they attend to
-    /// audio heard, shown as partial text (a decoder step each).
+    /// Most tokens past the committed ones shown as partial text: those
+    /// that read audio heard, after the token before them, whole words (a
+    /// decoder step each). 0: the committed text alone.
     pub show: usize,
     /// Feed the committed prefix again in one pass at every pulse instead
     /// of keeping it in the backend's cache.
@@ -64,9 +70,10 @@ impl Default for StreamOptions {
     fn default() -> Self {
         StreamOptions {
             margin: 20,
+            sure: None,
             backstep: 25,
             stop_past_audio: true,
-            show: 0,
+            show: 2,
             refill: false,
             max_tokens: (16, 8.0),
             repeats: 3,
@@ -103,8 +110,14 @@ pub struct StreamDecoder {
     /// peak (encoder frame).
     committed: Vec<u32>,
     peaks: Vec<usize>,
-    /// The last pulse's uncommitted continuation.
+    /// The last pulse's uncommitted continuation as shown: the tokens
+    /// past the committed ones that read audio heard, whole words.
     tentative: Vec<u32>,
+    /// The last pulse's first uncommitted token, shown or not.
+    next: Option<u32>,
+    /// Each tentative token's probability, where [`StreamOptions::sure`]
+    /// is set and attention comes from a pass of its own.
+    sureness: Vec<f32>,
     /// Positions of prompt + committed the backend's cache holds (keep mode).
     cached: usize,
     /// The end of text was decoded at a last pulse.
@@ -129,7 +142,24 @@ fn peak(rows: &[&[f32]], frames: usize) -> usize {
     best.0
 }
 
+/// The probability of `token` under `logits` (softmax).
+fn probability(logits: &[f32], token: u32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    logits
+        .get(token as usize)
+        .map_or(0.0, |&l| (l - max).exp() / sum)
+}
+
 impl StreamDecoder {
+    /// The margin a token of probability `p` is committed at.
+    fn margin(&self, p: impl FnOnce() -> f32) -> usize {
+        match self.o.sure {
+            Some((sure, m)) if m < self.o.margin && p() >= sure => m,
+            _ => self.o.margin,
+        }
+    }
+
     /// A decoding from `spec.prompt`, nothing committed.
     pub fn new(spec: StreamSpec, o: StreamOptions) -> Result<StreamDecoder> {
         if spec.prompt.is_empty() || spec.heads.is_empty() {
@@ -149,6 +179,8 @@ impl StreamDecoder {
             committed: Vec::new(),
             peaks: Vec::new(),
             tentative: Vec::new(),
+            sureness: Vec::new(),
+            next: None,
             cached: 0,
             ended: false,
             looped: false,
@@ -221,6 +253,8 @@ impl StreamDecoder {
         last: bool,
     ) -> Result<usize> {
         self.tentative.clear();
+        self.sureness.clear();
+        self.next = None;
         if self.ended {
             return Ok(0);
         }
@@ -244,25 +278,51 @@ impl StreamDecoder {
     /// A word whose first tokens passed the rule but whose next one did
     /// not may still be spelled otherwise once its end is heard: the tokens
     /// of it committed at this pulse (those after `before`) go back to the
-    /// tentative ones.
+    /// tentative ones (shown where its next token is).
     fn hold_partial_word(&mut self, before: usize) {
-        let (Some(starts), Some(&next)) = (&self.spec.word_starts, self.tentative.first()) else {
+        let Some(next) = self.next else {
             return;
         };
-        if starts.get(next as usize).is_none_or(|&s| s) {
+        if self.starts_word(next) {
             return;
         }
         let pulse = &self.committed[before..];
         let keep = pulse
             .iter()
-            .rposition(|&t| starts.get(t as usize).is_none_or(|&s| s))
+            .rposition(|&t| self.starts_word(t))
             .map_or(before, |i| before + i);
         let held: Vec<u32> = self.committed.drain(keep..).collect();
         self.peaks.truncate(keep);
-        self.tentative.splice(0..0, held);
+        if self.tentative.first() == Some(&next) {
+            self.tentative.splice(0..0, held);
+        }
         self.cached = self
             .cached
             .min(self.spec.prompt.len() + self.committed.len());
+    }
+
+    /// Whether `token` starts a word (every token does without
+    /// [`StreamSpec::word_starts`]).
+    fn starts_word(&self, token: u32) -> bool {
+        self.spec
+            .word_starts
+            .as_ref()
+            .is_none_or(|s| s.get(token as usize).is_none_or(|&s| s))
+    }
+
+    /// Drops the shown tokens' last word where `next` (the token decoded
+    /// after them; `None`: the end of text) goes on with it: the word's end
+    /// is not read yet.
+    fn cut_partial_word(&mut self, next: Option<u32>) {
+        if next.is_none_or(|t| self.starts_word(t)) {
+            return;
+        }
+        let keep = self
+            .tentative
+            .iter()
+            .rposition(|&t| self.starts_word(t))
+            .unwrap_or(0);
+        self.tentative.truncate(keep);
     }
 
     /// Feeds what the pulse needs and runs the greedy search; with
@@ -301,6 +361,7 @@ impl StreamDecoder {
         // the text so far: committed, then tentative tokens, in the order
         // they were chosen
         let mut sequence = self.committed.clone();
+        let mut shown_peak = self.peaks.last().copied().unwrap_or(0);
         while sequence.len() < bound {
             let logits = &mut self.logits;
             self.rules.apply(sequence.len(), logits, &sequence, 0);
@@ -321,39 +382,45 @@ impl StreamDecoder {
                     self.ended = last;
                     break;
                 }
-                if self.tentative.is_empty() && self.loops(&sequence, token) {
+                let uncommitted = self.next.is_some();
+                if !uncommitted && self.loops(&sequence, token) {
                     if last {
                         self.ended = true;
                         self.looped = true;
                     } else {
-                        self.tentative.push(token);
+                        self.next = Some(token);
                     }
                     break;
                 }
-                if !self.tentative.is_empty() {
-                    // past the first uncommitted token: shown while it
-                    // reads audio heard
-                    if p >= heard || self.tentative.len() > self.o.show {
+                if uncommitted
+                    || (!last && p + self.margin(|| probability(&self.logits, token)) >= heard)
+                {
+                    self.next.get_or_insert(token);
+                    // shown while it reads audio heard after the token
+                    // before it (a word said again reads the same audio),
+                    // whole words only
+                    if p >= heard || p < shown_peak || self.tentative.len() >= self.o.show {
+                        self.cut_partial_word(Some(token));
                         break;
                     }
                     self.tentative.push(token);
-                } else if !last && p + self.o.margin >= heard {
-                    self.tentative.push(token);
-                    if self.o.show == 0 {
-                        break;
-                    }
+                    shown_peak = p;
                 } else {
                     self.committed.push(token);
                     self.peaks.push(p);
+                    shown_peak = p;
                 }
             } else {
+                if self.o.sure.is_some() {
+                    self.sureness.push(probability(&self.logits, token));
+                }
                 self.tentative.push(token);
             }
             sequence.push(token);
             net.feed(&[token], 1, &[0], &mut self.logits)?;
             self.fed_single += 1;
             if records {
-                if self.tentative.is_empty() {
+                if self.next.is_none() {
                     self.cached += 1;
                 }
                 attention = net.take_attention();
@@ -392,24 +459,29 @@ impl StreamDecoder {
         let first = seq.len() - 1;
         seq.extend(&self.tentative);
         let heads = &self.spec.heads;
-        let attn = net.cross_attention(0, &seq, heads)?;
-        let t = seq.len();
+        // the rows that predict the tentative tokens; the prompt and the
+        // committed tokens before them may be kept from the last pulse
+        let attn = net.cross_attention_from(0, &seq, heads, first)?;
+        let t = seq.len() - first;
         let frames = attn.len() / (heads.len() * t).max(1);
         if frames == 0 {
             return Err(Error::Other("streaming decoder: no cross-attention".into()));
         }
         let tentative = std::mem::take(&mut self.tentative);
+        let peaks: Vec<usize> = (0..tentative.len())
+            .map(|row| {
+                let rows: Vec<&[f32]> = (0..heads.len())
+                    .map(|h| &attn[(h * t + row) * frames..(h * t + row + 1) * frames])
+                    .collect();
+                peak(&rows, frames)
+            })
+            .collect();
         let mut passed = 0;
-        for (i, &token) in tentative.iter().enumerate() {
-            let row = first + i;
-            let rows: Vec<&[f32]> = (0..heads.len())
-                .map(|h| &attn[(h * t + row) * frames..(h * t + row + 1) * frames])
-                .collect();
-            let p = peak(&rows, frames);
+        for (i, (&token, &p)) in tentative.iter().zip(&peaks).enumerate() {
             let past = if last {
                 self.o.stop_past_audio && p >= heard
             } else {
-                p + self.o.margin >= heard
+                p + self.margin(|| self.sureness.get(i).copied().unwrap_or(0.0)) >= heard
             };
             if self.goes_back(p) || past {
                 break;
@@ -422,10 +494,21 @@ impl StreamDecoder {
             self.peaks.push(p);
             passed += 1;
         }
-        // shown as the steps that keep attention show it: the first
-        // uncommitted token and `show` more (the rest read the tail)
-        let shown = (tentative.len() - passed).min(1 + self.o.show);
+        // shown as the steps that keep attention show it: past the
+        // committed tokens, while they read audio heard, whole words
+        self.next = tentative.get(passed).copied();
+        let mut before = self.peaks.last().copied().unwrap_or(0);
+        let shown = peaks[passed..]
+            .iter()
+            .take(self.o.show)
+            .take_while(|&&p| {
+                let forward = p < heard && p >= before;
+                before = p;
+                forward
+            })
+            .count();
         self.tentative = tentative[passed..passed + shown].to_vec();
+        self.cut_partial_word(tentative.get(passed + shown).copied());
         // every tentative token was fed, into the decoder's own cache (the
         // pass above runs over a cache of its own): the prompt and the
         // committed tokens stay valid there

@@ -17,6 +17,8 @@ struct Fake {
     /// From this token on, tokens 1, 2, 1, 2, ... with the attention
     /// moving forward: a loop the backstep guard does not see.
     repeat_at: Option<u32>,
+    /// From this token on, the decoder is unsure (probability about 0.04).
+    unsure_at: Option<u32>,
     /// Text positions fed: the sequence as the cache holds it.
     seq: Vec<u32>,
     /// Positions fed one token at a time, in order.
@@ -31,6 +33,7 @@ impl Fake {
             words,
             loop_at: None,
             repeat_at: None,
+            unsure_at: None,
             seq: Vec::new(),
             single: Vec::new(),
             recording: false,
@@ -108,7 +111,8 @@ impl WhisperBackend for Fake {
         let (token, _) = self.next(&self.seq);
         logits.clear();
         logits.resize(64, 0.0);
-        logits[token as usize] = 10.0;
+        let sure = self.unsure_at.is_none_or(|u| token < u || token == EOT);
+        logits[token as usize] = if sure { 10.0 } else { 1.0 };
         Ok(())
     }
     fn reorder(&mut self, _src: &[usize]) -> Result<()> {
@@ -274,16 +278,67 @@ fn a_pulse_commits_whole_words() {
     // words of two tokens: odd ids start them
     let starts: Vec<bool> = (0..64).map(|t| t % 2 == 1 || t >= EOT as usize).collect();
     let mut net = Fake::new(12);
-    let mut d = StreamDecoder::new(spec(Some(starts)), StreamOptions::default()).unwrap();
+    let o = StreamOptions {
+        show: 0,
+        ..StreamOptions::default()
+    };
+    let mut d = StreamDecoder::new(spec(Some(starts)), o).unwrap();
     // 10 k + 20 < 80 passes 1..=5; 6 continues 5's word, which waits
+    // (unshown: nothing past the committed words is shown)
     assert_eq!(d.pulse(&mut net, 80, false).unwrap(), 4);
-    assert_eq!(
-        (d.committed(), d.tentative()),
-        (&[1, 2, 3, 4][..], &[5, 6][..])
-    );
+    assert_eq!(d.committed(), [1, 2, 3, 4]);
+    assert!(d.tentative().is_empty());
     // 1..=6 pass, 7 starts a word: 5 and 6 are committed
     assert_eq!(d.pulse(&mut net, 90, false).unwrap(), 2);
     assert_eq!(d.committed(), [1, 2, 3, 4, 5, 6]);
+    d.pulse(&mut net, 140, true).unwrap();
+    assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
+}
+
+#[test]
+fn partial_text_shows_whole_words_that_read_heard_audio() {
+    let starts: Vec<bool> = (0..64).map(|t| t % 2 == 1 || t >= EOT as usize).collect();
+    for (heard, show, committed, tentative) in [
+        // 1..=5 pass; 6 (frame 60) reads heard audio and ends 5's word,
+        // shown with it
+        (80, 1, 4, &[5, 6][..]),
+        (80, 0, 4, &[][..]),
+        // 1..=6 pass; 7 and 8 read heard audio: shown as one word, or not
+        // at all where 8 is not decoded
+        (85, 2, 6, &[7, 8][..]),
+        (85, 1, 6, &[][..]),
+        (85, 8, 6, &[7, 8][..]),
+    ] {
+        let mut net = Fake::new(12);
+        let o = StreamOptions {
+            show,
+            ..StreamOptions::default()
+        };
+        let mut d = StreamDecoder::new(spec(Some(starts.clone())), o).unwrap();
+        d.pulse(&mut net, heard, false).unwrap();
+        let case = format!("heard {heard}, show {show}");
+        assert_eq!(d.committed().len(), committed, "{case}");
+        assert_eq!(d.tentative(), tentative, "{case}");
+    }
+}
+
+#[test]
+fn a_sure_token_is_committed_at_its_own_margin() {
+    let o = StreamOptions {
+        sure: Some((0.9, 5)),
+        ..StreamOptions::default()
+    };
+    // sure tokens: committed while 10 k + 5 < 64
+    let mut net = Fake::new(12);
+    let mut d = decoder(o.clone());
+    d.pulse(&mut net, 64, false).unwrap();
+    assert_eq!(d.committed(), [1, 2, 3, 4, 5]);
+    // unsure from token 4 on: those wait for the margin, 10 k + 20 < 64
+    let mut net = Fake::new(12);
+    net.unsure_at = Some(4);
+    let mut d = decoder(o);
+    d.pulse(&mut net, 64, false).unwrap();
+    assert_eq!(d.committed(), [1, 2, 3, 4]);
     d.pulse(&mut net, 140, true).unwrap();
     assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
 }
