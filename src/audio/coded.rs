@@ -1,6 +1,8 @@
 //! Compressed audio (FLAC, MP3, OGG Vorbis, AAC or ALAC in M4A) read through
 //! symphonia as mono f32 at its own rate, with failures mapped to [`AudioError`].
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use symphonia::core::audio::SampleBuffer;
 use symphonia::core::codecs::{Decoder, DecoderOptions, CODEC_TYPE_NULL, CODEC_TYPE_OPUS};
 use symphonia::core::errors::Error as SymError;
@@ -21,6 +23,17 @@ const MAX_CHANNELS: usize = 256;
 
 /// What the formats we read are, for "not an audio file" messages.
 pub(crate) const KNOWN_FORMATS: &str = "WAV, FLAC, MP3, OGG Vorbis, M4A (AAC, ALAC)";
+
+/// The error for a file symphonia panicked on. symphonia 0.5 panics on
+/// some damaged files where it should return an error (an `unwrap` in its
+/// M4A `esds` reader, found by the `audio` fuzz target); one bad file must
+/// not end the program, so its calls run under `catch_unwind`.
+fn decoder_panicked(path: &str) -> AudioError {
+    AudioError::Corrupt {
+        path: path.to_string(),
+        reason: "damaged data (the decoder panicked on it)".into(),
+    }
+}
 
 /// A compressed stream being decoded packet by packet.
 pub(crate) struct CodedSource {
@@ -47,6 +60,15 @@ impl CodedSource {
     /// Probes the container and opens a decoder for its first audio track;
     /// `ext` (the file's extension, if any) helps the probe.
     pub(crate) fn open(
+        media: Box<dyn MediaSource>,
+        ext: Option<&str>,
+        name: &str,
+    ) -> Result<Self, AudioError> {
+        catch_unwind(AssertUnwindSafe(|| Self::probe(media, ext, name)))
+            .unwrap_or_else(|_| Err(decoder_panicked(name)))
+    }
+
+    fn probe(
         media: Box<dyn MediaSource>,
         ext: Option<&str>,
         name: &str,
@@ -185,7 +207,11 @@ impl CodedSource {
                 self.pending.drain(..self.pending_pos);
                 self.pending_pos = 0;
             }
-            self.decode_packet()?;
+            // after a panic the decoder's state is unknown: the stream ends
+            catch_unwind(AssertUnwindSafe(|| self.decode_packet())).unwrap_or_else(|_| {
+                self.ended = true;
+                Err(decoder_panicked(&self.name))
+            })?;
         }
         let n = (self.pending.len() - self.pending_pos).min(max_frames);
         out.extend_from_slice(&self.pending[self.pending_pos..self.pending_pos + n]);
@@ -301,5 +327,22 @@ impl CodedSource {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::audio::{decode_bytes, AudioError, Truncation};
+
+    /// Found by the `audio` fuzz target (minimised): 29 bytes taken for an
+    /// M4A on which symphonia's `esds` reader unwraps a `None`.
+    const ESDS_PANIC: &[u8] = b"di\0\x80\x01\0\0\0\0\0\0\0\x03\xff\xf1\0\0\x03\x80000000\xff000";
+
+    #[test]
+    fn a_decoder_panic_is_an_error_for_that_file() {
+        let e =
+            decode_bytes(ESDS_PANIC.to_vec(), Some("m4a"), 16_000, Truncation::Refuse).unwrap_err();
+        assert!(matches!(e, AudioError::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("the decoder panicked"), "{e}");
     }
 }

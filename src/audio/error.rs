@@ -78,6 +78,10 @@ pub enum ResampleError {
     /// A block buffer of the wrong length for rubato.
     #[error(transparent)]
     Buffer(#[from] rubato::audioadapter_buffers::SizeError),
+    /// A sample beyond ±[`super::resample::MAX_AMPLITUDE`] or NaN: not
+    /// audio (a damaged file), and it would overflow the FFT.
+    #[error("sample {value} is beyond ±{max:e}: not audio, which is nominally within ±1", max = super::resample::MAX_AMPLITUDE)]
+    Amplitude { value: f32 },
     /// rubato failed on a block.
     #[error(transparent)]
     Process(#[from] rubato::ResampleError),

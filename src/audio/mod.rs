@@ -91,6 +91,19 @@ pub fn decode_wav<R: Read>(reader: R, target_rate: u32, name: &str) -> Result<Au
     read_all(Source::Wav(WavSource::open(reader, name)?), target_rate)
 }
 
+/// Decodes a whole file held in memory (any format [`load`] reads) as mono
+/// f32 at `target_rate`; `ext` is the file's extension, if any, a hint as a
+/// path's is. The entry point of the fuzz targets (`fuzz/`).
+#[doc(hidden)]
+pub fn decode_bytes(
+    bytes: Vec<u8>,
+    ext: Option<&str>,
+    target_rate: u32,
+    t: Truncation,
+) -> Result<Audio, AudioError> {
+    read_all(Source::from_bytes(bytes, ext, "<input>", t)?, target_rate)
+}
+
 fn read_all<R: Read>(mut source: Source<R>, target_rate: u32) -> Result<Audio, AudioError> {
     let mut resampler = new_resampler(&source, target_rate)?;
     let (from, name) = (source.rate(), source.name().to_string());

@@ -19,6 +19,11 @@ const MIN_BLOCK: usize = 512;
 /// Above this (larger side), block length is not raised for quality.
 const MAX_BLOCK: usize = 16_384;
 
+/// The largest sample magnitude resampled. Audio is nominally within ±1
+/// (float files overshoot a little); far beyond, a block's FFT overflows to
+/// infinities, on which rubato panics, so such a sample (or NaN) is refused.
+pub const MAX_AMPLITUDE: f32 = 1e6;
+
 enum Mode {
     PassThrough,
     Fft {
@@ -119,8 +124,13 @@ impl StreamResampler {
         resampled_len(self.frames_in, self.source_rate, self.target_rate)
     }
 
-    /// Resamples `input`, appending every output sample that is ready to `out`.
+    /// Resamples `input`, appending every output sample that is ready to
+    /// `out`; a sample beyond ±[`MAX_AMPLITUDE`] (or NaN) refuses the whole
+    /// `input`.
     pub fn push(&mut self, input: &[f32], out: &mut Vec<f32>) -> Result<(), ResampleError> {
+        if let Some(&value) = input.iter().find(|s| s.is_nan() || s.abs() > MAX_AMPLITUDE) {
+            return Err(ResampleError::Amplitude { value });
+        }
         self.frames_in += input.len() as u64;
         let Mode::Fft {
             fft,
@@ -207,4 +217,54 @@ fn run_block(
     *skip -= drop;
     out.extend_from_slice(&produced[drop..]);
     Ok(produced.len() - drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audio::{decode_wav, AudioError};
+
+    /// Found by the `wav` fuzz target (shortened): a 22.05 kHz float WAV
+    /// of four samples of ±3e38, finite, whose FFT overflowed to infinities
+    /// and made rubato panic.
+    const HUGE_FLOAT_WAV: &[u8] = b"RIFF4\0\0\0WAVEfmt \x10\0\0\0\x03\0\x01\0\x22\x56\0\0\
+        \x88\x58\x01\0\x04\0\x20\0data\x10\0\0\0\
+        \xe6\xb1\x61\x7f\xe6\xb1\x61\xff\xe6\xb1\x61\x7f\xe6\xb1\x61\xff";
+
+    #[test]
+    fn samples_far_beyond_audio_range_are_an_error_not_a_panic() {
+        let e = decode_wav(HUGE_FLOAT_WAV, 16_000, "huge.wav").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AudioError::Resample {
+                    source: ResampleError::Amplitude { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("huge.wav: cannot resample 22050 Hz to 16000 Hz: sample 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nan_or_huge_pushes_are_refused_whole_at_any_rate() {
+        for (from, to) in [(22_050, 16_000), (16_000, 16_000)] {
+            let mut r = StreamResampler::new(from, to).unwrap();
+            let mut out = Vec::new();
+            for bad in [f32::NAN, f32::INFINITY, -2e6, 3e38] {
+                let e = r.push(&[0.5, bad], &mut out).unwrap_err();
+                assert!(matches!(e, ResampleError::Amplitude { .. }), "{e}");
+            }
+            // nothing was taken in: the stream goes on as if they never came
+            r.push(&[MAX_AMPLITUDE, -1.0, 0.25], &mut out).unwrap();
+            r.finish(&mut out).unwrap();
+            assert_eq!(out.len() as u64, resampled_len(3, from, to));
+            assert!(out.iter().all(|s| s.is_finite()));
+        }
+    }
 }

@@ -56,13 +56,32 @@ impl Source {
             .extension()
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase);
-        if looks_like_wav(&magic) || matches!(ext.as_deref(), Some("wav" | "wave")) {
+        if is_wav(&magic, ext.as_deref()) {
             let reader: AnyRead = Box::new(BufReader::new(file));
             return Ok(Source::Wav(
                 WavSource::open(reader, &name)?.with_truncation(truncation),
             ));
         }
         let coded = CodedSource::open(Box::new(file), ext.as_deref(), &name)?;
+        Ok(Source::Coded(Box::new(coded.with_truncation(truncation))))
+    }
+
+    /// A whole file held in memory, chosen between the readers as [`Self::open`]
+    /// chooses; `ext` is the file's extension, if any.
+    pub(crate) fn from_bytes(
+        bytes: Vec<u8>,
+        ext: Option<&str>,
+        name: &str,
+        truncation: Truncation,
+    ) -> Result<Self, AudioError> {
+        let magic = &bytes[..bytes.len().min(MAGIC_BYTES as usize)];
+        if is_wav(magic, ext) {
+            let reader: AnyRead = Box::new(Cursor::new(bytes));
+            return Ok(Source::Wav(
+                WavSource::open(reader, name)?.with_truncation(truncation),
+            ));
+        }
+        let coded = CodedSource::open(Box::new(Cursor::new(bytes)), ext, name)?;
         Ok(Source::Coded(Box::new(coded.with_truncation(truncation))))
     }
 
@@ -153,6 +172,13 @@ impl<R: Read> Source<R> {
             Source::Coded(s) => s.read_frames(max_frames, out),
         }
     }
+}
+
+/// Whether the WAV reader takes a file starting with `magic`: a RIFF-like
+/// start, or a `.wav` name whatever it holds (its errors then say what is
+/// wrong with it as a WAV).
+fn is_wav(magic: &[u8], ext: Option<&str>) -> bool {
+    looks_like_wav(magic) || matches!(ext, Some("wav" | "wave"))
 }
 
 /// RIFF, RIFX, RF64 or BW64, or a prefix of RIFF (a cut header): the WAV

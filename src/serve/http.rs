@@ -22,8 +22,9 @@ use super::state::AppState;
 
 /// A transcription request's fields.
 #[derive(Default)]
-struct Request {
-    file: Option<(Bytes, String)>,
+pub(super) struct Request {
+    /// The uploaded file and the name the client gave it.
+    pub file: Option<(Bytes, String)>,
     model: Option<String>,
     language: Option<String>,
     response_format: Option<String>,
@@ -124,7 +125,7 @@ async fn transcribe(
 }
 
 /// Reads every field; the file stays in memory (bounded by the body limit).
-async fn read_fields(multipart: &mut Multipart) -> Result<Request, ApiError> {
+pub(super) async fn read_fields(multipart: &mut Multipart) -> Result<Request, ApiError> {
     let mut req = Request::default();
     while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
         let name = field.name().unwrap_or_default().to_string();

@@ -19,6 +19,8 @@ mod deltas;
 mod formats;
 #[cfg(test)]
 mod fuzz_tests;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod metrics;
 mod pcm;

@@ -71,16 +71,36 @@ const PUNCTUATION: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
 impl WhisperTokenizer {
     /// Reads `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<WhisperTokenizer, WhisperError> {
-        let inner =
-            tokenizers::Tokenizer::from_file(path).map_err(|e| WhisperError::Tokenizer {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+        let json = std::fs::read(path).map_err(|e| WhisperError::Tokenizer {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        WhisperTokenizer::from_bytes(&json, path)
+    }
+
+    /// Parses the bytes of a `tokenizer.json`; `path` names them in errors.
+    pub fn from_bytes(json: &[u8], path: &Path) -> Result<WhisperTokenizer, WhisperError> {
+        let bad = |reason: String| WhisperError::Tokenizer {
+            path: path.to_path_buf(),
+            reason,
+        };
+        // JSON first, tokenizers' types second: tokenizers 0.22 panics (an
+        // `expect` in its decoder's Deserialize) on a syntax error inside
+        // `decoder`, which parsing the text alone reports as an error.
+        let value: serde_json::Value =
+            serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
+        let inner: tokenizers::Tokenizer =
+            serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
         WhisperTokenizer::new(inner)
     }
 
     /// Wraps a loaded tokenizer, finding its special and language tokens.
-    pub fn new(inner: tokenizers::Tokenizer) -> Result<WhisperTokenizer, WhisperError> {
+    pub fn new(mut inner: tokenizers::Tokenizer) -> Result<WhisperTokenizer, WhisperError> {
+        // Special tokens are written here (`sot_sequence`), never added by
+        // tokenizers, so its post-processor is not needed; a damaged one
+        // panics in tokenizers 0.22 at every encode (a template naming a
+        // second sequence, found by the `tokenizer` fuzz target).
+        inner.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
         let id = |token: &str| {
             inner
                 .token_to_id(token)
@@ -413,6 +433,59 @@ pub(crate) mod tests {
                 None
             }
         }
+    }
+
+    /// Found by the `tokenizer` fuzz target (shortened): a syntax error
+    /// inside `decoder` panicked in tokenizers instead of being an error.
+    #[test]
+    fn a_syntax_error_in_the_decoder_is_an_error_not_a_panic() {
+        let json = br#"{"version":"1.0","decoder":{"type":"ByteLevel",x}}"#;
+        let Err(e) = WhisperTokenizer::from_bytes(json, Path::new("t.json")) else {
+            panic!("a tokenizer from a file that is not JSON");
+        };
+        assert!(matches!(e, WhisperError::Tokenizer { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("t.json: cannot load the tokenizer: "),
+            "{e}"
+        );
+    }
+
+    /// Found by the `tokenizer` fuzz target (shortened): a post-processor
+    /// whose template for one sequence names a second one made every
+    /// encode panic in tokenizers.
+    #[test]
+    fn a_damaged_post_processor_is_never_run() {
+        let specials = [
+            "<|endoftext|>",
+            "<|startoftranscript|>",
+            "<|en|>",
+            "<|translate|>",
+            "<|transcribe|>",
+            "<|startoflm|>",
+            "<|startofprev|>",
+            "<|nocaptions|>",
+            "<|notimestamps|>",
+        ];
+        let added: Vec<String> = specials
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                format!(r#"{{"id":{},"content":"{t}","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}}"#, i + 2)
+            })
+            .collect();
+        let json = format!(
+            r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[{}],
+            "normalizer":null,"pre_tokenizer":null,"decoder":null,
+            "post_processor":{{"type":"TemplateProcessing",
+                "single":[{{"Sequence":{{"id":"B","type_id":0}}}}],"pair":[],"special_tokens":{{}}}},
+            "model":{{"type":"BPE","vocab":{{"a":0,"b":1}},"merges":[]}}}}"#,
+            added.join(",")
+        );
+        let Ok(tok) = WhisperTokenizer::from_bytes(json.as_bytes(), Path::new("t.json")) else {
+            panic!("the tokenizer loads");
+        };
+        assert_eq!(tok.encode("ab").unwrap(), [0, 1]);
     }
 
     #[test]
