@@ -29,12 +29,36 @@ impl Weights {
 
     /// Reads and decodes a safetensors file.
     pub fn load(path: impl AsRef<Path>) -> Result<Weights> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::File {
+        Weights::load_with(path.as_ref(), |_, t| t)
+    }
+
+    /// Reads a safetensors file with every float tensor widened to f32 but
+    /// those `keep` names, which stay as stored.
+    pub fn load_f32(path: impl AsRef<Path>, keep: &[&str]) -> Result<Weights> {
+        Weights::load_with(path.as_ref(), |name, t| {
+            match t.dtype().is_float() && !keep.contains(&name) {
+                true => t.cast(DType::F32),
+                false => t,
+            }
+        })
+    }
+
+    /// Decodes a file through a memory map, one tensor at a time through
+    /// `each`: the file's bytes are never copied whole onto the heap (a
+    /// base-sized checkpoint held its 145 MB twice while loading), and the
+    /// map, the page cache's pages, is gone when this returns.
+    fn load_with(path: &Path, each: impl FnMut(&str, Tensor) -> Tensor) -> Result<Weights> {
+        let cannot = |e: std::io::Error| Error::File {
             path: path.to_path_buf(),
             reason: format!("cannot read weights: {e}"),
-        })?;
-        Weights::from_bytes(&bytes, &path.display().to_string()).map_err(|e| match e {
+        };
+        let file = std::fs::File::open(path).map_err(cannot)?;
+        // SAFETY: the map is read only while this call decodes it; a file
+        // that another process truncates meanwhile would fault, as a read
+        // of a file cut short would fail (the model cache is written by
+        // renaming finished files into place)
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(cannot)?;
+        Weights::decode(&map, &path.display().to_string(), each).map_err(|e| match e {
             Error::Other(reason) => Error::File {
                 path: PathBuf::from(path),
                 reason,
@@ -45,6 +69,15 @@ impl Weights {
 
     /// Decodes safetensors bytes; `file` names them in errors.
     pub fn from_bytes(bytes: &[u8], file: &str) -> Result<Weights> {
+        Weights::decode(bytes, file, |_, t| t)
+    }
+
+    /// Decodes safetensors bytes, each tensor passed through `each`.
+    fn decode(
+        bytes: &[u8],
+        file: &str,
+        mut each: impl FnMut(&str, Tensor) -> Tensor,
+    ) -> Result<Weights> {
         let st = SafeTensors::deserialize(bytes)
             .map_err(|e| Error::Other(format!("not a valid safetensors file: {e}")))?;
         let mut tensors = HashMap::new();
@@ -76,7 +109,7 @@ impl Weights {
                 }
             }
             .map_err(|e| Error::Other(format!("tensor `{name}`: {e}")))?;
-            tensors.insert(name, t);
+            tensors.insert(name.clone(), each(&name, t));
         }
         Ok(Weights {
             file: file.to_string(),
@@ -95,6 +128,13 @@ impl Weights {
             tensors: tensors.into_iter().collect(),
             int8: HashMap::new(),
         }
+    }
+
+    /// The same weights with tensor `name` replaced by (or added as) `t`.
+    pub fn with_tensor(&self, name: &str, t: Tensor) -> Weights {
+        let mut out = self.clone();
+        out.tensors.insert(name.to_string(), t);
+        out
     }
 
     /// The same weights, with every 2-D float tensor whose name `pick`

@@ -3,6 +3,7 @@
 
 mod builder;
 mod nodes;
+mod recycle;
 mod runner;
 
 pub use builder::GraphBuilder;

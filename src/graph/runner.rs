@@ -1,9 +1,11 @@
 //! The CPU runner: evaluates a graph in topological order, keeping every
-//! node's output buffers and op state between runs, so that repeated runs
-//! with the same shapes (pulsed chunk steps) allocate nothing.
+//! node's output buffers (or, recycling, the buffers of the values alive at
+//! once) and op state between runs, so that repeated runs with the same
+//! shapes (pulsed chunk steps) allocate nothing.
 
 use std::sync::Arc;
 
+use super::recycle::Recycler;
 use super::{Graph, OutletId};
 use crate::ops::{Const, Dim, OpState, Scratch, Source, Tensor, TypedFact};
 use crate::{Error, Result};
@@ -24,6 +26,8 @@ pub struct Runner {
     times: Option<Vec<std::time::Duration>>,
     /// Whether every f32 value is rounded to bf16 ([`Runner::round_to_bf16`]).
     bf16: bool,
+    /// Dead values' buffers, reused ([`Runner::recycle_buffers`]).
+    recycler: Option<Recycler>,
 }
 
 /// Rounds f32 values to the nearest bf16 (ties to even, as the GPU stores
@@ -71,7 +75,21 @@ impl Runner {
             last_s: None,
             times: None,
             bf16: false,
+            recycler: None,
         })
+    }
+
+    /// From now on, releases each value once the last node that reads it
+    /// has run, hands its buffer to a later node of the same size (see
+    /// `recycle.rs`), and gives every node one scratch: a step then holds
+    /// the values alive at once and the largest node's scratch, not every
+    /// node's outputs and every matrix product's packed (or widened int8)
+    /// weight. Graph outputs stay readable; other nodes' [`Runner::value`]s
+    /// do not (per-node comparisons keep a plain runner).
+    pub fn recycle_buffers(mut self) -> Runner {
+        self.recycler = Some(Recycler::new(&self.graph, &self.order));
+        self.scratch.truncate(1);
+        self
     }
 
     /// From now on, rounds the weights, the inputs and every node's output
@@ -160,14 +178,25 @@ impl Runner {
             placeholder,
             times,
             bf16,
+            recycler,
+            last_s,
             ..
         } = self;
+        if let Some(r) = recycler.as_mut() {
+            r.begin();
+        }
         for &id in order.iter() {
             let node = &graph.nodes[id];
             if node.inputs.is_empty() {
                 continue; // sources and constants already hold their values
             }
             let mut outs = std::mem::take(&mut values[id]);
+            // recycling nodes share one scratch: nodes run one at a time
+            let mut work = id;
+            if let Some(r) = recycler.as_mut() {
+                r.before(graph, id, *last_s, &mut outs);
+                work = 0;
+            }
             let mut buf: [&Tensor; MAX_INPUTS] = [&*placeholder; MAX_INPUTS];
             for (k, o) in node.inputs.iter().enumerate() {
                 buf[k] = &values[o.node][o.slot];
@@ -175,8 +204,8 @@ impl Runner {
             let ins = &buf[..node.inputs.len()];
             let t0 = times.as_ref().map(|_| std::time::Instant::now());
             let r = match &mut states[id] {
-                Some(st) => st.eval(ins, &mut outs, &mut scratch[id]),
-                None => node.op.eval(ins, &mut outs, &mut scratch[id]),
+                Some(st) => st.eval(ins, &mut outs, &mut scratch[work]),
+                None => node.op.eval(ins, &mut outs, &mut scratch[work]),
             };
             if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
                 t[id] += t0.elapsed();
@@ -185,6 +214,9 @@ impl Runner {
             r.map_err(|e| Error::node(&node.name, node.op.name(), e))?;
             if *bf16 {
                 values[id].iter_mut().for_each(round_bf16);
+            }
+            if let Some(r) = recycler.as_mut() {
+                r.after(id, values);
             }
         }
         Ok(())
@@ -334,5 +366,50 @@ mod tests {
         let mut again = Runner::new(g).unwrap();
         again.step(&[&x]).unwrap();
         assert_eq!(again.output(0).to_f32_vec(), plain.output(0).to_f32_vec());
+    }
+
+    /// `y = (((x k + k) k) + x k) k`: `x k` is read again after two
+    /// nodes whose outputs have its size.
+    fn chain() -> (Graph, OutletId) {
+        let mut b = GraphBuilder::new();
+        let x = b
+            .input("x", TypedFact::new(DType::F32, [Dim::s()]))
+            .unwrap();
+        let k = b.constant("k", Tensor::scalar(1.5f32)).unwrap();
+        let a = b.op("a", Binary::Mul, &[x, k]).unwrap();
+        let c = b.op("c", Binary::Add, &[a, k]).unwrap();
+        let c = b.op("c2", Binary::Mul, &[c, k]).unwrap();
+        let d = b.op("d", Binary::Add, &[c, a]).unwrap();
+        let y = b.op("y", Binary::Mul, &[d, k]).unwrap();
+        b.output("y", y);
+        (b.build().unwrap(), a)
+    }
+
+    #[test]
+    fn recycling_buffers_gives_the_same_values_and_drops_dead_ones() {
+        let (g, a) = chain();
+        let g = Arc::new(g);
+        let mut plain = Runner::new(g.clone()).unwrap();
+        let mut r = Runner::new(g).unwrap().recycle_buffers();
+        let inputs = [
+            Tensor::from_slice(&[1.0f32, -2.0, 3.5]),
+            Tensor::from_slice(&[4.0f32, 0.25, -1.0]),
+            Tensor::from_slice(&[7.0f32]),
+            Tensor::from_slice(&[0.5f32, 2.0, 9.0]),
+        ];
+        for x in &inputs {
+            plain.step(&[x]).unwrap();
+            r.step(&[x]).unwrap();
+            assert_eq!(r.output(0).to_f32_vec(), plain.output(0).to_f32_vec());
+            let v = x.to_f32_vec();
+            let want: Vec<f32> = v
+                .iter()
+                .map(|x| (((x * 1.5 + 1.5) * 1.5) + x * 1.5) * 1.5)
+                .collect();
+            assert_eq!(r.output(0).to_f32_vec(), want);
+            // `a` is dead once `d` has run; the plain runner keeps it
+            assert!(r.value(a).is_none());
+            assert!(plain.value(a).is_some());
+        }
     }
 }

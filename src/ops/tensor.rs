@@ -472,6 +472,12 @@ impl Tensor {
         });
     }
 
+    /// The length of the whole storage, when no other tensor shares it
+    /// (a buffer a runner may hand to another node).
+    pub fn unshared_len(&mut self) -> Option<usize> {
+        Arc::get_mut(&mut self.storage).map(|s| s.len())
+    }
+
     /// True when both tensors hold the same storage (a view of the other).
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)

@@ -72,7 +72,7 @@ pub fn compare(
     dev: Arc<GpuDevice>,
     what: &WhisperCompare,
 ) -> Result<WhisperComparison> {
-    let (cfg, w) = (&model.config, &model.f32_weights);
+    let (cfg, w) = (&model.config, model.wide_weights()?);
     let opts = GpuRunnerOptions {
         launches: Launches::Eager,
         keep_values: true,

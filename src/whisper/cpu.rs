@@ -10,20 +10,31 @@ use super::projection::Projection;
 use super::{folder, WhisperConfig};
 use crate::graph::{Runner, StepRunner};
 use crate::ops::kv_cache::KvCache;
-use crate::ops::{DType, Tensor};
+#[cfg(test)]
+use crate::ops::matmul::Int8Matrix;
+use crate::ops::Tensor;
 use crate::weights::Weights;
 use crate::Result;
 
-/// A checkpoint folder, loaded: its sizes and weights.
+/// The token embedding's name.
+const EMBEDDING: &str = "model.decoder.embed_tokens.weight";
+
+/// A checkpoint folder, loaded: its sizes and weights, once per process:
+/// every network built from it (each worker's, each live stream's) shares
+/// them, its graphs' constants pointing into `f32_weights`.
 #[derive(Debug, Clone)]
 pub struct WhisperModel {
     pub dir: PathBuf,
     pub config: WhisperConfig,
-    /// As stored (f16 for the fetched checkpoints).
-    pub weights: Weights,
     /// Every float tensor widened to f32 once, shared by the graphs of all
-    /// workers (their constants point into it).
+    /// workers (their constants point into it), but the token embedding:
+    /// that stays as stored (f16 for the fetched checkpoints), read by the
+    /// output projection and the token lookup, which widens the rows it
+    /// takes. An f32 copy of it was 80 MB for tiny.en, 106 MB for base.
     pub f32_weights: Weights,
+    /// `f32_weights` with the embedding widened too, made on first use:
+    /// what GPU networks build on (their step graphs project the logits).
+    wide: Arc<OnceLock<Weights>>,
     /// `f32_weights` with the linear layers also as int8, when
     /// [`WhisperModel::with_int8`] made them: what CPU graphs build on.
     int8: Option<Weights>,
@@ -43,28 +54,30 @@ impl WhisperModel {
     pub fn open_dir(dir: &Path) -> Result<WhisperModel> {
         folder::check_files(dir)?;
         let config = WhisperConfig::load(&dir.join("config.json"))?;
-        let weights =
-            Weights::load(dir.join("model.safetensors")).map_err(|e| refetch_hint(e, dir))?;
-        let f32_weights = Weights::from_tensors(
-            &dir.join("model.safetensors").display().to_string(),
-            weights.names().into_iter().filter_map(|n| {
-                let t = weights.tensor(n)?;
-                let t = if t.dtype().is_float() {
-                    t.cast(DType::F32)
-                } else {
-                    t.clone()
-                };
-                Some((n.to_string(), t))
-            }),
-        );
+        let f32_weights = Weights::load_f32(dir.join("model.safetensors"), &[EMBEDDING])
+            .map_err(|e| refetch_hint(e, dir))?;
         Ok(WhisperModel {
             dir: dir.to_path_buf(),
             config,
-            weights,
             f32_weights,
+            wide: Arc::default(),
             int8: None,
             projection: Arc::default(),
         })
+    }
+
+    /// Every float tensor in f32, the embedding too (widened once, on
+    /// first use, and shared): what GPU graphs are built from.
+    pub fn wide_weights(&self) -> Result<&Weights> {
+        if let Some(w) = self.wide.get() {
+            return Ok(w);
+        }
+        let c = &self.config;
+        let e = self
+            .f32_weights
+            .f32(EMBEDDING, &[c.vocab_size, c.d_model])?;
+        let w = self.f32_weights.with_tensor(EMBEDDING, e);
+        Ok(self.wide.get_or_init(|| w))
     }
 
     /// The same checkpoint with weight-only int8 on the CPU: every linear
@@ -115,10 +128,7 @@ impl WhisperModel {
     /// The token embedding as stored, `[vocab, d]`: the output projection.
     pub fn embedding(&self) -> Result<Tensor> {
         let c = &self.config;
-        self.weights.get(
-            "model.decoder.embed_tokens.weight",
-            &[c.vocab_size, c.d_model],
-        )
+        self.f32_weights.get(EMBEDDING, &[c.vocab_size, c.d_model])
     }
 }
 
@@ -163,13 +173,17 @@ impl WhisperNet<CpuRunners> {
     pub fn new(model: &WhisperModel) -> Result<CpuWhisper> {
         let (cfg, w) = (&model.config, model.cpu_weights());
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
+        // a worker's runners hold the values alive at once and one scratch
+        // each: every node's outputs and packed weights were 360 MB a
+        // tiny.en worker (peak RSS, -j 1 against -j 2 on two files)
+        let run = |g| Ok::<_, crate::Error>(Runner::new(g)?.recycle_buffers());
         let runners = CpuRunners {
-            encoder: Runner::new(graphs::encoder(cfg, w)?)?,
-            cross: Runner::new(graphs::cross_kv(cfg, w)?)?,
-            prompt: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
-            step: Runner::new(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
+            encoder: run(graphs::encoder(cfg, w)?)?,
+            cross: run(graphs::cross_kv(cfg, w)?)?,
+            prompt: run(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
+            step: run(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
         };
-        let rows = Runner::new(graphs::cross_kv_rows(cfg, w)?)?;
+        let rows = run(graphs::cross_kv_rows(cfg, w)?)?;
         Ok(WhisperNet::from_parts(cfg, runners, cache, model.projection()?)?.with_cross_rows(rows))
     }
 
@@ -233,5 +247,80 @@ fn refetch_hint(e: crate::Error, dir: &Path) -> crate::Error {
             }
         }
         e => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::matmul::Int8Linear;
+    use crate::ops::Const;
+
+    /// The value of graph constant `name` and the int8 matrix of linear
+    /// node `name`, where `runner`'s graph has them.
+    fn weight_of(runner: &Runner, name: &str) -> (Option<Tensor>, Option<Arc<Int8Matrix>>) {
+        let g = runner.graph();
+        let Some(node) = g.node_by_name(name).map(|i| &g.nodes[i]) else {
+            return (None, None);
+        };
+        let op = node.op.as_any();
+        (
+            op.downcast_ref::<Const>().map(|c| c.value.clone()),
+            op.downcast_ref::<Int8Linear>().map(|l| l.w.clone()),
+        )
+    }
+
+    /// Two networks of one model (two workers) hold the model's weights,
+    /// not copies: every graph constant, int8 matrix and the projection
+    /// are the same allocations.
+    #[test]
+    fn networks_of_one_model_share_its_weights() {
+        let Ok(model) = WhisperModel::open("whisper-tiny.en") else {
+            panic!("whisper-tiny.en is not in the model cache: bash scripts/fetch_whisper.sh whisper-tiny.en");
+        };
+        for model in [model.clone(), model.with_int8().unwrap()] {
+            let (a, b) = (
+                CpuWhisper::new(&model).unwrap(),
+                CpuWhisper::new(&model).unwrap(),
+            );
+            assert!(Arc::ptr_eq(&a.projection, &b.projection));
+            let stored = model.embedding().unwrap();
+            assert!(
+                a.projection.shares(&stored),
+                "the projection copies the embedding"
+            );
+            let (mut consts, mut int8) = (0, 0);
+            let (ra, rb) = (&a.runners, &b.runners);
+            for (x, y) in [(&ra.encoder, &rb.encoder), (&ra.prompt, &rb.prompt)] {
+                for node in &x.graph().nodes {
+                    match (weight_of(x, &node.name), weight_of(y, &node.name)) {
+                        ((Some(p), _), (Some(q), _)) if p.len() > 1024 => {
+                            assert_eq!(p.storage_key(), q.storage_key(), "{}", node.name);
+                            if let Some(w) = model.f32_weights.tensor(&node.name) {
+                                assert!(w.shares_storage(&p), "{} is a copy", node.name);
+                                consts += 1;
+                            }
+                        }
+                        ((_, Some(p)), (_, Some(q))) => {
+                            assert!(Arc::ptr_eq(&p, &q), "{}", node.name);
+                            let name = format!("{}.weight", node.name);
+                            if let Some(w) = model.cpu_weights().int8(&name) {
+                                assert!(Arc::ptr_eq(&p, &w), "{} is a copy", node.name);
+                                int8 += 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // tiny.en: 4 + 4 layers, 6 linears (self-attention q, k, v, out
+            // and fc1, fc2) a layer plus the decoder's cross-attention q
+            // and out, at least
+            match model.is_int8() {
+                true => assert!(int8 >= 4 * 6 + 4 * 8, "{int8} int8 matrices"),
+                // f32: those and the embedding, at least
+                false => assert!(consts > 4 * 6 + 4 * 8, "{consts} weights"),
+            }
+        }
     }
 }

@@ -253,7 +253,7 @@ impl WhisperNet<GpuRunners> {
                 "int8 weights run on the CPU only: use --device cpu, or f32/bf16 on the GPU".into(),
             ));
         }
-        let (cfg, w) = (&model.config, &model.f32_weights);
+        let (cfg, w) = (&model.config, model.wide_weights()?);
         // a stream of its own, so networks on other threads run concurrently
         let dev = dev.lane()?;
         let cache = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);

@@ -7,6 +7,7 @@ use std::f64::consts::PI;
 use super::layers::{Net, SelfAttention};
 use super::WhisperConfig;
 use crate::graph::{Graph, GraphBuilder, OutletId};
+use crate::ops::cast::Cast;
 use crate::ops::gather::Gather;
 use crate::ops::kv_cache::KvCache;
 use crate::ops::matmul::Linear;
@@ -287,13 +288,29 @@ fn decoder_graph(
     let tokens = b.input("tokens", TypedFact::new(DType::I64, tok))?;
     let positions = b.input("positions", TypedFact::new(DType::I64, [pos]))?;
     let mut n = Net { b: &mut b, w, d };
-    let emb = n.weight("model.decoder.embed_tokens.weight", &[cfg.vocab_size, d])?;
+    // the lookup reads the embedding as the weights hold it (a CPU model
+    // keeps it as stored, f16) and widens the rows it takes: exact
+    let emb_name = "model.decoder.embed_tokens.weight";
+    let emb = n.stored_weight(emb_name, &[cfg.vocab_size, d])?;
     let pemb = n.weight(
         "model.decoder.embed_positions.weight",
         &[cfg.max_target_positions, d],
     )?;
-    let te =
+    let mut te =
         n.b.op("model.decoder.tokens", Gather { axis: 0 }, &[emb, tokens])?;
+    let stored = n.w.get(emb_name, &[cfg.vocab_size, d])?.dtype();
+    if stored != DType::F32 {
+        let wide = Cast { to: DType::F32 };
+        te = n.b.op("model.decoder.tokens.f32", wide, &[te])?;
+    }
+    // a head in the graph multiplies by the embedding in f32
+    let emb = match (&head, stored) {
+        (Head::Hidden, _) | (_, DType::F32) => emb,
+        _ => {
+            let e = n.w.f32(emb_name, &[cfg.vocab_size, d])?;
+            n.b.constant(&format!("{emb_name}.f32"), e)?
+        }
+    };
     let pe = n.b.op(
         "model.decoder.positions",
         Gather { axis: 0 },

@@ -55,6 +55,12 @@ impl Net<'_> {
         self.b.constant(name, t)
     }
 
+    /// The weight `name` as stored (f16 stays f16), checked against `shape`.
+    pub fn stored_weight(&mut self, name: &str, shape: &[usize]) -> Result<OutletId> {
+        let t = self.w.get(name, shape)?;
+        self.b.constant(name, t)
+    }
+
     /// `x · Wᵀ + b` from `{name}.weight` `[out, in]` and `{name}.bias`;
     /// int8 where the weights hold the matrix as int8.
     pub fn linear(

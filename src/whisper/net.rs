@@ -74,7 +74,7 @@ pub struct WhisperNet<R: NetRunners> {
     pub(super) cache: KvCache,
     /// The output projection (the token embedding), shared by the model's
     /// networks.
-    projection: std::sync::Arc<Projection>,
+    pub(super) projection: std::sync::Arc<Projection>,
     rows: Vec<f32>,
     /// The decoder's token ids and positions, rewritten each call.
     inputs: (Tensor, Tensor),

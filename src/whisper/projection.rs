@@ -11,7 +11,7 @@
 //! bytes), then the [`RESCORED`] largest of each row are computed again from
 //! `E` as stored: the tokens decoding can choose get their exact logits.
 
-use half::{bf16, f16};
+use half::f16;
 
 use crate::ops::matmul::Int8Matrix;
 use crate::ops::{DType, Tensor};
@@ -28,10 +28,27 @@ const INT8_GROUP: usize = 32;
 const RESCORED: usize = 16;
 
 /// `E` as the checkpoint stores it (bf16 is widened once: it has no
-/// register-level conversion on x86).
+/// register-level conversion on x86): the model's own tensor, shared, not a
+/// copy (40 MB for tiny.en).
 enum Table {
-    F16(Vec<f16>),
-    F32(Vec<f32>),
+    F16(Tensor),
+    F32(Tensor),
+}
+
+/// The table's values.
+enum Values<'a> {
+    F16(&'a [f16]),
+    F32(&'a [f32]),
+}
+
+impl Table {
+    fn values(&self) -> Values<'_> {
+        // both made contiguous of their type in `Projection::new`
+        match self {
+            Table::F16(e) => Values::F16(e.as_slice().expect("a contiguous f16 table")),
+            Table::F32(e) => Values::F32(e.as_slice().expect("a contiguous f32 table")),
+        }
+    }
 }
 
 /// The token embedding, ready to project decoder outputs to logits (one
@@ -60,15 +77,8 @@ impl Projection {
     pub fn new(e: &Tensor) -> Result<Projection> {
         let (vocab, d) = (e.shape()[0], e.shape()[1]);
         let table = match e.dtype() {
-            DType::F16 => Table::F16(e.contiguous().to_vec::<f16>()?),
-            DType::BF16 => Table::F32(
-                e.contiguous()
-                    .to_vec::<bf16>()?
-                    .into_iter()
-                    .map(f32::from)
-                    .collect(),
-            ),
-            _ => Table::F32(e.cast(DType::F32).contiguous().to_vec::<f32>()?),
+            DType::F16 => Table::F16(e.contiguous()),
+            _ => Table::F32(e.cast(DType::F32).contiguous()),
         };
         Ok(Projection {
             table,
@@ -76,6 +86,14 @@ impl Projection {
             d,
             int8: None,
         })
+    }
+
+    /// Whether the table is `e`'s storage (the model's tensor, not a copy).
+    #[cfg(test)]
+    pub(super) fn shares(&self, e: &Tensor) -> bool {
+        match &self.table {
+            Table::F16(t) | Table::F32(t) => t.shares_storage(e),
+        }
     }
 
     /// From the embedding tensor, read first in int8 (a scale per
@@ -105,13 +123,13 @@ impl Projection {
             }
             return;
         }
-        match &self.table {
-            Table::F16(e) => {
+        match self.table.values() {
+            Values::F16(e) => {
                 for (g, chunk) in rows.chunks(4 * d).enumerate() {
                     self.group_f16(chunk, e, g * 4, out);
                 }
             }
-            Table::F32(e) => {
+            Values::F32(e) => {
                 for (g, chunk) in rows.chunks(4 * d).enumerate() {
                     self.group_f32(chunk, e, g * 4, out);
                 }
@@ -135,18 +153,18 @@ impl Projection {
         let d = self.d;
         let mut wide = [0f32; 2048];
         for &(_, t) in top.iter().filter(|x| x.1 != usize::MAX) {
-            let exact = match &self.table {
-                Table::F16(e) if d <= wide.len() => {
+            let exact = match self.table.values() {
+                Values::F16(e) if d <= wide.len() => {
                     for (w, x) in wide.iter_mut().zip(&e[t * d..(t + 1) * d]) {
                         *w = x.to_f32();
                     }
                     dot8(row, &wide[..d])
                 }
-                Table::F16(e) => {
+                Values::F16(e) => {
                     let w: Vec<f32> = e[t * d..(t + 1) * d].iter().map(|x| x.to_f32()).collect();
                     dot8(row, &w)
                 }
-                Table::F32(e) => dot8(row, &e[t * d..(t + 1) * d]),
+                Values::F32(e) => dot8(row, &e[t * d..(t + 1) * d]),
             };
             logits[t] = exact;
         }
