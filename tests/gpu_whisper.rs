@@ -740,3 +740,36 @@ fn gpu_alignment_pass_keeps_the_prefix_it_ran() {
     println!("alignment rows from a kept prefix: max abs diff {diff:e}");
     assert!(diff < 1e-4, "{diff}");
 }
+
+/// A device cache rewinds: the steps fed again after forgetting positions
+/// give the logits they gave the first time (the rows past the kept
+/// length are written again before they are read).
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_cache_rewinds_to_a_shorter_prefix() {
+    let Some(dev) = dev() else { return };
+    let (g, model) = (Golden::load(), model());
+    let mut w = gpu(&model, &dev, Precision::F32);
+    let (shape, mel) = g.tensor::<f32>("mel");
+    w.encode(&[&window(&mel, shape[0], shape[1])]).unwrap();
+    let prefix = g.ids(&["logits", "prefix"]);
+    let tokens = g.ids(&["logits", "tokens"]);
+    let steps = |w: &mut GpuWhisper| -> Vec<f32> {
+        let (mut all, mut one) = (Vec::new(), Vec::new());
+        for &t in &tokens {
+            w.feed(&[t], 1, &[0], &mut one).unwrap();
+            all.extend_from_slice(&one);
+        }
+        all
+    };
+    w.start(&[0]).unwrap();
+    let mut one = Vec::new();
+    w.feed(&prefix, prefix.len(), &[prefix.len() - 1], &mut one)
+        .unwrap();
+    let first = steps(&mut w);
+    assert!(w.rewind(prefix.len()).unwrap(), "a device cache rewinds");
+    let again = steps(&mut w);
+    let diff = max_abs_diff(&first, &again);
+    println!("steps after a rewind: max abs diff {diff:e}");
+    assert!(diff < 1e-4, "{diff}");
+}

@@ -271,10 +271,6 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn rewind(&mut self, len: usize) -> Result<bool> {
-        // a GPU's copy of the cache only grows: there the prefix is fed again
-        if !self.cache.on_host() {
-            return Ok(false);
-        }
         self.cache.truncate(len)?;
         Ok(true)
     }

@@ -267,14 +267,10 @@ impl KvCache {
 
     /// Forgets every text position from `len` on (of every sequence): a
     /// decoding that continues from a shorter prefix, without feeding it
-    /// again. A cache kept on a GPU only grows (or starts again).
+    /// again. A mirror is told the new length: the rows past it are written
+    /// again before they are read.
     pub fn truncate(&self, len: usize) -> OpResult<()> {
         let mut st = self.lock();
-        if st.mirror.is_some() {
-            return Err(param(
-                "a cache kept on a GPU cannot forget positions".into(),
-            ));
-        }
         if len > st.len {
             return Err(param(format!(
                 "cannot keep {len} text positions of {}",
@@ -282,6 +278,9 @@ impl KvCache {
             )));
         }
         st.len = len;
+        if let Some(m) = &st.mirror {
+            m.set_len(len)?;
+        }
         Ok(())
     }
 
