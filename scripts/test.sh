@@ -58,6 +58,7 @@ bash scripts/fuzz.sh 10 wav safetensors config arpa tokenizer tokens realtime fo
 # its code cannot rot; needs root for apt-get, said when skipped.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     dpkg -s libasound2-dev pkg-config >/dev/null 2>&1 || {
+        echo "test.sh: installing Debian's libasound2-dev and pkg-config (apt-get) to build the mic feature" >&2
         apt-get update -q >/dev/null && apt-get install -y -q libasound2-dev pkg-config >/dev/null
     }
     cargo clippy --release --features mic --lib -- -D warnings
