@@ -12,7 +12,8 @@ use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
 
 use super::policy::{self, Truncation};
-use super::AudioError;
+use super::{mp4, AudioError};
+use std::io::{Read, Seek, SeekFrom};
 
 /// Highest sample rate we resample from (as for WAV): a damaged header must
 /// not make the resampler allocate gigabytes.
@@ -33,6 +34,31 @@ fn decoder_panicked(path: &str) -> AudioError {
         path: path.to_string(),
         reason: "damaged data (the decoder panicked on it)".into(),
     }
+}
+
+/// What is wrong with a seekable MP4's sample tables, if anything (see
+/// [`mp4`]); the stream is back at its start after.
+fn oversized_mp4_table(media: &mut Box<dyn MediaSource>) -> std::io::Result<Option<String>> {
+    if !media.is_seekable() {
+        return Ok(None);
+    }
+    let mut head = vec![0u8; 4096];
+    let mut n = 0;
+    while n < head.len() {
+        match media.read(&mut head[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    let found = match mp4::mp4_start(&head[..n]) {
+        Some(start) => {
+            let len = media.byte_len().unwrap_or(u64::MAX);
+            mp4::oversized_table(media, start, len)?
+        }
+        None => None,
+    };
+    media.seek(SeekFrom::Start(0))?;
+    Ok(found)
 }
 
 /// A compressed stream being decoded packet by packet.
@@ -60,10 +86,20 @@ impl CodedSource {
     /// Probes the container and opens a decoder for its first audio track;
     /// `ext` (the file's extension, if any) helps the probe.
     pub(crate) fn open(
-        media: Box<dyn MediaSource>,
+        mut media: Box<dyn MediaSource>,
         ext: Option<&str>,
         name: &str,
     ) -> Result<Self, AudioError> {
+        let io = |source| AudioError::Io {
+            path: name.to_string(),
+            source,
+        };
+        if let Some(reason) = oversized_mp4_table(&mut media).map_err(io)? {
+            return Err(AudioError::Corrupt {
+                path: name.to_string(),
+                reason,
+            });
+        }
         catch_unwind(AssertUnwindSafe(|| Self::probe(media, ext, name)))
             .unwrap_or_else(|_| Err(decoder_panicked(name)))
     }

@@ -25,6 +25,7 @@
 
 mod coded;
 mod error;
+mod mp4;
 mod policy;
 pub(crate) mod resample;
 mod source;

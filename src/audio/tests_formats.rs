@@ -162,3 +162,26 @@ fn a_cut_flac_decodes_what_is_there_when_asked() {
     assert!(a.samples.len() > full.len() / 4 && a.samples.len() < full.len());
     assert_eq!(a.samples, full[..a.samples.len()]);
 }
+
+/// An M4A whose `stts` declares 4 billion entries in 32 bytes (found by the
+/// `audio` fuzz target): symphonia would reserve 34 GB for them and abort
+/// the process; it is refused as damaged first, from a file and from bytes.
+#[test]
+fn an_m4a_table_larger_than_its_box_is_refused_before_decoding() {
+    let path = fixture("fixtures/audio/stts_count_overflow.m4a");
+    for e in [
+        load(&path, 16_000).unwrap_err(),
+        crate::audio::decode_bytes(
+            std::fs::read(&path).unwrap(),
+            Some("m4a"),
+            16_000,
+            crate::audio::Truncation::Warn,
+        )
+        .unwrap_err(),
+    ] {
+        assert!(
+            matches!(e, AudioError::Corrupt { .. }) && e.to_string().contains("stts"),
+            "{e}"
+        );
+    }
+}

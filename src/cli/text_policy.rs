@@ -26,9 +26,10 @@ pub struct PolicyArgs {
     pub margin: usize,
     /// With --policy stream: a token of at least this probability is
     /// committed at --sure-margin frames instead of --margin.
-    #[arg(long, value_name = "P")]
-    pub sure: Option<f32>,
-    /// With --policy stream: the margin of a token --sure picks.
+    #[arg(long, default_value_t = 0.97, value_name = "P")]
+    pub sure: f32,
+    /// With --policy stream: the margin of a token --sure picks (--margin
+    /// or more: every token at --margin).
     #[arg(long, default_value_t = 10, value_name = "FRAMES")]
     pub sure_margin: usize,
     /// With --policy stream: a token whose attention peak lies more than
@@ -62,7 +63,7 @@ impl PolicyArgs {
     pub fn apply(&self, o: &mut WhisperLiveOptions) {
         o.stream_text = self.policy.map(|p| p == Policy::Stream);
         o.stream.margin = self.margin;
-        o.stream.sure = self.sure.map(|p| (p, self.sure_margin));
+        o.stream.sure = Some((self.sure, self.sure_margin));
         o.stream.refill = self.refill;
         o.stream.backstep = self.backstep;
         o.stream.show = self.show;

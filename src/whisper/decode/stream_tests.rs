@@ -151,6 +151,14 @@ fn spec(word_starts: Option<Vec<bool>>) -> StreamSpec {
     }
 }
 
+/// The defaults with one margin for every token (the fake is sure of all).
+fn plain() -> StreamOptions {
+    StreamOptions {
+        sure: None,
+        ..StreamOptions::default()
+    }
+}
+
 fn decoder(o: StreamOptions) -> StreamDecoder {
     StreamDecoder::new(spec(None), o).unwrap()
 }
@@ -193,7 +201,7 @@ fn both_feeds(o: StreamOptions) -> [(bool, Fake, StreamDecoder); 2] {
 #[test]
 fn one_pulse_over_the_whole_audio_is_the_greedy_decoding() {
     let mut net = Fake::new(12);
-    let mut d = decoder(StreamOptions::default());
+    let mut d = decoder(plain());
     d.pulse(&mut net, 200, true).unwrap();
     assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
     assert!(d.ended() && d.tentative().is_empty());
@@ -205,7 +213,7 @@ fn one_pulse_over_the_whole_audio_is_the_greedy_decoding() {
 fn pulses_commit_what_lies_a_margin_before_the_last_frame_heard() {
     for (refill, mut net, mut d) in both_feeds(StreamOptions {
         margin: 20,
-        ..StreamOptions::default()
+        ..plain()
     }) {
         let after = stream(&mut net, &mut d, 140);
         for (i, &n) in after.iter().enumerate() {
@@ -226,10 +234,7 @@ fn pulses_commit_what_lies_a_margin_before_the_last_frame_heard() {
 fn the_committed_prefix_is_not_fed_token_by_token_again() {
     // nothing shown past the committed tokens: each shown one is fed once
     // more when it is decoded again at the next pulse
-    let o = StreamOptions {
-        show: 0,
-        ..StreamOptions::default()
-    };
+    let o = StreamOptions { show: 0, ..plain() };
     for (refill, mut net, mut d) in both_feeds(o) {
         let pulses = stream(&mut net, &mut d, 140).len() + 1;
         let mut seen = vec![0usize; 448];
@@ -259,10 +264,7 @@ fn the_committed_prefix_is_not_fed_token_by_token_again() {
 
 #[test]
 fn tokens_past_the_first_uncommitted_one_are_shown_while_they_read_heard_audio() {
-    for (refill, mut net, mut d) in both_feeds(StreamOptions {
-        show: 3,
-        ..StreamOptions::default()
-    }) {
+    for (refill, mut net, mut d) in both_feeds(StreamOptions { show: 3, ..plain() }) {
         d.pulse(&mut net, 64, false).unwrap();
         // committed while 10 k + 20 < 64; shown while 10 k < 64
         assert_eq!(d.committed(), [1, 2, 3, 4]);
@@ -284,10 +286,7 @@ fn a_pulse_commits_whole_words() {
     // words of two tokens: odd ids start them
     let starts: Vec<bool> = (0..64).map(|t| t % 2 == 1 || t >= EOT as usize).collect();
     let mut net = Fake::new(12);
-    let o = StreamOptions {
-        show: 0,
-        ..StreamOptions::default()
-    };
+    let o = StreamOptions { show: 0, ..plain() };
     let mut d = StreamDecoder::new(spec(Some(starts)), o).unwrap();
     // 10 k + 20 < 80 passes 1..=5; 6 continues 5's word, which waits
     // (unshown: nothing past the committed words is shown)
@@ -316,10 +315,7 @@ fn partial_text_shows_whole_words_that_read_heard_audio() {
         (85, 8, 6, &[7, 8][..]),
     ] {
         let mut net = Fake::new(12);
-        let o = StreamOptions {
-            show,
-            ..StreamOptions::default()
-        };
+        let o = StreamOptions { show, ..plain() };
         let mut d = StreamDecoder::new(spec(Some(starts.clone())), o).unwrap();
         d.pulse(&mut net, heard, false).unwrap();
         let case = format!("heard {heard}, show {show}");
@@ -332,7 +328,7 @@ fn partial_text_shows_whole_words_that_read_heard_audio() {
 fn a_sure_token_is_committed_at_its_own_margin() {
     let o = StreamOptions {
         sure: Some((0.9, 5)),
-        ..StreamOptions::default()
+        ..plain()
     };
     // sure tokens: committed while 10 k + 5 < 64
     let mut net = Fake::new(12);
@@ -353,7 +349,7 @@ fn a_sure_token_is_committed_at_its_own_margin() {
 fn a_decoder_going_back_over_what_it_said_commits_nothing_more() {
     let mut net = Fake::new(12);
     net.loop_at = Some(6);
-    let mut d = decoder(StreamOptions::default());
+    let mut d = decoder(plain());
     stream(&mut net, &mut d, 140);
     assert_eq!(d.committed(), (1..=5).collect::<Vec<u32>>());
     assert!(d.ended());
@@ -364,10 +360,7 @@ fn a_phrase_said_a_third_time_is_not_committed_and_ends_the_decoding_as_a_loop()
     for refill in [false, true] {
         let mut net = Fake::new(12);
         net.repeat_at = Some(5);
-        let o = StreamOptions {
-            refill,
-            ..StreamOptions::default()
-        };
+        let o = StreamOptions { refill, ..plain() };
         let mut d = keyed(o.clone());
         stream(&mut net, &mut d, 200);
         // 1 2 3 4 then 1 2 1 2 1 2 ...: the third "1 2" waits, and ends it
@@ -390,7 +383,7 @@ fn a_phrase_said_a_third_time_is_not_committed_and_ends_the_decoding_as_a_loop()
 fn a_phrase_said_twice_is_committed() {
     let mut net = Fake::new(12);
     net.repeat_at = Some(5);
-    let mut d = keyed(StreamOptions::default());
+    let mut d = keyed(plain());
     // heard up to token 8 and its margin: 1 2 3 4 1 2 1 2, no third copy
     d.pulse(&mut net, 10 * 8 + 21, false).unwrap();
     assert_eq!(d.committed(), [1, 2, 3, 4, 1, 2, 1, 2]);
@@ -399,7 +392,7 @@ fn a_phrase_said_twice_is_committed() {
 
 #[test]
 fn one_word_said_three_times_is_speech_a_phrase_said_three_times_a_loop() {
-    let d = keyed(StreamOptions::default());
+    let d = keyed(plain());
     assert!(!d.loops(&[7, 1, 1], 1), "no, no, no");
     assert!(d.loops(&[7, 1, 1, 1], 1));
     assert!(!d.loops(&[2, 3, 2], 3));
@@ -408,7 +401,7 @@ fn one_word_said_three_times_is_speech_a_phrase_said_three_times_a_loop() {
     assert!(d.loops(&[2, 3, 60, 2, 3, 61, 2], 3));
     assert!(!keyed(StreamOptions {
         repeats: 0,
-        ..StreamOptions::default()
+        ..plain()
     })
     .loops(&[1; 8], 1));
 }
