@@ -499,7 +499,7 @@ impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
             tokens[kept..].iter().map(|&t| t as i64).collect(),
         )?;
         let positions = Tensor::from_vec(vec![fed], (kept as i64..n as i64).collect::<Vec<_>>())?;
-        let r = runner.step(&[&ids, &positions]).map_err(Error::from);
+        let r = runner.step(&[&ids, &positions]);
         let rec = cache.recorded();
         cache.record(None);
         let r = r.and_then(|_| Ok(cache.advance(fed)?));
