@@ -576,15 +576,8 @@ impl WhisperLive {
         let Some((stream, start)) = &mut self.encoder else {
             return Ok(None);
         };
-        let done = stream.finished() && stream.samples() == self.buffer.len();
-        if *start != self.buffer_start
-            || stream.samples() > self.buffer.len()
-            || (stream.finished() && !done)
+        if stream.finished() && *start == self.buffer_start && stream.samples() == self.buffer.len()
         {
-            stream.reset();
-            *start = self.buffer_start;
-        }
-        if done && *start == self.buffer_start {
             // the streamed text's last pulse finished the stream over this
             // very buffer: its window stands as it is
             let window = stream.window();
@@ -592,6 +585,11 @@ impl WhisperLive {
                 stream.reset();
             }
             return Ok(Some((window, self.buffer.len())));
+        }
+        if *start != self.buffer_start || stream.samples() > self.buffer.len() || stream.finished()
+        {
+            stream.reset();
+            *start = self.buffer_start;
         }
         stream.push(&self.buffer[stream.samples()..])?;
         if !last {
