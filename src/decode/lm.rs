@@ -190,6 +190,9 @@ impl WordLm {
             }
         }
         lm.order = counts.len();
+        // An announced order may hold no n-grams (`ngram 2=0`): its table
+        // must still exist for the back-off walk.
+        lm.grams.resize_with(lm.order, HashMap::new);
         lm.bos = lm.ids.get("<s>").copied();
         lm.eos = lm.ids.get("</s>").copied();
         if let Some(&u) = lm.ids.get("<unk>") {
@@ -462,6 +465,20 @@ ngram 2=13
         assert_eq!(lm.order(), 2);
         assert_eq!(lm.vocab_len(), 7);
         assert!(lm.is_prefix("fie") && lm.is_prefix("w") && !lm.is_prefix("fee"));
+    }
+
+    #[test]
+    fn an_order_announced_empty_backs_off_to_the_unigram() {
+        // The fuzz target's input: 3-grams announced, 2- and 3-grams empty.
+        let text = "\\data\\\nngram 1=2\nngram 2=0\nngram 3=0\n\n\\1-grams:\n-1.0\t<s>\t-0.5\n-0.3\tworld\n\n\\2-grams:\n\n\\end\\\n";
+        let lm = WordLm::parse(text, "empty.arpa").unwrap();
+        let (bos, world) = (lm.id("<s>").unwrap(), lm.id("world").unwrap());
+        let ln10 = std::f64::consts::LN_10;
+        let got = lm.log_prob(&[bos, world], world);
+        assert_eq!(lm.order(), 3);
+        assert!((got - -0.3 * ln10).abs() < 1e-5, "{got}");
+        let got = lm.log_prob(&[world, bos], world);
+        assert!((got - (-0.5 - 0.3) * ln10).abs() < 1e-5, "{got}");
     }
 
     #[test]
