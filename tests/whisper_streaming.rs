@@ -313,3 +313,38 @@ fn a_full_stream_finishes_and_takes_no_more() {
         assert_eq!(s.frames(), (s.capacity() / 160 + 1).div_ceil(2));
     }
 }
+
+/// A chunk's frames come as soon as its audio, its look-ahead and the
+/// front end's own reach (the STFT's half window, the convolutions) have
+/// arrived: fed 10 ms at a time, within 100 ms of that, not a chunk later
+/// (features in pulses of a chunk held every chunk back a whole pulse).
+#[test]
+fn a_chunks_frames_come_once_its_look_ahead_is_heard() {
+    use pulsed::whisper::decode::WindowPadding;
+    use pulsed::whisper::encoder_stream::EncoderStream;
+    for (chunk, right) in [(16, 14), (8, 6)] {
+        let m = model(context(chunk, 1500, right, false));
+        let mut s =
+            EncoderStream::new(&m, WindowPadding::Zeros, &pulsed::engine::Engine::Cpu).unwrap();
+        let audio: Vec<f32> = clip().iter().cycle().take(16_000 * 3).copied().collect();
+        let mut came = Vec::new();
+        for (i, piece) in audio.chunks(160).enumerate() {
+            let before = s.frames();
+            s.push(piece).unwrap();
+            if s.frames() > before {
+                came.push(((i + 1) * 160, s.frames()));
+            }
+        }
+        // encoder frames are 320 samples apart
+        let needed = |frames: usize| (frames + right) * 320;
+        assert!(came.len() >= 3, "{came:?}");
+        for &(at, frames) in &came {
+            assert_eq!(frames % chunk, 0, "{came:?}");
+            assert!(at >= needed(frames), "frames {frames} at {at}: {came:?}");
+            assert!(
+                at <= needed(frames) + 1_600,
+                "frames {frames} at {at}: {came:?}"
+            );
+        }
+    }
+}

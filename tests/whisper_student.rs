@@ -283,6 +283,44 @@ fn live_the_streamed_text_commits_before_the_end_and_keeps_it() {
     );
 }
 
+/// With a VAD (its pre-roll puts the stream's chunk grid anywhere), a
+/// pulse decodes as soon as the streamed encoder has new frames: words are
+/// shown and committed within a chunk, its look-ahead and the margin of
+/// their end (compute not counted), not a chunk later.
+#[test]
+fn live_the_streamed_text_decodes_as_soon_as_frames_come() {
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let m = model(MODEL);
+    let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
+    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000).unwrap();
+    let mut o = WhisperLiveOptions::default();
+    o.decode.language = Some("en".into());
+    let mut live = WhisperLive::new(&m, Some(&vad), o).unwrap();
+    // half a second of silence first: the speech starts off the grid
+    let mut samples = vec![0f32; 8_000];
+    samples.extend(&audio.samples);
+    let mut updates = Vec::new();
+    for block in samples.chunks(320) {
+        updates.extend(live.push(block).unwrap());
+    }
+    updates.extend(live.finish().unwrap());
+    let mut committed = Vec::new();
+    let mut shown = Vec::new();
+    for u in updates.iter().filter(|u| u.is_final) {
+        for (i, w) in u.words.iter().enumerate() {
+            committed.push(u.committed_at_s[i] - w.end_s);
+            shown.push(u.shown_at_s[i] - w.end_s);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    assert!(committed.len() >= 6, "{updates:?}");
+    let (c, s) = (median(&mut committed), median(&mut shown));
+    assert!(c <= 0.9 && s <= 0.6, "median committed {c} s, shown {s} s");
+}
+
 /// With a VAD, an utterance whose streamed words leave speech without a
 /// word (here any: the limit at 0 s) is decoded again whole: its final line
 /// is the second pass's.

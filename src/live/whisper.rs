@@ -241,10 +241,7 @@ impl WhisperLive {
                 "sample {i} is not finite ({v})"
             )));
         }
-        let step = match &self.text {
-            Some(t) => t.pulse,
-            None => (self.o.step_s * SAMPLE_RATE as f64).round().max(1.0) as usize,
-        };
+        let step = (self.o.step_s * SAMPLE_RATE as f64).round().max(1.0) as usize;
         let mut out = Vec::new();
         let mut rest = samples;
         while !rest.is_empty() {
@@ -269,7 +266,14 @@ impl WhisperLive {
                 self.in_utterance = true;
                 continue;
             }
-            let due = self.in_utterance && self.since_decode >= step;
+            // the streamed text decodes as soon as the encoder has new
+            // frames (pulses on a grid of their own would leave them
+            // waiting); the buffer is decoded every step
+            let due = self.in_utterance
+                && match self.text {
+                    Some(_) => self.stream_has_news()?,
+                    None => self.since_decode >= step,
+                };
             if due && (self.o.paced || rest.is_empty()) {
                 out.extend(self.step()?);
             }

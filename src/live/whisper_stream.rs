@@ -38,6 +38,9 @@ pub(super) struct TextStream {
     /// Encoder frames of the backend's window that hold heard audio (the
     /// rest the tail's); `None` before the window is first set.
     rows: Option<usize>,
+    /// The encoder stream's frames the decoder has read (0 when the
+    /// stream starts again): a pulse is due when the stream has more.
+    read: usize,
     /// Per committed token: when it was committed and when first shown
     /// (stream seconds).
     committed_at: Vec<f64>,
@@ -45,8 +48,6 @@ pub(super) struct TextStream {
     /// The tokens shown last (committed, then tentative), each with when
     /// it was first shown there.
     shown: Vec<(u32, f64)>,
-    /// Samples between two pulses: one encoder chunk.
-    pub(super) pulse: usize,
     /// The utterance's streamed text is doubtful (its decoding ended in a
     /// loop, [`StreamOptions::repeats`], or left speech without words,
     /// [`crate::live::WhisperLiveOptions::untexted_speech_s`]): its final
@@ -70,7 +71,6 @@ impl TextStream {
         tokenizer: &crate::whisper::WhisperTokenizer,
         gen: &GenerationConfig,
     ) -> Result<TextStream> {
-        let chunk = crate::whisper::streaming::context(&model.config)?.chunk;
         let language = live.decode.language.clone().unwrap_or_else(|| "en".into());
         let sot_sequence =
             tokenizer.sot_sequence(gen.is_multilingual, &language, live.decode.task)?;
@@ -104,10 +104,10 @@ impl TextStream {
             },
             decoder: None,
             rows: None,
+            read: 0,
             committed_at: Vec::new(),
             shown_at: Vec::new(),
             shown: Vec::new(),
-            pulse: 2 * chunk * crate::whisper::graphs::HOP,
             held: None,
         })
     }
@@ -192,11 +192,17 @@ impl WhisperLive {
         }))
     }
 
+    /// Pushes the buffer's new audio into the streamed encoder; whether
+    /// it gave frames the backend's window does not hold yet.
+    pub(super) fn stream_has_news(&mut self) -> Result<bool> {
+        let heard = self.stream_push()?;
+        Ok(self.text.as_ref().is_some_and(|ts| heard > ts.read))
+    }
+
     /// Pushes the buffer's new audio into the streamed encoder (its stream
-    /// started again where the buffer starts) and gives the backend's
-    /// window the new frames; returns the frames heard.
-    fn stream_frames(&mut self, last: bool) -> Result<usize> {
-        let (Some((stream, start)), Some(ts)) = (self.encoder.as_mut(), self.text.as_mut()) else {
+    /// started again where the buffer starts); returns its frames.
+    fn stream_push(&mut self) -> Result<usize> {
+        let Some((stream, start)) = self.encoder.as_mut() else {
             return Err(Error::Other(
                 "live Whisper: a streaming decoder without a streamed encoder".into(),
             ));
@@ -205,8 +211,23 @@ impl WhisperLive {
         {
             stream.reset();
             *start = self.buffer_start;
+            if let Some(ts) = self.text.as_mut() {
+                ts.read = 0;
+            }
         }
         stream.push(&self.buffer[stream.samples()..])?;
+        Ok(stream.frames())
+    }
+
+    /// Pushes the buffer's new audio into the streamed encoder and gives
+    /// the backend's window the new frames; returns the frames heard.
+    fn stream_frames(&mut self, last: bool) -> Result<usize> {
+        self.stream_push()?;
+        let (Some((stream, _)), Some(ts)) = (self.encoder.as_mut(), self.text.as_mut()) else {
+            return Err(Error::Other(
+                "live Whisper: a streaming decoder without a streamed encoder".into(),
+            ));
+        };
         if last {
             stream.finish()?;
         }
@@ -228,6 +249,7 @@ impl WhisperLive {
         // a finished stream stays as it is for a second pass over the same
         // buffer; the next utterance starts a stream of its own
         ts.rows = Some(heard);
+        ts.read = heard;
         Ok(heard)
     }
 

@@ -23,6 +23,10 @@ use crate::ops::Tensor;
 use crate::pulse::{pulsify, Chunk, StreamingSession};
 use crate::{Error, Result};
 
+/// Samples a feature pulse takes: one encoder frame, so that a chunk's
+/// features are known as soon as its audio and the STFT's half window are.
+const FEATURES_PULSE: usize = 2 * HOP;
+
 /// The streamed encoder of one chunked checkpoint, over one stream that
 /// starts at [`EncoderStream::reset`] (positions count from there, so a
 /// stream holds at most one window: 30 s).
@@ -84,9 +88,10 @@ impl EncoderStream {
         let (cfg, w) = (&model.config, model.weights_for(engine));
         let ctx = streaming::context(cfg)?;
         let (m, d) = (cfg.num_mel_bins, cfg.d_model);
-        // a chunk of audio a pulse, so that no encoder frame waits for more
-        // audio than its chunk needs
-        let features = pulsify(&graphs::log_mel_frames(m)?, 2 * ctx.chunk * HOP)?;
+        // in pulses of a chunk, the STFT's look-ahead (half a window) held
+        // each chunk's last features back a whole pulse, and so its frames
+        // (320 ms for the 640 ms checkpoint)
+        let features = pulsify(&graphs::log_mel_frames(m)?, FEATURES_PULSE)?;
         let window = cfg.window_frames() / 2;
         // finishing computes the last chunk's look-ahead (every further
         // layer's too with `right_all_layers`) from padding, in whole

@@ -89,7 +89,8 @@ fn live_files(
     bar.finish_and_clear();
     done.sort_by_key(|(i, _)| *i);
     let (mut hyps, mut audio_s) = (Vec::new(), 0.0);
-    let (mut latencies, mut computed, mut first_shown) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut latencies, mut computed) = (Vec::new(), Vec::new());
+    let (mut shown, mut first_shown) = (Vec::new(), Vec::new());
     let mut partial = Vec::new();
     for ((_, r), it) in done.into_iter().zip(items) {
         let f = r?;
@@ -97,6 +98,7 @@ fn live_files(
         hyps.push(f.text);
         latencies.extend(f.latencies);
         computed.extend(f.computed);
+        shown.extend(f.shown_at);
         first_shown.extend(f.first_shown);
         audio_s += f.audio_s;
     }
@@ -111,6 +113,7 @@ fn live_files(
             "committed, compute counted at real-time pace on this machine",
             computed,
         ),
+        ("first shown where it stayed, compute not counted", shown),
         ("first shown where it stayed, compute counted", first_shown),
     ];
     for (what, mut l) in rows {
@@ -141,8 +144,9 @@ struct LiveFile {
     /// From each final word's end to the stream position that committed it.
     latencies: Vec<f64>,
     /// The same with compute counted, and to when its text was first shown
-    /// where it stayed (where the policy says).
+    /// where it stayed (where the policy says), not counted and counted.
     computed: Vec<f64>,
+    shown_at: Vec<f64>,
     first_shown: Vec<f64>,
     audio_s: f64,
     /// The final words and their end times, and the texts shown before.
@@ -269,6 +273,7 @@ impl LiveFile {
                         f.latencies.push(w.committed_s - w.end_s);
                         f.computed.push(clock.at(w.committed_s) - w.end_s);
                         if let Some(s) = w.shown_s {
+                            f.shown_at.push(s - w.end_s);
                             f.first_shown.push(clock.at(s) - w.end_s);
                         }
                         f.finals.push((w.text, w.end_s));
