@@ -19,9 +19,10 @@ pub trait FileWorker {
 
     /// Transcribes `job`'s files, answering each with [`Job::finish`] and
     /// counting its audio with [`Job::progress`] as it goes. Files left
-    /// unanswered are cancelled when the run was stopped; an error is
-    /// theirs, and the pool then drops this worker (its state is unknown)
-    /// and makes a fresh one for the next group, as after a panic.
+    /// unanswered are cancelled when the run was stopped (else failed: a
+    /// worker answers every file); an error is theirs, and the pool then
+    /// drops this worker (its state is unknown) and makes a fresh one for
+    /// the next group, as after a panic.
     fn transcribe(&mut self, job: &mut Job<'_>) -> crate::Result<()>;
 
     /// Why this worker runs one stream at a time though a batched session
