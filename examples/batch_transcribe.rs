@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use pulsed::asr::{Recognizer, RecognizerOptions};
+use pulsed::asr::{ConformerWorker, Recognizer, RecognizerOptions};
 use pulsed::batch::{self, BatchOptions, Control, Outcome};
 use pulsed::engine::Engine;
 
@@ -28,9 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     .with_engine(Engine::auto());
     eprintln!("encoder on {}", rec.engine().name());
     let mut opts = BatchOptions::default();
-    opts.streams = batch::default_streams(rec.engine(), files.len(), opts.jobs);
+    opts.streams = pulsed::asr::default_streams(rec.engine(), files.len(), opts.jobs);
     let control = Control::new();
-    let summary = batch::run(&rec, &files, opts, &control, |r| {
+    // each worker made on its own thread: a lane and a batched session of its own
+    let make = || ConformerWorker::new(&rec, opts);
+    let summary = batch::run(&files, opts, &control, &make, |r| {
         match r.outcome {
             Outcome::Done {
                 transcript,

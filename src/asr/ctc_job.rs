@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{Lm, LmChoice, Transcription};
 use crate::audio::WavStream;
-use crate::batch::{Control, FileWorker, Outcome};
+use crate::batch::{Control, FileWorker, Job, Outcome};
 use crate::engine::Engine;
 use crate::whisper::ctc::{CtcDecoding, CtcHead, CtcStream};
 use crate::whisper::{streaming, WhisperModel};
@@ -153,16 +153,15 @@ impl CtcWorker {
 }
 
 impl FileWorker for CtcWorker {
-    fn transcribe(
-        &mut self,
-        path: &Path,
-        control: &Control,
-        progress: &mut dyn FnMut(f64),
-    ) -> Outcome {
-        match self.run(path, control, progress) {
-            Ok(Some(o)) => o,
-            Ok(None) => Outcome::Cancelled,
-            Err(e) => Outcome::Failed(e),
+    fn transcribe(&mut self, job: &mut Job<'_>) -> Result<()> {
+        for k in 0..job.len() {
+            let outcome = match self.run(job.path(k), job.control(), &mut |s| job.progress(k, s)) {
+                Ok(Some(o)) => o,
+                Ok(None) => Outcome::Cancelled,
+                Err(e) => Outcome::Failed(e),
+            };
+            job.finish(k, outcome);
         }
+        Ok(())
     }
 }

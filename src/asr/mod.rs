@@ -4,6 +4,8 @@
 //! and live audio; [`Recognizer`] is the conformer underneath, streamed in
 //! pulses (the default) or over the whole utterance.
 
+mod cohort;
+mod conformer_worker;
 mod ctc_job;
 mod family;
 mod live_setup;
@@ -18,6 +20,7 @@ mod transcription;
 mod whisper_job;
 mod whisper_worker;
 
+pub use conformer_worker::{default_streams, ConformerWorker, OPEN_FILES};
 pub use ctc_job::{CtcJob, CtcWorker};
 pub use family::{Family, Requests};
 pub use live_setup::{LivePolicy, LiveSettings, LiveSetup};

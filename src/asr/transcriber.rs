@@ -10,8 +10,8 @@ use std::sync::Arc;
 use super::ctc_job::CtcJob;
 use super::whisper_job::WhisperJob;
 use super::{
-    Decoding, Family, LiveSettings, LiveSetup, Mode, Recognizer, RecognizerOptions,
-    TranscriberOptions, Transcription,
+    default_streams, ConformerWorker, Decoding, Family, LiveSettings, LiveSetup, Mode, Recognizer,
+    RecognizerOptions, TranscriberOptions, Transcription,
 };
 use crate::batch::{self, BatchOptions, Control, FileResult, Summary};
 use crate::engine::Engine;
@@ -148,8 +148,7 @@ impl Transcriber {
                     // four pulses per read
                     Mode::Streamed { pulse } => (
                         pulse * 4,
-                        streams
-                            .unwrap_or_else(|| batch::default_streams(rec.engine(), files, jobs)),
+                        streams.unwrap_or_else(|| default_streams(rec.engine(), files, jobs)),
                     ),
                     // a whole utterance has no batched form
                     Mode::Whole => (WHOLE_CHUNK, 1),
@@ -181,13 +180,15 @@ impl Transcriber {
         on_result: impl FnMut(FileResult) -> std::result::Result<(), E>,
     ) -> std::result::Result<Summary, E> {
         match &self.model {
-            Model::Conformer(rec) => batch::run(rec, files, opts, control, on_result),
-            Model::Whisper(job) => {
-                batch::run_whole(files, opts, control, &|| job.worker(), on_result)
-            }
-            Model::WhisperCtc(job) => {
-                batch::run_whole(files, opts, control, &|| job.worker(), on_result)
-            }
+            Model::Conformer(rec) => batch::run(
+                files,
+                opts,
+                control,
+                &|| ConformerWorker::new(rec, opts),
+                on_result,
+            ),
+            Model::Whisper(job) => batch::run(files, opts, control, &|| job.worker(), on_result),
+            Model::WhisperCtc(job) => batch::run(files, opts, control, &|| job.worker(), on_result),
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::whisper_worker::{Net, WhisperWorker};
 use super::WhisperOptions;
-use crate::batch::{Control, FileWorker, Outcome};
+use crate::batch::{Control, Outcome};
 use crate::engine::Engine;
 use crate::vad::Vad;
 use crate::whisper::decode::{BatchedOptions, DecodeOptions, InitialPrompt, WindowPadding};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::Transcription;
 use crate::audio::WavStream;
-use crate::batch::{one_by_one, Control, FileWorker, Group, Outcome};
+use crate::batch::{Control, FileWorker, Group, Job, Outcome};
 use crate::vad::Vad;
 use crate::whisper::decode::{
     transcribe_batched, transcribe_batched_many, transcribe_features, transcribe_many,
@@ -44,22 +44,37 @@ impl FileWorker for WhisperWorker {
         Group {
             files: self.group_files,
             bytes: GROUP_BYTES,
+            fair_share: true,
         }
     }
 
-    fn transcribe_group(
+    fn transcribe(&mut self, job: &mut Job<'_>) -> crate::Result<()> {
+        let (paths, control) = (job.paths(), job.control());
+        let outcomes = self.transcribe_group(&paths, control, &mut |k, s| job.progress(k, s));
+        for (k, outcome) in outcomes.into_iter().enumerate() {
+            job.finish(k, outcome);
+        }
+        Ok(())
+    }
+}
+
+impl WhisperWorker {
+    /// Transcribes `paths`, one outcome each in order; `progress` gets a
+    /// file's index in `paths` with its seconds. One file alone is read
+    /// and decoded as it is; several are decoded together.
+    pub fn transcribe_group(
         &mut self,
         paths: &[&Path],
         control: &Control,
         progress: &mut dyn FnMut(usize, f64),
     ) -> Vec<Outcome> {
-        if paths.len() == 1 {
-            return one_by_one(self, paths, control, progress);
+        match paths {
+            [path] => vec![self.transcribe_file(path, control, &mut |s| progress(0, s))],
+            _ => self.transcribe_together(paths, control, progress),
         }
-        self.transcribe_together(paths, control, progress)
     }
 
-    fn transcribe(
+    fn transcribe_file(
         &mut self,
         path: &Path,
         control: &Control,
@@ -76,9 +91,7 @@ impl FileWorker for WhisperWorker {
             Err(e) => Outcome::Failed(format!("{}: {e}", path.display())),
         }
     }
-}
 
-impl WhisperWorker {
     /// A recording already in memory (16 kHz mono).
     pub fn transcribe_samples(&mut self, samples: &[f32]) -> crate::Result<Transcription> {
         let duration_s = samples.len() as f64 / 16_000.0;

@@ -1,32 +1,30 @@
-//! Batch transcription: many files on parallel CPU workers, each streamed in
-//! bounded memory, with results handed back as each file finishes.
+//! Batch transcription: many files on parallel workers, with results handed
+//! back as each file finishes.
 //!
 //! - [`expand_inputs`] / [`read_manifest`] turn paths, folders, glob patterns
 //!   and manifests into a file list.
-//! - [`run`] transcribes the list on [`BatchOptions::jobs`] threads sharing one
-//!   [`crate::asr::Recognizer`] (its model is read-only); each worker keeps one
-//!   [`crate::asr::StreamTranscriber`] and feeds it a [`crate::audio::WavStream`]
-//!   chunk by chunk, so a one-hour file costs no more memory than a short one.
-//! - With [`BatchOptions::streams`] > 1 each worker runs its files in
-//!   cohorts through one batched session ([`crate::asr::MultiStreamTranscriber`]):
-//!   one chunk step, one CUDA graph on a GPU, for the whole cohort.
+//! - [`run`] is the one pool: [`BatchOptions::jobs`] threads, each with a
+//!   [`FileWorker`] of its own (a conformer's streaming session or batched
+//!   cohort, a Whisper network: see `crate::asr`), take groups of files
+//!   ([`Group`]) from one queue, longest first if asked, and answer each file
+//!   through its [`Job`]; a panic fails only the files in flight.
 //! - [`Control`] stops a run from another thread (Ctrl-C) and exposes
 //!   counters for a progress display.
-//! - [`run_whole`] runs models that take a whole recording (Whisper) on
-//!   workers of their own ([`FileWorker`]), with the same results.
 //! - [`open_for_resume`] reopens a JSON-lines output, dropping a line cut
 //!   short by a killed run, and says which files it already covers.
 
-mod cohort;
+mod control;
 mod inputs;
+mod options;
 mod pool;
+mod results;
 mod resume;
-mod whole;
+mod worker;
 
+pub use control::Control;
 pub use inputs::{expand_inputs, read_manifest, InputError, ManifestLineError, AUDIO_EXTENSIONS};
-pub use pool::{
-    default_jobs, default_streams, run, BatchOptions, Control, FileResult, Outcome, Summary,
-    OPEN_FILES,
-};
+pub use options::{default_jobs, BatchOptions};
+pub use pool::run;
+pub use results::{FileResult, Outcome, Summary};
 pub use resume::{open_for_resume, read_done, Done};
-pub use whole::{one_by_one, run_whole, FileWorker, Group};
+pub use worker::{FileWorker, Group, Job};

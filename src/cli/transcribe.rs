@@ -183,9 +183,8 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
     // on a GPU each worker streams its files on a CUDA stream of its own
     let jobs = a.jobs.unwrap_or_else(batch::default_jobs);
     if a.bench {
-        let rec = t.recognizer().ok_or("--bench is for the shipped model")?;
         let opts = t.batch_options(jobs, a.streams, files.len());
-        return super::transcribe_bench::run(rec, &files, opts);
+        return super::transcribe_bench::run(&t, &files, opts);
     }
     write_results(&a, &t, files, several, jobs)
 }
@@ -453,7 +452,6 @@ struct Progress {
     /// Each file's length from its header (0 when unreadable).
     durations: Vec<f64>,
     files: u64,
-    rate: f64,
     /// Audio of finished files that was never pushed (failures), in ms.
     skipped_ms: AtomicU64,
     started: Instant,
@@ -492,7 +490,6 @@ impl Progress {
             bar,
             durations,
             files: files.len() as u64,
-            rate: rate as f64,
             skipped_ms: AtomicU64::new(0),
             started: Instant::now(),
         }
@@ -509,7 +506,7 @@ impl Progress {
             return;
         }
         while !finished.load(Ordering::SeqCst) {
-            let audio_s = control.samples_pushed() as f64 / self.rate;
+            let audio_s = control.audio_s_processed();
             let pos = (audio_s * 1000.0) as u64 + self.skipped_ms.load(Ordering::Relaxed);
             self.bar
                 .set_position(pos.min(self.bar.length().unwrap_or(u64::MAX)));

@@ -5,15 +5,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pulsed::asr::Recognizer;
+use pulsed::asr::Transcriber;
 use pulsed::batch::{self, BatchOptions, Control, Outcome};
 
 /// `--bench`: the same files with 1 worker, then doubling up to `opts.jobs`.
 pub(super) fn run(
-    rec: &Recognizer,
+    t: &Transcriber,
     files: &[PathBuf],
     opts: BatchOptions,
 ) -> Result<ExitCode, String> {
+    let rec = t.recognizer().ok_or("--bench is for the shipped model")?;
     println!(
         "machine: {}, {} cores available",
         cpu_model(),
@@ -29,7 +30,8 @@ pub(super) fn run(
     // warm-up: page in the weights and the allocator on one file
     let warm = Control::new();
     let one = BatchOptions { jobs: 1, ..opts };
-    batch::run(rec, &files[..1], one, &warm, |_| Ok::<(), ()>(())).ok();
+    t.run_files(&files[..1], one, &warm, |_| Ok::<(), ()>(()))
+        .ok();
     let mut worker_counts = vec![1];
     while worker_counts[worker_counts.len() - 1] < opts.jobs {
         let next = (worker_counts[worker_counts.len() - 1] * 2).min(opts.jobs);
@@ -52,11 +54,12 @@ pub(super) fn run(
             streams,
             ..opts
         };
-        let s = batch::run(rec, files, o, &control, |r| {
-            failed += matches!(r.outcome, Outcome::Failed(_)) as usize;
-            Ok::<(), ()>(())
-        })
-        .map_err(|_| "benchmark run failed".to_string())?;
+        let s = t
+            .run_files(files, o, &control, |r| {
+                failed += matches!(r.outcome, Outcome::Failed(_)) as usize;
+                Ok::<(), ()>(())
+            })
+            .map_err(|_| "benchmark run failed".to_string())?;
         if s.audio_s <= 0.0 {
             return Err("no file could be transcribed".into());
         }
