@@ -65,10 +65,12 @@ impl Listener {
 }
 
 /// The segmenter's settings for the gate: faster-whisper's `vad_filter`
-/// defaults (threshold 0.5, any length of speech, 2 s of silence to end
-/// it, 400 ms of padding) but for the shortest speech, 250 ms (silero's
-/// own default): no file of the non-speech set reached 0.5 (a DTMF tone
-/// 0.498), while a click or beep that does stays under it.
+/// defaults (threshold 0.5, 2 s of silence to end speech, 400 ms of
+/// padding) but for the shortest speech, 250 ms (silero's own default), so
+/// that a click or a beep over 0.5 for a chunk or two is no speech (the
+/// non-speech set's highest chunk: 0.498, DTMF). Measured with tiny.en
+/// (docs/notes/speech-gate.md): a lower threshold (0.2) or no shortest
+/// speech gives no better WER on AMI or the padded set.
 pub(super) const GATE_VAD: SegmentOptions = SegmentOptions {
     threshold: 0.5,
     neg_threshold: None,
