@@ -105,7 +105,7 @@ class Model:
     ``"f32"`` or ``"bf16"`` (GPU). Other options are ``pulsed transcribe``'s
     flags by their Python names (``beam``, ``task``, ``whole``, ``pulse``,
     ``word_timestamps``, ``initial_prompt``, ``vad``, ``batch_size``,
-    ``no_fallback``, ``padding``, ``ctc``, ``lm``, ``no_lm``, ...).
+    ``no_speech_gate``, ``no_fallback``, ``padding``, ``ctc``, ``lm``, ``no_lm``, ...).
 
     Calls release the GIL; one model serves several threads at once.
     """

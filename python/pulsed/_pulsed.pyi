@@ -101,6 +101,7 @@ class Model:
         without_timestamps: bool = False,
         vad: bool = False,
         batch_size: Optional[int] = None,
+        no_speech_gate: bool = False,
         no_fallback: bool = False,
         padding: Optional[str] = None,
         ctc: bool = False,

@@ -47,7 +47,7 @@ impl Model {
         beam = None, task = "transcribe", whole = false, pulse = 5120,
         word_timestamps = true, initial_prompt = None, no_condition = false,
         without_timestamps = false, vad = false, batch_size = None,
-        no_fallback = false, padding = None, ctc = false, lm = None, no_lm = false,
+        no_speech_gate = false, no_fallback = false, padding = None, ctc = false, lm = None, no_lm = false,
         lm_weight = None, word_bonus = None, oov_penalty = None, tf32 = false
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -67,6 +67,7 @@ impl Model {
         without_timestamps: bool,
         vad: bool,
         batch_size: Option<usize>,
+        no_speech_gate: bool,
         no_fallback: bool,
         padding: Option<String>,
         ctc: bool,
@@ -114,7 +115,8 @@ impl Model {
                 let choice = ModelChoice::of(name_or_dir.as_deref());
                 let default = match choice {
                     ModelChoice::Default(name) => {
-                        fetch::fetch(name, "no model named", false).map_err(|e| e.to_string())?;
+                        fetch::fetch(name, "no model named", !no_speech_gate)
+                            .map_err(|e| e.to_string())?;
                         language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
                         Some(name)
                     }
@@ -153,6 +155,7 @@ impl Model {
                     word_timestamps,
                     vad,
                     batch_size,
+                    speech_gate: !no_speech_gate,
                 },
                 int8: precision == "int8",
             };

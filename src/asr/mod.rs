@@ -14,6 +14,7 @@ mod multi_stream;
 mod options;
 pub mod partial;
 mod recognizer;
+mod speech_gate;
 mod stream;
 mod transcriber;
 mod transcription;

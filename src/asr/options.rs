@@ -122,10 +122,16 @@ pub struct WhisperOptions {
     pub vad: bool,
     /// Windows per encoder call (`None`: 8 with `vad`, else 1).
     pub batch_size: Option<usize>,
+    /// No text where Silero VAD hears no speech: a recording without
+    /// speech is not decoded, and a segment over none of its speech is
+    /// dropped (Whisper writes "You" on silence). Needs Silero VAD's
+    /// weights (`scripts/fetch_silero.sh`); `vad` decodes VAD speech only
+    /// and needs no gate.
+    pub speech_gate: bool,
 }
 
 impl Default for WhisperOptions {
-    /// faster-whisper's defaults, with word times.
+    /// faster-whisper's defaults, with word times and the speech gate.
     fn default() -> Self {
         WhisperOptions {
             decoding: WhisperDecoding::default(),
@@ -135,6 +141,7 @@ impl Default for WhisperOptions {
             word_timestamps: true,
             vad: false,
             batch_size: None,
+            speech_gate: true,
         }
     }
 }

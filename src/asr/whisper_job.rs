@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::speech_gate::SpeechGate;
 use super::whisper_worker::{Net, WhisperWorker};
 use super::WhisperOptions;
 use crate::batch::{Control, Outcome};
@@ -22,6 +23,8 @@ pub struct WhisperJob {
     opts: DecodeOptions,
     /// `vad`: the batched pipeline's settings and its voice detector.
     batched: Option<(BatchedOptions, Arc<Vad>)>,
+    /// `speech_gate` (without `vad`): no text where the VAD hears no speech.
+    gate: Option<SpeechGate>,
     /// Windows per encoder call.
     batch_size: usize,
     /// Files a worker takes at once.
@@ -89,6 +92,15 @@ impl WhisperJob {
             }
             false => None,
         };
+        let gate = match a.speech_gate && !a.vad {
+            true => Some(SpeechGate::new(Vad::load_default().map_err(|e| {
+                Error::Other(format!(
+                    "the speech gate (no text on silence) needs Silero VAD: bash \
+                     scripts/fetch_silero.sh, or turn the gate off (--no-speech-gate): {e}"
+                ))
+            })?)),
+            false => None,
+        };
         opts.word_timestamps = a.word_timestamps;
         // building the graphs checks every weight's shape: a bad folder is
         // refused here, once, rather than by every file
@@ -99,6 +111,7 @@ impl WhisperJob {
             gen: Arc::new(gen),
             opts,
             batched,
+            gate,
             batch_size,
             // the CPU decodes no faster in larger batches (realdev, -j 2:
             // 20.2 s against 12.7 s with --vad when workers took 8 files)
@@ -129,6 +142,7 @@ impl WhisperJob {
         let net = self.take_net()?;
         Ok(WhisperWorker {
             batched: self.batched.clone(),
+            gate: self.gate.clone(),
             batch_size: self.batch_size,
             group_files: self.group_files,
             net,
@@ -184,7 +198,7 @@ impl WhisperJob {
     /// What runs where, for messages.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({} layers, d {}), beam {}, windows padded with {}, on {}",
+            "{} ({} layers, d {}), beam {}, windows padded with {}{}, on {}",
             self.model.dir.display(),
             self.model.config.encoder_layers,
             self.model.config.d_model,
@@ -192,6 +206,11 @@ impl WhisperJob {
             match self.opts.padding.unwrap_or(self.model.config.padding()) {
                 WindowPadding::Zeros => "zeros",
                 WindowPadding::Silence => "silence",
+            },
+            if self.gate.is_some() {
+                ", speech gate (Silero VAD)"
+            } else {
+                ""
             },
             self.engine.describe()
         )

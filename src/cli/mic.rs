@@ -127,6 +127,8 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
         ctc_head: a.ctc,
         whisper: WhisperOptions {
             decoding: a.decode.decoding(),
+            // live sessions weigh the VAD's speech themselves (--no-vad)
+            speech_gate: false,
             ..WhisperOptions::default()
         },
         int8: a.precision.int8(),

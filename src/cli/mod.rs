@@ -72,14 +72,14 @@ fn model_dir(arg: Option<PathBuf>) -> PathBuf {
 }
 
 /// The model `transcribe` and `mic` run: `--model`, or the default for
-/// people's speech, fetched into the model cache on first use (`live`: with
+/// people's speech, fetched into the model cache on first use (`vad`: with
 /// Silero VAD). `ctc`: a CTC head has no default (the caller's `--ctc`
 /// error says to name the folder). With the default, `language` becomes
 /// its language unless one was given.
 fn chosen_model(
     arg: Option<PathBuf>,
     ctc: bool,
-    live: bool,
+    vad: bool,
     language: &mut Option<String>,
 ) -> Result<Option<PathBuf>, String> {
     use pulsed::models::fetch::{self, ModelChoice, DEFAULT_LANGUAGE};
@@ -88,7 +88,7 @@ fn chosen_model(
     }
     let choice = ModelChoice::of(arg.as_deref());
     if let ModelChoice::Default(name) = choice {
-        fetch::fetch(name, "no --model given", live).map_err(|e| e.to_string())?;
+        fetch::fetch(name, "no --model given", vad).map_err(|e| e.to_string())?;
         language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
     }
     Ok(Some(choice.spec()))

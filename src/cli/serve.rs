@@ -55,6 +55,10 @@ pub struct Args {
     /// until the client commits).
     #[arg(long)]
     no_vad: bool,
+    /// Whisper, uploaded files: write what the decoder writes where Silero
+    /// VAD hears no speech (by default there is no text there).
+    #[arg(long)]
+    no_speech_gate: bool,
     /// Seconds a live session may stay silent (no message) before it is closed.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
@@ -74,11 +78,15 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
         return Err("--end-silence must be above 0".into());
     }
     let name = model_name(a.model.as_deref());
-    a.model = super::chosen_model(a.model.take(), false, !a.no_vad, &mut a.language)?;
+    let vad = !a.no_vad || !a.no_speech_gate;
+    a.model = super::chosen_model(a.model.take(), false, vad, &mut a.language)?;
     let family = Family::of(a.model.as_deref(), false).map_err(|e| e.to_string())?;
     let mut opts = TranscriberOptions {
         mode: Mode::Streamed { pulse: 5120 },
-        whisper: WhisperOptions::default(),
+        whisper: WhisperOptions {
+            speech_gate: !a.no_speech_gate,
+            ..WhisperOptions::default()
+        },
         ..TranscriberOptions::default()
     };
     opts.whisper.decoding.language = a.language.clone();

@@ -164,7 +164,8 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
     if a.streams == Some(0) {
         return Err("--streams must be at least 1".into());
     }
-    a.model = super::chosen_model(a.model.take(), a.ctc, false, &mut a.whisper.decode.language)?;
+    let gate = !a.whisper.no_speech_gate;
+    a.model = super::chosen_model(a.model.take(), a.ctc, gate, &mut a.whisper.decode.language)?;
     let family = Family::of(a.model.as_deref(), a.ctc).map_err(|e| e.to_string())?;
     family
         .check(&Requests {

@@ -38,6 +38,12 @@ pub struct WhisperArgs {
     /// recording's text does not depend on it.
     #[arg(long)]
     pub batch_size: Option<usize>,
+    /// Whisper: write what the decoder writes where Silero VAD hears no
+    /// speech. By default a recording without speech gives no text (Whisper
+    /// makes up "You" on silence) and a segment over none of the VAD's
+    /// speech is dropped.
+    #[arg(long)]
+    pub no_speech_gate: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -124,6 +130,7 @@ impl WhisperArgs {
             word_timestamps: self.word_timestamps.unwrap_or(format != Format::Text),
             vad: self.vad,
             batch_size: self.batch_size,
+            speech_gate: !self.no_speech_gate,
         }
     }
 }

@@ -167,7 +167,8 @@ impl Fetcher {
 /// Makes sure the Whisper short name `name` is in the model cache: nothing
 /// to do when it is there; else one line on standard error says what is
 /// fetched and why (`why`), and the fetch script runs. `vad`: Silero VAD's
-/// weights are fetched too when missing (live sessions need them).
+/// weights are fetched too when missing (live sessions and the speech gate
+/// need them).
 pub fn fetch(name: &str, why: &str, vad: bool) -> Result<(), FetchError> {
     let have_model = crate::whisper::folder::resolve(name).is_ok();
     let have_vad = !vad || crate::models::silero::default_weights_path().is_file();
@@ -190,7 +191,9 @@ pub fn fetch(name: &str, why: &str, vad: bool) -> Result<(), FetchError> {
     }
     if !have_vad {
         if let Some(silero) = fetcher.silero() {
-            eprintln!("pulsed: fetching Silero VAD from PyPI, which ends utterances live, once");
+            eprintln!(
+                "pulsed: fetching Silero VAD from PyPI, which tells speech from silence, once"
+            );
             silero.run("silero-vad")?;
         }
     }
