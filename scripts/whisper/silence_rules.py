@@ -77,12 +77,18 @@ def rules():
     for t in (0.6, 0.7, 0.8, 0.9):
         out.append((f"no_speech_prob > {t} dropped", lambda g, sp, t=t: g["no_speech_prob"] <= t))
     out.append(("VAD: recording without speech", lambda g, sp: bool(sp())))
-    for thr in (0.5, 0.35, 0.2):
+    # and, in a recording with speech (0.5, 250 ms), a segment over none of
+    # the speech found at this threshold and shortest speech, its span
+    # widened by `tol` seconds on each side
+    for thr in (0.5, 0.35, 0.2, 0.15, 0.1):
         for ms in (250, 0):
-            def keep(g, sp, thr=thr, ms=ms):
-                spans = sp(thr=thr, min_speech_ms=ms)
-                return any(g["start"] < b and a < g["end"] for a, b in spans)
-            out.append((f"VAD: segment over no speech (thr {thr}, min {ms} ms)", keep))
+            for tol in (0.0, 0.5, 1.0):
+                def keep(g, sp, thr=thr, ms=ms, tol=tol):
+                    spans = sp(thr=thr, min_speech_ms=ms)
+                    return bool(sp()) and any(
+                        g["start"] - tol < b and a < g["end"] + tol for a, b in spans)
+                name = f"VAD: and segment over no speech (thr {thr}, min {ms} ms, +-{tol} s)"
+                out.append((name, keep))
     return out
 
 
@@ -127,7 +133,7 @@ def main():
                             print(f"    {os.path.basename(path)} {g['start']}-{g['end']} "
                                   f"nsp {g['no_speech_prob']} lp {g['avg_logprob']}: {g['text']}")
         score = f"{out_words} words" if empty else f"WER {100 * errors / max(1, words):.2f} %"
-        print(f"{name:52s} {score:>14s}  {changed} files changed")
+        print(f"{name:60s} {score:>14s}  {changed} files changed")
 
 
 if __name__ == "__main__":
