@@ -21,6 +21,7 @@ pub mod live;
 pub mod models;
 pub mod ops;
 pub mod output;
+pub mod profile;
 pub mod pulse;
 #[cfg(feature = "serve")]
 pub mod serve;

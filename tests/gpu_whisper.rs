@@ -634,10 +634,10 @@ fn live_streams_a_chunked_encoder_on_the_gpu() {
     );
 }
 
-/// The streamed text (AlignAtt) on the GPU: its decoder steps keep no
-/// attention there, so each pulse's tokens are checked in an alignment pass
-/// of their own and the prefix is fed again; the committed and final text
-/// as on the CPU, which keeps the attention as it decodes.
+/// The streamed text (AlignAtt) on the GPU: its decoder steps keep the
+/// alignment heads' attention there as on the CPU, so each pulse decodes
+/// only as far as its rule lets it, in one pass; the committed and final
+/// text as on the CPU.
 #[test]
 fn live_streamed_text_on_the_gpu_commits_as_on_the_cpu() {
     use pulsed::engine::Engine;
@@ -702,43 +702,63 @@ fn live_streams_on_threads_share_one_gpu_engine() {
     }
 }
 
-/// The streamed text's alignment pass on the GPU keeps the positions it
-/// ran last pulse: over the same window, the rows it runs again equal a
-/// whole pass's.
+/// The GPU's decoder keeps the cross-attention weights the CPU's computes:
+/// over a whole prompt (word alignment's pass) and step by step as it
+/// decodes (the streaming decoder's rule), its captured steps allocating
+/// nothing once recording has begun.
 #[test]
 #[ignore = "needs a GPU"]
-fn gpu_alignment_pass_keeps_the_prefix_it_ran() {
+fn gpu_records_the_attention_the_cpu_computes() {
     use pulsed::whisper::AlignmentSource;
     let Some(dev) = dev() else { return };
     let (g, model) = (Golden::load(), model());
     let heads: Vec<(usize, usize)> = (0..model.config.decoder_layers)
         .flat_map(|l| [(l, 0), (l, 3)])
         .collect();
-    let mut w = gpu(&model, &dev, Precision::F32);
     let (shape, mel) = g.tensor::<f32>("mel");
-    w.encode(&[&window(&mel, shape[0], shape[1])]).unwrap();
+    let win = window(&mel, shape[0], shape[1]);
     let prefix = g.ids(&["logits", "prefix"]);
     let tokens = g.ids(&["logits", "tokens"]);
     let seq: Vec<u32> = prefix.iter().chain(&tokens).copied().collect();
+    let mut cpu = CpuWhisper::new(&model).unwrap();
+    cpu.encode(&[&win]).unwrap();
+    let want = cpu.cross_attention(0, &seq, &heads).unwrap();
+    let mut w = gpu(&model, &dev, Precision::F32);
+    w.encode(&[&win]).unwrap();
     let whole = w.cross_attention(0, &seq, &heads).unwrap();
-    let (n, h) = (seq.len(), heads.len());
-    let frames = whole.len() / (n * h);
-    let rows = |all: &[f32], from: usize| -> Vec<f32> {
-        all.chunks(n * frames)
-            .flat_map(|b| b[from * frames..].to_vec())
-            .collect()
-    };
-    // a pulse over the prompt and a few tokens, then one over them all
-    let k = prefix.len() + 2;
-    let first = w.cross_attention_from(0, &seq[..k], &heads, k - 1).unwrap();
-    assert_eq!(first.len(), h * frames);
-    let from = k - 1;
-    let kept = w.cross_attention_from(0, &seq, &heads, from).unwrap();
-    let want = rows(&whole, from);
-    assert_eq!(kept.len(), want.len());
-    let diff = max_abs_diff(&kept, &want);
-    println!("alignment rows from a kept prefix: max abs diff {diff:e}");
+    assert_eq!(whole.len(), want.len());
+    let diff = max_abs_diff(&whole, &want);
+    println!("alignment pass, GPU against CPU: max abs diff {diff:e}");
     assert!(diff < 1e-4, "{diff}");
+    // step by step: the prompt, then one token a step, as a stream decodes
+    let (n, h) = (seq.len(), heads.len());
+    let frames = want.len() / (n * h);
+    let stepwise = |w: &mut GpuWhisper| -> Vec<Vec<f32>> {
+        assert!(w.record_attention(Some(&heads)), "the GPU records");
+        w.start(&[0]).unwrap();
+        let mut logits = Vec::new();
+        w.feed(&prefix, prefix.len(), &[prefix.len() - 1], &mut logits)
+            .unwrap();
+        let mut kept = w.take_attention();
+        for &t in &tokens {
+            w.feed(&[t], 1, &[0], &mut logits).unwrap();
+            for (all, new) in kept.iter_mut().zip(w.take_attention()) {
+                all.extend(new);
+            }
+        }
+        w.record_attention(None);
+        kept
+    };
+    let first = stepwise(&mut w);
+    assert_eq!(first.len(), h);
+    for (head, rows) in first.iter().enumerate() {
+        let want = &want[head * n * frames..(head + 1) * n * frames];
+        let diff = max_abs_diff(rows, want);
+        assert!(diff < 1e-4, "head {head}: {diff}");
+    }
+    let before = capture_allocations();
+    assert_eq!(stepwise(&mut w), first, "a second recording");
+    assert_eq!(capture_allocations(), before, "allocations during capture");
 }
 
 /// A device cache rewinds: the steps fed again after forgetting positions

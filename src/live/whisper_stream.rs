@@ -14,6 +14,7 @@
 use super::whisper::{Update, WhisperLive};
 use super::whisper_buffer::{prompt_text, trimmed};
 use crate::decode::Word;
+use crate::profile::{self, Phase};
 use crate::whisper::decode::{
     find_alignment, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder, StreamOptions,
     StreamSpec, SAMPLE_RATE,
@@ -215,7 +216,9 @@ impl WhisperLive {
                 ts.read = 0;
             }
         }
-        stream.push(&self.buffer[stream.samples()..])?;
+        profile::time(Phase::Encoder, || {
+            stream.push(&self.buffer[stream.samples()..])
+        })?;
         Ok(stream.frames())
     }
 
@@ -229,10 +232,11 @@ impl WhisperLive {
             ));
         };
         if last {
-            stream.finish()?;
+            profile::time(Phase::Encoder, || stream.finish())?;
         }
         let heard = stream.frames();
         let net = &mut *self.net;
+        let _frames = profile::Timer::new(Phase::Frames);
         let set = match ts.rows {
             None => false,
             // the stream started again: its frames so far, then the tail
@@ -301,7 +305,9 @@ impl WhisperLive {
             num_frames: 2 * heard,
             median_filter_width: MEDIAN_FILTER_WIDTH,
         };
-        let timings = find_alignment(&mut *self.net, &self.tokenizer, &tokens, &spec)?;
+        let timings = profile::time(Phase::Words, || {
+            find_alignment(&mut *self.net, &self.tokenizer, &tokens, &spec)
+        })?;
         let spans: Vec<(f64, f64)> = timings
             .iter()
             .filter(|t| !t.word.trim().is_empty())

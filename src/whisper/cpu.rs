@@ -136,6 +136,7 @@ impl WhisperModel {
 pub struct CpuRunners {
     encoder: Runner,
     cross: Runner,
+    rows: Runner,
     prompt: Runner,
     step: Runner,
 }
@@ -147,6 +148,14 @@ impl NetRunners for CpuRunners {
 
     fn cross(&mut self, _windows: usize) -> Result<&mut dyn StepRunner> {
         Ok(&mut self.cross)
+    }
+
+    fn cross_rows_size(&self, rows: usize) -> Option<usize> {
+        Some(rows)
+    }
+
+    fn cross_rows(&mut self, _size: usize) -> Result<&mut dyn StepRunner> {
+        Ok(&mut self.rows)
     }
 
     fn decoder(&mut self, shape: DecoderShape, _s: usize) -> Result<&mut dyn StepRunner> {
@@ -180,11 +189,11 @@ impl WhisperNet<CpuRunners> {
         let runners = CpuRunners {
             encoder: run(graphs::encoder(cfg, w)?)?,
             cross: run(graphs::cross_kv(cfg, w)?)?,
+            rows: run(graphs::cross_kv_rows(cfg, w)?)?,
             prompt: run(graphs::decoder(cfg, w, &cache, DecoderShape::Prompt)?)?,
             step: run(graphs::decoder(cfg, w, &cache, DecoderShape::Step)?)?,
         };
-        let rows = run(graphs::cross_kv_rows(cfg, w)?)?;
-        Ok(WhisperNet::from_parts(cfg, runners, cache, model.projection()?)?.with_cross_rows(rows))
+        WhisperNet::from_parts(cfg, runners, cache, model.projection()?)
     }
 
     /// The encoder output of the last [`WhisperBackend::encode`] call,

@@ -14,9 +14,9 @@
 //! ([`DeviceKvCache`], made at its largest so captured steps stay valid),
 //! so a decoder step runs on the GPU but for the token lookup, its logits
 //! included (the step graph projects onto the vocabulary there). Word
-//! alignment needs the cross-attention weights, which the GPU kernels do
-//! not keep: it runs the prompt graph on the CPU over a host copy of the
-//! encoder output.
+//! alignment and the streaming decoder read cross-attention weights: the
+//! GPU kernel writes the asked-for heads' scores beside its output
+//! ([`KvCache::record`]), so they need no pass of their own.
 
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ use super::net::{NetRunners, WhisperNet};
 use super::WhisperModel;
 use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
 use crate::gpu::{timing, GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
-use crate::graph::{Graph, Runner, StepRunner};
+use crate::graph::{Graph, StepRunner};
 use crate::ops::kv_cache::KvCache;
 use crate::Result;
 
@@ -38,6 +38,9 @@ const STEP_RUNNERS: usize = 24;
 /// Encoder runners kept: the window counts of a worker's groups of files
 /// (8, then 4, 2 and 1 at the end of a run) and single windows.
 const ENCODER_RUNNERS: usize = 4;
+/// Cross-row runners kept: the powers of two up to a window (1,500
+/// frames), each planned once.
+const ROWS_RUNNERS: usize = 12;
 /// Candidates the choosing step keeps a row: beam search takes twice its
 /// width, so beams up to 8 choose on the device.
 pub(crate) const CHOOSE_K: usize = 16;
@@ -120,12 +123,13 @@ pub struct GpuRunners {
     /// ([`graphs::decoder_choosing`]), from f32 logits and scores at either
     /// precision ([`F32_HEAD`]).
     choose: Option<Sized>,
+    /// Cross-attention keys and values of a streamed encoder's new frames,
+    /// by row count.
+    rows: Sized,
     /// The decoder graphs' cache and its device copy's shape.
     cache: KvCache,
     kv: DeviceKvShape,
     kv_dtype: crate::ops::DType,
-    /// The prompt graph on the CPU over a cache of its own, for alignment.
-    aligner: (Runner, KvCache),
 }
 
 impl GpuRunners {
@@ -186,6 +190,14 @@ impl NetRunners for GpuRunners {
         Ok(self.cross.get(&self.dev, windows)?)
     }
 
+    fn cross_rows_size(&self, rows: usize) -> Option<usize> {
+        Some(rows.next_power_of_two())
+    }
+
+    fn cross_rows(&mut self, size: usize) -> Result<&mut dyn StepRunner> {
+        Ok(self.rows.get(&self.dev, size)?)
+    }
+
     fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner> {
         let g = match shape {
             DecoderShape::Prompt => &mut self.prompt,
@@ -229,11 +241,6 @@ impl NetRunners for GpuRunners {
             batch.div_ceil(8) * 8
         }
     }
-
-    fn aligner(&mut self) -> Option<(&mut dyn StepRunner, &KvCache)> {
-        let (r, c) = &mut self.aligner;
-        Some((r, c))
-    }
 }
 
 /// The GPU backend of one model; one per thread of work (it holds the
@@ -262,8 +269,6 @@ impl WhisperNet<GpuRunners> {
             launches: Launches::Eager,
             ..decoder.clone()
         };
-        let own = KvCache::new(cfg.decoder_layers, cfg.d_model, cfg.max_target_positions);
-        let aligner = Runner::new(graphs::decoder(cfg, w, &own, DecoderShape::Prompt)?)?;
         let kv = DeviceKvShape {
             layers: cfg.decoder_layers,
             width: cfg.d_model,
@@ -278,7 +283,6 @@ impl WhisperNet<GpuRunners> {
             cache: cache.clone(),
             kv,
             kv_dtype,
-            aligner: (aligner, own),
             dev,
             encoder: Sized::new(
                 "encoder",
@@ -291,6 +295,12 @@ impl WhisperNet<GpuRunners> {
                 graphs::cross_kv(cfg, w)?,
                 options.clone(),
                 ENCODER_RUNNERS,
+            ),
+            rows: Sized::new(
+                "cross rows",
+                graphs::cross_kv_rows(cfg, w)?,
+                options.clone(),
+                ROWS_RUNNERS,
             ),
             prompt: Sized::new(
                 "prompt",

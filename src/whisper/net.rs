@@ -29,6 +29,20 @@ pub trait NetRunners: Send {
         let _ = windows;
         Err(Error::Whisper(super::WhisperError::NoFrameInput))
     }
+    /// The rows [`NetRunners::cross_rows`] runs for `rows` encoder frames
+    /// (a GPU runner is planned per size, so the GPU rounds up to a power
+    /// of two; the caller pads with zero rows and reads the first `rows`);
+    /// `None` where this engine has no such graph.
+    fn cross_rows_size(&self, rows: usize) -> Option<usize> {
+        let _ = rows;
+        None
+    }
+    /// The cross-attention keys and values of `size` encoder frames
+    /// ([`super::graphs::cross_kv_rows`]).
+    fn cross_rows(&mut self, size: usize) -> Result<&mut dyn StepRunner> {
+        let _ = size;
+        Err(Error::Whisper(super::WhisperError::NoFrameInput))
+    }
     /// A decoder graph: `Prompt` over `s` tokens of one sequence, `Step`
     /// over one token of `s` sequences.
     fn decoder(&mut self, shape: DecoderShape, s: usize) -> Result<&mut dyn StepRunner>;
@@ -58,12 +72,6 @@ pub trait NetRunners: Send {
         let _ = sequences;
         Ok(())
     }
-    /// A prompt graph over a cache of its own that keeps cross-attention
-    /// weights, for word alignment when the decoder's own cache cannot
-    /// (`None`: the decoder's own graphs do).
-    fn aligner(&mut self) -> Option<(&mut dyn StepRunner, &KvCache)> {
-        None
-    }
 }
 
 /// A Whisper network on one engine; one per thread of work (it holds the
@@ -78,12 +86,6 @@ pub struct WhisperNet<R: NetRunners> {
     rows: Vec<f32>,
     /// The decoder's token ids and positions, rewritten each call.
     inputs: (Tensor, Tensor),
-    /// The cross-attention keys and values of a few encoder frames
-    /// ([`super::graphs::cross_kv_rows`]), on the CPU whatever the engine.
-    cross_rows: Option<crate::graph::Runner>,
-    /// The window and tokens whose positions the aligner's cache holds
-    /// (see [`AlignmentSource::cross_attention_from`]).
-    aligned: Option<(usize, Vec<u32>)>,
 }
 
 fn internal(what: String) -> Error {
@@ -137,16 +139,7 @@ impl<R: NetRunners> WhisperNet<R> {
             projection,
             rows: Vec::new(),
             inputs: (Tensor::empty(), Tensor::empty()),
-            cross_rows: None,
-            aligned: None,
         })
-    }
-
-    /// Computes a streamed encoder's new frames' cross-attention keys and
-    /// values with `cross_rows` ([`super::graphs::cross_kv_rows`]).
-    pub(super) fn with_cross_rows(mut self, cross_rows: crate::graph::Runner) -> Self {
-        self.cross_rows = Some(cross_rows);
-        self
     }
 
     /// Runs one decoder graph over `n` tokens of each of `batch` sequences.
@@ -248,24 +241,32 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn encode_frame_rows(&mut self, from: usize, rows: &[f32]) -> Result<bool> {
-        let Some(runner) = &mut self.cross_rows else {
-            return Ok(false);
-        };
         let d = self.cfg.d_model;
-        if rows.is_empty() {
-            return Ok(true);
-        }
         if !rows.len().is_multiple_of(d) {
             return Err(Error::Input {
                 name: "encoder".into(),
                 reason: format!("{} values are not rows of {d}", rows.len()),
             });
         }
-        let enc = Tensor::from_vec(vec![1, rows.len() / d, d], rows.to_vec())?;
-        runner.step(&[&enc])?;
+        let n = rows.len() / d;
+        let Some(size) = self.runners.cross_rows_size(n) else {
+            return Ok(false);
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        let runner = self.runners.cross_rows(size)?;
+        let mut padded = rows.to_vec();
+        padded.resize(size * d, 0.0);
+        runner.step(&[&Tensor::from_vec(vec![1, size, d], padded)?])?;
+        let first = |t: &Tensor| Tensor::from_vec(vec![1, n, d], t.to_f32_vec()[..n * d].to_vec());
         for l in 0..self.cfg.decoder_layers {
             let (k, v) = (runner.output(2 * l), runner.output(2 * l + 1));
-            self.cache.set_cross_rows(l, from, k, v)?;
+            if size == n {
+                self.cache.set_cross_rows(l, from, k, v)?;
+            } else {
+                self.cache.set_cross_rows(l, from, &first(k)?, &first(v)?)?;
+            }
         }
         Ok(true)
     }
@@ -434,91 +435,22 @@ impl<R: NetRunners> AlignmentSource for WhisperNet<R> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        self.aligned = None;
-        if let Some((runner, cache)) = self.runners.aligner() {
-            cache.copy_cross_from(&self.cache)?;
-            cache.start(&[window])?;
-            cache.record(Some(heads.to_vec()));
-            let n = tokens.len();
-            let ids = Tensor::from_vec(vec![1, n], tokens.iter().map(|&t| t as i64).collect())?;
-            let positions = Tensor::from_vec(vec![n], (0..n as i64).collect::<Vec<_>>())?;
-            let r = runner.step(&[&ids, &positions]);
-            let rec = cache.recorded();
-            cache.record(None);
-            r?;
-            cache.advance(n)?;
-            return Ok(rec.concat());
+        if !self.cache.can_record() {
+            return Err(internal("this engine's decoder keeps no attention".into()));
         }
         self.cache.start(&[window])?;
-        self.cache.record(Some(heads.to_vec()));
+        self.cache.record(Some(heads.to_vec()))?;
+        // the weights are wanted, not the logits
         let mut logits = Vec::new();
-        let r = self.feed(tokens, tokens.len(), &[tokens.len() - 1], &mut logits);
+        let r = self.feed(tokens, tokens.len(), &[], &mut logits);
         let rec = self.cache.recorded();
-        self.cache.record(None);
+        self.cache.record(None)?;
         r?;
         Ok(rec.concat())
     }
 
-    fn cross_attention_from(
-        &mut self,
-        window: usize,
-        tokens: &[u32],
-        heads: &[(usize, usize)],
-        from: usize,
-    ) -> Result<Vec<f32>> {
-        let n = tokens.len();
-        let from = from.min(n);
-        // positions the aligner's cache holds of this very prefix
-        let kept = match &self.aligned {
-            Some((w, held)) if *w == window => held
-                .iter()
-                .zip(tokens)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(from)
-                .min(n.saturating_sub(1)),
-            _ => 0,
-        };
-        if kept == 0 || self.runners.aligner().is_none() {
-            let all = self.cross_attention(window, tokens, heads)?;
-            if self.runners.aligner().is_some() {
-                self.aligned = Some((window, tokens.to_vec()));
-            }
-            return Ok(super::backend::rows_from(&all, heads.len(), n, from));
-        }
-        let Some((runner, cache)) = self.runners.aligner() else {
-            return Err(internal("no aligner".into()));
-        };
-        // the new frames, then the positions after the kept ones
-        cache.copy_cross_from(&self.cache)?;
-        cache.truncate(kept)?;
-        cache.record(Some(heads.to_vec()));
-        let fed = n - kept;
-        let ids = Tensor::from_vec(
-            vec![1, fed],
-            tokens[kept..].iter().map(|&t| t as i64).collect(),
-        )?;
-        let positions = Tensor::from_vec(vec![fed], (kept as i64..n as i64).collect::<Vec<_>>())?;
-        let r = runner.step(&[&ids, &positions]);
-        let rec = cache.recorded();
-        cache.record(None);
-        let r = r.and_then(|_| Ok(cache.advance(fed)?));
-        self.aligned = r.is_ok().then(|| (window, tokens.to_vec()));
-        r?;
-        Ok(super::backend::rows_from(
-            &rec.concat(),
-            heads.len(),
-            fed,
-            from - kept,
-        ))
-    }
-
     fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
-        if !self.cache.on_host() {
-            return false;
-        }
-        self.cache.record(heads.map(<[_]>::to_vec));
-        true
+        self.cache.can_record() && self.cache.record(heads.map(<[_]>::to_vec)).is_ok()
     }
 
     fn take_attention(&mut self) -> Vec<Vec<f32>> {

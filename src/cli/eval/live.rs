@@ -132,6 +132,9 @@ fn live_files(
     }
     println!("partial lines (the text shown at each partial update, against the reference words spoken by then; those timed by the final words they align with):");
     print_groups(items, &partial);
+    if let Some(phases) = pulsed::profile::report() {
+        eprintln!("{phases}");
+    }
     println!("final lines:");
     report(a, items, &hyps)
 }

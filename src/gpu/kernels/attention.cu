@@ -558,10 +558,17 @@ FLOAT_KERNELS(kv_self_attention,
 // o (dh values) in `part` ([s][i][h][slice][dh + 2]); kv_cross_combine
 // rescales the slices to the common max and divides. A step's few rows
 // then spread over hundreds of blocks instead of one per head.
+// Where rec_slot (this layer's row of the cache's map, a slot per head or
+// -1) names a slot for head h, sequence 0's scaled scores are also written
+// to the buffer at *rec_at ([slot][row < rec_rows][frames]; an address kept
+// in device memory, so that a captured step finds a buffer made after it):
+// the host softmaxes them into the weights that word alignment and the
+// streaming decoder read, with no pass of their own.
 template <typename T>
 __device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
                                       const int* seq_window, float* part, int n, int width,
-                                      int dh, i64 frames, float scale, int chunk, int slices) {
+                                      int dh, i64 frames, float scale, int chunk, int slices,
+                                      const int* rec_slot, const u64* rec_at, int rec_rows) {
     extern __shared__ float sh[];
     float* red = sh;
     float* qs = sh + 32;
@@ -591,6 +598,13 @@ __device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
         if (lane == 0) sc[j] = acc * scale;
     }
     __syncthreads();
+    if (s == 0 && i < rec_rows) {
+        const int slot = rec_slot[h];
+        if (slot >= 0) {
+            float* r = (float*)(*rec_at) + ((u64)slot * rec_rows + i) * (u64)frames + lo;
+            for (int j = tid; j < keys; j += nt) r[j] = sc[j];
+        }
+    }
     float m = NEG_INF;
     for (int j = tid; j < keys; j += nt) m = fmaxf(m, sc[j]);
     m = block_max(m, red);
@@ -620,10 +634,13 @@ __device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
 
 FLOAT_KERNELS(kv_cross_partial,
     (const float* q, const float* xk, const float* xv, const int* seq_window, float* part,
-     int n, int width, int dh, i64 frames, float scale, int chunk, int slices),
+     int n, int width, int dh, i64 frames, float scale, int chunk, int slices,
+     const int* rec_slot, const u64* rec_at, int rec_rows),
     (const bf16_t* q, const bf16_t* xk, const bf16_t* xv, const int* seq_window, float* part,
-     int n, int width, int dh, i64 frames, float scale, int chunk, int slices),
-    (q, xk, xv, seq_window, part, n, width, dh, frames, scale, chunk, slices))
+     int n, int width, int dh, i64 frames, float scale, int chunk, int slices,
+     const int* rec_slot, const u64* rec_at, int rec_rows),
+    (q, xk, xv, seq_window, part, n, width, dh, frames, scale, chunk, slices, rec_slot, rec_at,
+     rec_rows))
 
 // The slices of kv_cross_partial joined: block (head, row, sequence), a
 // thread per output column.

@@ -59,7 +59,19 @@ pub struct DeviceKvCache {
     /// `i32 [sequences]`: a reorder's sources.
     index: DeviceBuffer,
     gather: CudaFunction,
+    /// `i32 [layers, MAX_HEADS]`: the slot of `rec` each head's
+    /// cross-attention scores go to, -1 for none.
+    rec_slot: DeviceBuffer,
+    /// `u64`: the address of `rec` (0 before one is made), read by the
+    /// captured steps, so that `rec` can be made after them.
+    rec_at: DeviceBuffer,
+    /// `f32 [slots, capacity, frames]`: the recorded heads' scores of the
+    /// last step, made at the first recording.
+    rec: std::sync::Mutex<Option<(usize, DeviceBuffer)>>,
 }
+
+/// Most heads a layer has for recording (Whisper's largest has 20).
+const MAX_HEADS: usize = 64;
 
 fn op_err(e: GpuError) -> OpError {
     OpError::Other(format!("GPU cache: {e}"))
@@ -67,6 +79,16 @@ fn op_err(e: GpuError) -> OpError {
 
 fn i32_bytes(v: &[usize]) -> Vec<u8> {
     v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect()
+}
+
+/// A slot map that records no head.
+fn no_slots(layers: usize) -> Vec<u8> {
+    (-1i32)
+        .to_le_bytes()
+        .into_iter()
+        .cycle()
+        .take(layers * MAX_HEADS * 4)
+        .collect()
 }
 
 impl DeviceKvCache {
@@ -100,6 +122,9 @@ impl DeviceKvCache {
             seq_window: zeroed(shape.sequences * 4)?,
             index: zeroed(shape.sequences * 4)?,
             gather,
+            rec_slot: DeviceBuffer::from_bytes(gpu, &no_slots(shape.layers))?,
+            rec_at: zeroed(8)?,
+            rec: std::sync::Mutex::new(None),
             shape,
             dtype,
             dev,
@@ -201,6 +226,87 @@ impl CacheMirror for DeviceKvCache {
             .map_err(op_err)?;
         }
         Ok(())
+    }
+
+    fn set_cross_rows(&self, layer: usize, from: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
+        let s = &self.shape;
+        let rows = k.shape().get(1).copied().unwrap_or(0);
+        if layer >= s.layers || from + rows > s.frames || s.windows == 0 {
+            return Err(OpError::Param(format!(
+                "layer {layer}: frames {from}..{} of a GPU cache of {} layers of {} frames",
+                from + rows,
+                s.layers,
+                s.frames
+            )));
+        }
+        let gpu = &self.dev.ctx;
+        let at = (from * s.width * self.dtype.size_of()) as u64;
+        for (t, dst) in [(k, &self.cross_k[layer]), (v, &self.cross_v[layer])] {
+            copy_to_device(gpu, &host_bytes(t, self.dtype), dst.ptr() + at).map_err(op_err)?;
+        }
+        Ok(())
+    }
+
+    fn can_record(&self) -> bool {
+        true
+    }
+
+    fn record(&self, heads: Option<&[(usize, usize)]>) -> OpResult<()> {
+        let s = &self.shape;
+        let gpu = &self.dev.ctx;
+        let mut map = vec![usize::MAX; s.layers * MAX_HEADS];
+        let slots = heads.map_or(0, <[_]>::len);
+        for (slot, &(l, h)) in heads.unwrap_or(&[]).iter().enumerate() {
+            if l >= s.layers || h >= MAX_HEADS {
+                return Err(OpError::Param(format!(
+                    "head ({l}, {h}) is not in a GPU cache of {} layers",
+                    s.layers
+                )));
+            }
+            map[l * MAX_HEADS + h] = slot;
+        }
+        let mut rec = self.rec.lock().unwrap_or_else(|p| p.into_inner());
+        if slots > rec.as_ref().map_or(0, |r| r.0) {
+            let buf =
+                DeviceBuffer::alloc(gpu, slots * s.capacity * s.frames * 4).map_err(op_err)?;
+            copy_to_device(gpu, &buf.ptr().to_le_bytes(), self.rec_at.ptr()).map_err(op_err)?;
+            // the old buffer may still be read by queued work: freed after it
+            gpu.synchronize().map_err(op_err)?;
+            *rec = Some((slots, buf));
+        }
+        let bytes: Vec<u8> = map
+            .iter()
+            .flat_map(|&m| if m == usize::MAX { -1i32 } else { m as i32 }.to_le_bytes())
+            .collect();
+        copy_to_device(gpu, &bytes, self.rec_slot.ptr()).map_err(op_err)
+    }
+
+    fn recorded(&self, slots: usize, rows: usize) -> OpResult<Vec<Vec<f32>>> {
+        let s = &self.shape;
+        let rec = self.rec.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((held, buf)) = rec.as_ref() else {
+            return Ok(Vec::new());
+        };
+        if slots > *held || rows > s.capacity {
+            return Err(OpError::Param(format!(
+                "{slots} heads of {rows} rows recorded; the GPU cache keeps {held} of {}",
+                s.capacity
+            )));
+        }
+        let gpu = &self.dev.ctx;
+        (0..slots)
+            .map(|slot| {
+                let mut out = vec![0f32; rows * s.frames];
+                let at = (slot * s.capacity * s.frames * 4) as u64;
+                crate::gpu::memory::copy_to_host(
+                    gpu,
+                    buf.ptr() + at,
+                    bytemuck::cast_slice_mut(&mut out),
+                )
+                .map_err(op_err)?;
+                Ok(out)
+            })
+            .collect()
     }
 
     fn set_len(&self, len: usize) -> OpResult<()> {
@@ -396,6 +502,9 @@ impl GpuOp for CrossGpu {
                 Arg::F32(1.0 / (dh as f32).sqrt()),
                 Arg::I32(chunk as i32),
                 Arg::I32(slices as i32),
+                Arg::Ptr(self.kv.rec_slot.ptr() + (self.layer * MAX_HEADS * 4) as u64),
+                Arg::Ptr(self.kv.rec_at.ptr()),
+                Arg::I32(s.capacity as i32),
             ],
         )?;
         launch(
@@ -492,6 +601,12 @@ fn build_cross(op: &CrossAttention, cx: &BuildCx) -> Result<Box<dyn GpuOp>, GpuE
         ));
     }
     let (kv, b, n) = build_common(&op.cache, op.layer, op.heads, cx, what)?;
+    if op.heads > MAX_HEADS {
+        return Err(GpuError::refused(
+            what,
+            format!("{} heads; at most {MAX_HEADS} are recorded", op.heads),
+        ));
+    }
     let sfx = float_suffix(kv.dtype)?;
     Ok(Box::new(CrossGpu {
         partial: cx

@@ -46,8 +46,31 @@ pub trait CacheMirror: Debug + Send + Sync {
     /// Layer `layer`'s cross-attention keys and values, `[windows, frames,
     /// width]` f32 contiguous.
     fn set_cross(&self, layer: usize, k: &Tensor, v: &Tensor) -> OpResult<()>;
+    /// Layer `layer`'s cross-attention keys and values of window 0's
+    /// frames `from..` (`[1, rows, width]` f32 each); the rest kept.
+    fn set_cross_rows(&self, layer: usize, from: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
+        let _ = (layer, from, k, v);
+        Err(param("this cache's copy takes whole windows".into()))
+    }
     /// Positions filled from now on.
     fn set_len(&self, len: usize) -> OpResult<()>;
+    /// Whether the ops over this copy can keep cross-attention scores
+    /// ([`CacheMirror::record`]).
+    fn can_record(&self) -> bool {
+        false
+    }
+    /// Keeps the cross-attention scores of `heads` (`(layer, head)`,
+    /// sequence 0) for every row the next steps feed (`None`: stop).
+    fn record(&self, heads: Option<&[(usize, usize)]>) -> OpResult<()> {
+        let _ = heads;
+        Err(param("this cache's copy keeps no attention".into()))
+    }
+    /// The scores the last step kept: for each of `heads` recorded heads,
+    /// `[rows, frames]`, scaled, before the softmax.
+    fn recorded(&self, heads: usize, rows: usize) -> OpResult<Vec<Vec<f32>>> {
+        let _ = (heads, rows);
+        Ok(Vec::new())
+    }
     /// The mirror as its concrete type, for the ops that read it.
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -141,8 +164,19 @@ impl KvCache {
             )));
         }
         st.len += n;
+        let st = &mut *st;
         if let Some(m) = &st.mirror {
             m.set_len(st.len)?;
+            if let Some(heads) = &st.record {
+                // the step kept its scores on the device
+                let raw = m.recorded(heads.len(), n)?;
+                for (kept, mut scores) in st.recorded.iter_mut().zip(raw) {
+                    for row in scores.chunks_mut(st.frames.max(1)) {
+                        softmax(row);
+                    }
+                    kept.extend_from_slice(&scores);
+                }
+            }
         }
         Ok(())
     }
@@ -241,9 +275,6 @@ impl KvCache {
         if layer >= st.layers {
             return Err(param(format!("layer {layer} of {}", st.layers)));
         }
-        if st.mirror.is_some() {
-            return Err(param("a cache kept on a GPU takes whole windows".into()));
-        }
         let (k, v) = (contig(k), contig(v));
         let rows = k.shape().get(1).copied().unwrap_or(0);
         let fits = |t: &Tensor| {
@@ -262,6 +293,9 @@ impl KvCache {
         let span = from * st.width..(from + rows) * st.width;
         st.cross_k[layer][span.clone()].copy_from_slice(k.as_slice::<f32>()?);
         st.cross_v[layer][span].copy_from_slice(v.as_slice::<f32>()?);
+        if let Some(m) = &st.mirror {
+            m.set_cross_rows(layer, from, &k, &v)?;
+        }
         Ok(())
     }
 
@@ -292,10 +326,15 @@ impl KvCache {
         std::mem::replace(&mut st.recorded, vec![Vec::new(); n])
     }
 
-    /// Whether decoder steps over this cache run on the host (and so can
-    /// record cross-attention weights).
+    /// Whether decoder steps over this cache run on the host.
     pub fn on_host(&self) -> bool {
         self.lock().mirror.is_none()
+    }
+
+    /// Whether decoder steps over this cache can record cross-attention
+    /// weights ([`KvCache::record`]): on the host, or a mirror whose ops can.
+    pub fn can_record(&self) -> bool {
+        self.lock().mirror.as_ref().is_none_or(|m| m.can_record())
     }
 
     /// Starts one sequence per entry of `windows` (the encoder window each
@@ -354,10 +393,14 @@ impl KvCache {
 
     /// Keeps the cross-attention weights of `heads` (`(layer, head)`) from
     /// now on (`None`: stop keeping them).
-    pub fn record(&self, heads: Option<Vec<(usize, usize)>>) {
+    pub fn record(&self, heads: Option<Vec<(usize, usize)>>) -> OpResult<()> {
         let mut st = self.lock();
+        if let Some(m) = &st.mirror {
+            m.record(heads.as_deref())?;
+        }
         st.recorded = vec![Vec::new(); heads.as_ref().map_or(0, |h| h.len())];
         st.record = heads;
+        Ok(())
     }
 
     /// The weights kept since [`KvCache::record`]: per head, `[rows,
@@ -458,6 +501,20 @@ fn dims3(t: &Tensor, input: usize, width: usize) -> OpResult<(usize, usize)> {
         )));
     }
     Ok((t.shape()[0], t.shape()[1]))
+}
+
+/// `row` (scores) as softmax weights, in place.
+fn softmax(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for s in row.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    for s in row.iter_mut() {
+        *s *= inv;
+    }
 }
 
 /// Masked-free dot product written so that it vectorises.

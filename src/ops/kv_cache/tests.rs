@@ -189,7 +189,7 @@ fn records_alignment_heads() {
             .unwrap();
     }
     cache.start(&[0]).unwrap();
-    cache.record(Some(vec![(1, 0)]));
+    cache.record(Some(vec![(1, 0)])).unwrap();
     let op = CrossAttention {
         layer: 1,
         heads: 2,
@@ -281,4 +281,85 @@ fn a_mirror_is_told_every_change_and_host_ops_refuse() {
         cache: own,
     };
     assert!(eval_op(&own_cross, &[&one]).is_ok());
+}
+
+/// A mirror whose ops keep scores: each step's rows score frame `f` as
+/// `f` (so the softmax weights rise with the frame).
+#[derive(Debug, Default)]
+struct Scoring(std::sync::Mutex<Vec<String>>);
+
+impl CacheMirror for Scoring {
+    fn start(&self, _: &[usize]) -> OpResult<()> {
+        Ok(())
+    }
+    fn reorder(&self, _: &[usize], _: &[usize], _: usize) -> OpResult<()> {
+        Ok(())
+    }
+    fn set_cross(&self, _: usize, _: &Tensor, _: &Tensor) -> OpResult<()> {
+        Ok(())
+    }
+    fn set_cross_rows(&self, layer: usize, from: usize, k: &Tensor, _: &Tensor) -> OpResult<()> {
+        let line = format!("rows {layer} {from} {:?}", k.shape());
+        self.0.lock().unwrap().push(line);
+        Ok(())
+    }
+    fn set_len(&self, _: usize) -> OpResult<()> {
+        Ok(())
+    }
+    fn can_record(&self) -> bool {
+        true
+    }
+    fn record(&self, heads: Option<&[(usize, usize)]>) -> OpResult<()> {
+        self.0.lock().unwrap().push(format!("record {heads:?}"));
+        Ok(())
+    }
+    fn recorded(&self, heads: usize, rows: usize) -> OpResult<Vec<Vec<f32>>> {
+        let row: Vec<f32> = (0..3).map(|f| f as f32).collect();
+        Ok(vec![row.repeat(rows); heads])
+    }
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+#[test]
+fn a_mirror_that_keeps_scores_records_their_softmax_per_step() {
+    let width = 4;
+    let cache = KvCache::new(1, width, 8);
+    let mirror = Arc::new(Scoring::default());
+    cache.attach(mirror.clone());
+    assert!(cache.can_record());
+    let x = t(&[1, 3, width], 1);
+    cache.set_cross(0, &x, &x).unwrap();
+    cache
+        .set_cross_rows(0, 1, &t(&[1, 2, width], 2), &t(&[1, 2, width], 3))
+        .unwrap();
+    cache.start(&[0]).unwrap();
+    cache.record(Some(vec![(0, 1), (0, 2)])).unwrap();
+    cache.advance(2).unwrap();
+    cache.advance(1).unwrap();
+    let rec = cache.take_recorded();
+    assert_eq!(rec.len(), 2);
+    let e: Vec<f32> = (0..3).map(|f| (f as f32).exp()).collect();
+    let sum: f32 = e.iter().sum();
+    for head in &rec {
+        // the prompt's two rows, then the step's one
+        assert_eq!(head.len(), 3 * 3);
+        for row in head.chunks(3) {
+            for (w, e) in row.iter().zip(&e) {
+                assert!((w - e / sum).abs() < 1e-6, "{row:?}");
+            }
+        }
+    }
+    cache.record(None).unwrap();
+    cache.advance(1).unwrap();
+    assert!(cache.take_recorded().is_empty());
+    assert_eq!(
+        *mirror.0.lock().unwrap(),
+        [
+            "rows 0 1 [1, 2, 4]",
+            "record Some([(0, 1), (0, 2)])",
+            "record None"
+        ]
+    );
 }

@@ -19,6 +19,7 @@
 
 use super::logits::LogitRules;
 use super::AlignedBackend;
+use crate::profile::{self, Phase};
 use crate::{Error, Result};
 
 /// How a [`StreamDecoder`] commits and feeds.
@@ -264,13 +265,13 @@ impl StreamDecoder {
         self.looped = false;
         let before = self.committed.len();
         let records = net.record_attention(Some(&self.spec.heads));
-        let r = self.decode(net, heard, last, records);
+        let r = profile::time(Phase::Decode, || self.decode(net, heard, last, records));
         if records {
             net.record_attention(None);
         }
         r?;
         if !records {
-            self.commit_aligned(net, heard, last)?;
+            profile::time(Phase::Align, || self.commit_aligned(net, heard, last))?;
         }
         if !last {
             self.hold_partial_word(before);
