@@ -91,10 +91,15 @@ fn live_files(
     let (mut hyps, mut audio_s) = (Vec::new(), 0.0);
     let (mut latencies, mut computed) = (Vec::new(), Vec::new());
     let (mut shown, mut first_shown) = (Vec::new(), Vec::new());
-    let mut partial = Vec::new();
+    let (mut partial, mut more) = (Vec::new(), Vec::new());
     for ((_, r), it) in done.into_iter().zip(items) {
         let f = r?;
         partial.push(partial_counts(&it.text, &f.finals, &f.shown, f.audio_s));
+        // what the user saw, for --hyp-out
+        more.push(serde_json::json!({
+            "shown": f.shown.iter().map(|s| serde_json::json!([s.at_s, s.text])).collect::<Vec<_>>(),
+            "words": f.finals.iter().map(|(w, end)| serde_json::json!([w, end])).collect::<Vec<_>>(),
+        }));
         hyps.push(f.text);
         latencies.extend(f.latencies);
         computed.extend(f.computed);
@@ -136,7 +141,7 @@ fn live_files(
         eprintln!("{phases}");
     }
     println!("final lines:");
-    report(a, items, &hyps)
+    report(a, items, &hyps, &more)
 }
 
 /// One file through the live policy.

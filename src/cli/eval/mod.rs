@@ -94,7 +94,9 @@ pub struct Args {
     /// theirs after a warm-up pass. Transcripts are unchanged.
     #[arg(long)]
     warmup: bool,
-    /// Also write each file's hypothesis here (JSON lines: file, text, reference).
+    /// Also write each file's hypothesis here (JSON lines: file, text,
+    /// reference; with `--live`, also each text shown with its stream time and
+    /// the final words with their ends).
     #[arg(long)]
     hyp_out: Option<PathBuf>,
     /// With --beam: decode each file's log-probs once per language model
@@ -308,7 +310,7 @@ fn run_workers(a: &Args, t: &Transcriber, items: &[Item], base: &Path) -> Result
         summary.audio_s / summary.wall_s.max(1e-9),
         opts.jobs.min(items.len())
     );
-    report(a, items, &hyps)
+    report(a, items, &hyps, &[])
 }
 
 /// A bar of files done, on a terminal only.
@@ -362,12 +364,22 @@ fn print_groups(items: &[Item], counts: &[ErrorCounts]) {
 }
 
 /// Prints the rates per group and over all ([`print_groups`]), and writes
-/// `--hyp-out`.
-fn report(a: &Args, items: &[Item], hyps: &[String]) -> Result<ExitCode, String> {
+/// `--hyp-out` (each row with `more`'s fields, where given).
+fn report(
+    a: &Args,
+    items: &[Item],
+    hyps: &[String],
+    more: &[serde_json::Value],
+) -> Result<ExitCode, String> {
     if let Some(p) = &a.hyp_out {
         let mut out = String::new();
-        for (it, h) in items.iter().zip(hyps) {
-            let line = serde_json::json!({"file": it.file, "text": h, "reference": it.text});
+        for (i, (it, h)) in items.iter().zip(hyps).enumerate() {
+            let mut line = serde_json::json!({"file": it.file, "text": h, "reference": it.text});
+            if let (Some(row), Some(serde_json::Value::Object(extra))) =
+                (line.as_object_mut(), more.get(i))
+            {
+                row.extend(extra.clone());
+            }
             out.push_str(&line.to_string());
             out.push('\n');
         }
