@@ -42,6 +42,10 @@ pub struct PolicyArgs {
     /// committed text alone).
     #[arg(long, default_value_t = 2)]
     pub show: usize,
+    /// With --policy stream: a token past the committed ones is shown only
+    /// where the decoder gives it at least this probability (0: any).
+    #[arg(long, default_value_t = 0.3, value_name = "P")]
+    pub show_sure: f32,
     /// With --policy stream: feed the committed tokens again in one pass
     /// at every pulse instead of keeping them in the decoder's cache.
     #[arg(long)]
@@ -67,6 +71,7 @@ impl PolicyArgs {
         o.stream.refill = self.refill;
         o.stream.backstep = self.backstep;
         o.stream.show = self.show;
+        o.stream.show_sure = self.show_sure;
         o.stream.repeats = self.repeats;
         o.untexted_speech_s = self.untexted_speech;
     }

@@ -346,6 +346,31 @@ fn a_sure_token_is_committed_at_its_own_margin() {
 }
 
 #[test]
+fn an_unsure_token_past_the_committed_ones_is_not_shown() {
+    let o = StreamOptions {
+        show: 3,
+        show_sure: 0.3,
+        ..plain()
+    };
+    // committed while 10 k + 20 < 64; 5 and 6 read heard audio
+    let mut net = Fake::new(12);
+    let mut d = decoder(o.clone());
+    d.pulse(&mut net, 64, false).unwrap();
+    assert_eq!(d.committed(), [1, 2, 3, 4]);
+    assert_eq!(d.tentative(), [5, 6]);
+    // unsure from token 6 on (probability about 0.04): 5 alone is shown
+    let mut net = Fake::new(12);
+    net.unsure_at = Some(6);
+    let mut d = decoder(o);
+    d.pulse(&mut net, 64, false).unwrap();
+    assert_eq!(d.committed(), [1, 2, 3, 4]);
+    assert_eq!(d.tentative(), [5]);
+    // what is shown is never committed by it: the end decodes it all
+    d.pulse(&mut net, 140, true).unwrap();
+    assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
+}
+
+#[test]
 fn a_decoder_going_back_over_what_it_said_commits_nothing_more() {
     let mut net = Fake::new(12);
     net.loop_at = Some(6);
