@@ -119,7 +119,7 @@ pub struct Recording {
 impl Recording {
     /// Reads a WAV (resampled to [`RATE`]); `block_ms` per append.
     pub fn load(path: &std::path::Path, block_ms: u32) -> Result<Recording, String> {
-        let audio = crate::audio::load_wav(path, RATE).map_err(|e| format!("{}: {e}", path.display()))?;
+        let audio = crate::audio::load_wav(path, RATE).map_err(|e| e.to_string())?;
         if audio.samples.is_empty() {
             return Err(format!("{}: no audio", path.display()));
         }
