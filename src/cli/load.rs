@@ -49,7 +49,8 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
     let seconds = |name: &str, s: f64| {
-        Duration::try_from_secs_f64(s).map_err(|_| format!("{name} must be a number of seconds, 0 or more"))
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| format!("{name} must be a number of seconds, 0 or more"))
     };
     if a.clients > MAX_CLIENTS {
         return Err(format!("--clients must be 1 to {MAX_CLIENTS}"));

@@ -36,7 +36,11 @@ async fn load_clients_get_the_library_lines_and_word_latencies() {
         .unwrap();
 
     assert_eq!(
-        (report.clients, report.streams_started, report.streams_completed),
+        (
+            report.clients,
+            report.streams_started,
+            report.streams_completed
+        ),
         (3, 3, 3),
         "{}",
         report.text()
@@ -59,7 +63,11 @@ async fn load_clients_get_the_library_lines_and_word_latencies() {
             .samples
             .len() as f64
             / 16_000.0;
-        assert!((s.audio_s - seconds).abs() < 1e-6, "{} vs {seconds}", s.audio_s);
+        assert!(
+            (s.audio_s - seconds).abs() < 1e-6,
+            "{} vs {seconds}",
+            s.audio_s
+        );
     }
     assert_eq!(report.words_without_times, 0);
     let (shown, committed) = (report.first_shown.unwrap(), report.committed.unwrap());
@@ -90,7 +98,11 @@ async fn refused_streams_are_counted_as_failures() {
         .await
         .unwrap();
     assert_eq!((report.streams_started, report.streams_failed), (2, 2));
-    assert_eq!(report.failures["connect: HTTP 401"], 2, "{:?}", report.failures);
+    assert_eq!(
+        report.failures["connect: HTTP 401"], 2,
+        "{:?}",
+        report.failures
+    );
     assert_eq!(report.words, 0);
     assert!(report.first_shown.is_none() && report.committed.is_none());
     // the right key gets through the same server

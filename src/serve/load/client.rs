@@ -192,7 +192,9 @@ fn connect_failure(e: &WsError) -> String {
 fn on_delta(ev: &Value, now: Instant, items: &mut HashMap<String, Shown>) {
     let id = ev["item_id"].as_str().unwrap_or_default().to_string();
     let shown = items.entry(id).or_default();
-    shown.text.push_str(ev["delta"].as_str().unwrap_or_default());
+    shown
+        .text
+        .push_str(ev["delta"].as_str().unwrap_or_default());
     // the server's deltas end at word ends, so every word here is whole
     let words: Vec<&str> = shown.text.split_whitespace().collect();
     for w in &words[shown.words.len().min(words.len())..] {

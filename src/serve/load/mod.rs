@@ -9,7 +9,7 @@
 mod client;
 pub mod stats;
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,7 +86,9 @@ impl LoadOptions {
             .map_err(|e| format!("--url {}: {e}", self.url))?;
         match uri.scheme_str() {
             Some("ws") => {}
-            Some("wss") => return Err("--url: wss:// is not supported (this build has no TLS)".into()),
+            Some("wss") => {
+                return Err("--url: wss:// is not supported (this build has no TLS)".into())
+            }
             _ => return Err(format!("--url {}: not a ws:// URL", self.url)),
         }
         let host = uri
@@ -105,7 +107,8 @@ impl LoadOptions {
 /// Whether `host` (as a URL spells it) is this machine.
 fn is_loopback(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost") || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    host.eq_ignore_ascii_case("localhost")
+        || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A recording as the clients send it: base64 PCM16 appends.
@@ -213,7 +216,9 @@ pub async fn run(options: &LoadOptions, files: &[PathBuf]) -> Result<LoadReport,
     }
     if let Some(p) = progress {
         p.abort();
-        eprintln!();
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
     }
     let streams = results
         .into_iter()
@@ -227,16 +232,27 @@ pub async fn run(options: &LoadOptions, files: &[PathBuf]) -> Result<LoadReport,
             })
         })
         .collect();
-    Ok(LoadReport::new(&options.url, begin.elapsed().as_secs_f64(), streams))
+    Ok(LoadReport::new(
+        &options.url,
+        begin.elapsed().as_secs_f64(),
+        streams,
+    ))
 }
 
 async fn progress_line(counters: Arc<Counters>, clients: usize, begin: Instant) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // a terminal gets one line rewritten in place; a log, a line each 10 s
+    let terminal = std::io::stderr().is_terminal();
+    let (every, start, end) = match terminal {
+        true => (Duration::from_secs(1), "\r", " "),
+        false => (Duration::from_secs(10), "", "\n"),
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
     loop {
         tick.tick().await;
         let c = &counters;
         let line = format!(
-            "\r{:.0} s: {}/{clients} started, {} streaming, {} completed, {} failed, {:.0} s of audio sent ",
+            "{start}pulsed load: {:.0} s: {}/{clients} started, {} streaming, {} completed, {} failed, {:.0} s of audio sent{end}",
             begin.elapsed().as_secs_f64(),
             c.started.load(Ordering::Relaxed),
             c.active.load(Ordering::Relaxed),
@@ -272,7 +288,9 @@ mod tests {
         assert!(LoadOptions::new("http://127.0.0.1/", 1).check().is_err());
         assert!(LoadOptions::new("wss://127.0.0.1/", 1).check().is_err());
         assert!(LoadOptions::new("ws://127.0.0.1/", 0).check().is_err());
-        assert!(LoadOptions::new("ws://127.0.0.1/", MAX_CLIENTS + 1).check().is_err());
+        assert!(LoadOptions::new("ws://127.0.0.1/", MAX_CLIENTS + 1)
+            .check()
+            .is_err());
         let fast = LoadOptions {
             block_ms: 10,
             ..ok.clone()

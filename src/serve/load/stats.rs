@@ -214,7 +214,10 @@ mod tests {
     fn quantiles_are_nearest_rank() {
         assert_eq!(Quantiles::of(vec![]), None);
         let q = Quantiles::of((1..=100).rev().map(f64::from).collect()).unwrap();
-        assert_eq!((q.count, q.median, q.p90, q.p99, q.max), (100, 50.0, 90.0, 99.0, 100.0));
+        assert_eq!(
+            (q.count, q.median, q.p90, q.p99, q.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
         let q = Quantiles::of(vec![0.25]).unwrap();
         assert_eq!((q.median, q.p99, q.max), (0.25, 0.25, 0.25));
     }
