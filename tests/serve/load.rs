@@ -58,6 +58,14 @@ async fn load_clients_get_the_library_lines_and_word_latencies() {
             // a few seconds later, not minutes
             assert!(w.committed_s < 30.0, "client {i}: {w:?}");
         }
+        // deltas show a line's early words before the line is final
+        assert!(
+            s.words
+                .iter()
+                .any(|w| w.first_shown_s + 0.1 < w.committed_s),
+            "client {i}: {:?}",
+            s.words
+        );
         let seconds = pulsed::audio::load(Path::new(&s.file), 16_000)
             .unwrap()
             .samples
@@ -70,6 +78,7 @@ async fn load_clients_get_the_library_lines_and_word_latencies() {
         );
     }
     assert_eq!(report.words_without_times, 0);
+    assert!(report.words_first_in_completed < report.words);
     let (shown, committed) = (report.first_shown.unwrap(), report.committed.unwrap());
     assert_eq!(shown.count, report.words);
     assert!(shown.median >= 0.0 && shown.median <= shown.p90 && shown.p90 <= shown.max);
