@@ -7,6 +7,8 @@ mod device;
 mod eval;
 mod inspect;
 mod lm;
+#[cfg(feature = "serve")]
+mod load;
 mod mic;
 #[cfg(feature = "serve")]
 mod serve;
@@ -48,6 +50,9 @@ enum Command {
     /// Serve the model over HTTP and WebSocket: OpenAI's transcription and Realtime APIs.
     #[cfg(feature = "serve")]
     Serve(serve::Args),
+    /// Many Realtime clients at once against `pulsed serve`: streams held and word latency.
+    #[cfg(feature = "serve")]
+    Load(load::Args),
 }
 
 /// Runs a parsed command line; `Err` is a one-line reason (exit code 2).
@@ -62,6 +67,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Vad(a) => vad::run(a),
         #[cfg(feature = "serve")]
         Command::Serve(a) => serve::run(a),
+        #[cfg(feature = "serve")]
+        Command::Load(a) => load::run(a),
     }
 }
 

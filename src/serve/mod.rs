@@ -7,6 +7,9 @@
 //!   WebSocket, the Realtime API's transcription events;
 //! - `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
 //!
+//! [`load`] is the other side: Realtime clients by the thousand, for
+//! `pulsed load`.
+//!
 //! Model work never runs on the async executor: files go to
 //! `spawn_blocking`, each live stream has its own inference thread (the
 //! library's live session). Admission never waits: over `--max-streams`
@@ -22,6 +25,7 @@ mod fuzz_tests;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
+pub mod load;
 mod metrics;
 mod pcm;
 mod realtime;

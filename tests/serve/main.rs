@@ -5,4 +5,5 @@
 
 mod harness;
 mod http;
+mod load;
 mod realtime;
