@@ -177,3 +177,33 @@ fn a_live_whisper_session_ends_as_the_live_transcriber_does() {
     assert!(!api.is_empty());
     assert_eq!(api, direct);
 }
+
+/// A server opens and closes live sessions all day: a session that ends
+/// leaves its network for the next, which then builds none and gives the
+/// same text.
+#[test]
+fn a_live_whisper_session_leaves_its_network_for_the_next() {
+    let Some(t) = tiny(&TranscriberOptions::default()) else {
+        return;
+    };
+    if pulsed::vad::Vad::load_default().is_err() {
+        eprintln!("skipped: no Silero VAD (bash scripts/fetch_silero.sh)");
+        return;
+    }
+    let audio = pulsed::audio::load_wav(&root().join("fixtures/asr/hello.wav"), 16_000).unwrap();
+    // the network built while opening the checkpoint
+    assert_eq!(t.spare_networks(), 1);
+    let setup = t.live(LiveSettings::default()).unwrap();
+    let (s1, i1) = setup.start().unwrap();
+    assert_eq!(t.spare_networks(), 0);
+    let (s2, i2) = setup.start().unwrap();
+    let first = finals(s1, i1, &audio.samples);
+    assert_eq!(t.spare_networks(), 1, "the first session's network is back");
+    let second = finals(s2, i2, &audio.samples);
+    assert_eq!(t.spare_networks(), 2);
+    assert!(!first.is_empty());
+    assert_eq!(first, second);
+    let (s3, i3) = setup.start().unwrap();
+    assert_eq!(t.spare_networks(), 1, "a session takes a spare network");
+    assert_eq!(finals(s3, i3, &audio.samples), first);
+}

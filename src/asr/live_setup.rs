@@ -123,13 +123,21 @@ impl<'a> LiveSetup<'a> {
         match &self.t.model {
             Model::Conformer(rec) => LiveTranscriber::start(rec.clone(), opts),
             Model::WhisperCtc(job) => LiveTranscriber::start_ctc(job.stream()?, opts),
-            Model::Whisper(_) => {
+            Model::Whisper(job) => {
                 let live = self.whisper()?;
                 let buffer = LiveOptions {
                     buffer_s: 30.0, // decodings take a while: room for the audio meanwhile
                     ..LiveOptions::default()
                 };
-                LiveTranscriber::start_whisper(live, buffer)
+                // a server's next session takes this one's network: a
+                // network is graphs, runners and (on a GPU) captured steps
+                let pool = job.net_pool();
+                let keep = Box::new(move |live: WhisperLive| {
+                    if let Ok(mut spare) = pool.lock() {
+                        spare.push(live.into_network());
+                    }
+                });
+                LiveTranscriber::start_whisper_kept(live, buffer, keep)
             }
         }
     }

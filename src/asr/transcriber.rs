@@ -210,6 +210,15 @@ impl Transcriber {
         }
     }
 
+    /// Whisper networks built and idle, ready for the next worker or live
+    /// session (0 for other families).
+    pub fn spare_networks(&self) -> usize {
+        match &self.model {
+            Model::Whisper(job) => job.spare_count(),
+            _ => 0,
+        }
+    }
+
     /// Prepares live sessions with `settings` (loads the voice detector a
     /// Whisper policy uses).
     pub fn live(&self, settings: LiveSettings) -> Result<LiveSetup<'_>> {

@@ -34,7 +34,7 @@ pub struct WhisperJob {
     /// Networks ready for workers and live policies: the one built while
     /// checking the folder, those [`WhisperJob::warm_up`] made, and those
     /// workers and policies gave back.
-    spare: Mutex<Vec<Net>>,
+    spare: Arc<Mutex<Vec<Net>>>,
 }
 
 impl WhisperJob {
@@ -117,7 +117,7 @@ impl WhisperJob {
             // 20.2 s against 12.7 s with --vad when workers took 8 files)
             group_files: if a.vad && on_cpu { 1 } else { batch_size },
             engine,
-            spare: Mutex::new(vec![first]),
+            spare: Arc::new(Mutex::new(vec![first])),
         })
     }
 
@@ -135,6 +135,16 @@ impl WhisperJob {
         if let Ok(mut spare) = self.spare.lock() {
             spare.push(net);
         }
+    }
+
+    /// Networks ready for the next worker or live policy.
+    pub(super) fn spare_count(&self) -> usize {
+        self.spare.lock().map_or(0, |s| s.len())
+    }
+
+    /// Where a threaded live session leaves its network when it ends.
+    pub(super) fn net_pool(&self) -> Arc<Mutex<Vec<Net>>> {
+        self.spare.clone()
     }
 
     /// One worker's network.

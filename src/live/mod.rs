@@ -180,6 +180,22 @@ impl LiveTranscriber {
         LiveTranscriber::spawn(Box::new(live), rate, opts.buffer_s)
     }
 
+    /// As [`LiveTranscriber::start_whisper`]; when the session ends, its
+    /// policy goes to `keep` (a server's pool of networks: the next session
+    /// builds none).
+    pub fn start_whisper_kept(
+        live: WhisperLive,
+        opts: LiveOptions,
+        keep: Box<dyn FnOnce(WhisperLive) + Send>,
+    ) -> Result<(LiveTranscriber, AudioInput)> {
+        let rate = live.sample_rate();
+        let engine = Kept {
+            live: Some(live),
+            keep: Some(keep),
+        };
+        LiveTranscriber::spawn(Box::new(engine), rate, opts.buffer_s)
+    }
+
     fn spawn(
         engine: Box<dyn LiveEngine>,
         rate: u32,
@@ -241,6 +257,40 @@ impl LiveTranscriber {
 impl Drop for LiveTranscriber {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+/// A Whisper policy handed on when its session ends.
+struct Kept {
+    live: Option<WhisperLive>,
+    keep: Option<Box<dyn FnOnce(WhisperLive) + Send>>,
+}
+
+impl Kept {
+    fn live(&mut self) -> Result<&mut WhisperLive> {
+        self.live
+            .as_mut()
+            .ok_or_else(|| crate::Error::Other("live Whisper: the policy was handed on".into()))
+    }
+}
+
+impl LiveEngine for Kept {
+    fn max_push(&self) -> usize {
+        self.live.as_ref().map_or(usize::MAX, LiveEngine::max_push)
+    }
+    fn push(&mut self, samples: &[f32], events: &mut Vec<LiveEvent>) -> Result<()> {
+        LiveEngine::push(self.live()?, samples, events)
+    }
+    fn finish(&mut self, events: &mut Vec<LiveEvent>) -> Result<()> {
+        LiveEngine::finish(self.live()?, events)
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let (Some(live), Some(keep)) = (self.live.take(), self.keep.take()) {
+            keep(live);
+        }
     }
 }
 

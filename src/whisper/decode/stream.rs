@@ -412,10 +412,7 @@ impl StreamDecoder {
                     // whole words only
                     let unsure = self.o.show_sure > 0.0
                         && probability(&self.logits, token) < self.o.show_sure;
-                    if p >= heard
-                        || p < shown_peak
-                        || self.tentative.len() >= self.o.show
-                        || unsure
+                    if p >= heard || p < shown_peak || self.tentative.len() >= self.o.show || unsure
                     {
                         self.cut_partial_word(Some(token));
                         break;
@@ -516,8 +513,7 @@ impl StreamDecoder {
         self.next = tentative.get(passed).copied();
         let mut before = self.peaks.last().copied().unwrap_or(0);
         let sure = |i: usize| {
-            self.o.show_sure <= 0.0
-                || self.sureness.get(i).is_some_and(|&p| p >= self.o.show_sure)
+            self.o.show_sure <= 0.0 || self.sureness.get(i).is_some_and(|&p| p >= self.o.show_sure)
         };
         let shown = peaks[passed..]
             .iter()
