@@ -319,6 +319,22 @@ fn live_the_streamed_text_decodes_as_soon_as_frames_come() {
     assert!(committed.len() >= 6, "{updates:?}");
     let (c, s) = (median(&mut committed), median(&mut shown));
     assert!(c <= 0.9 && s <= 0.6, "median committed {c} s, shown {s} s");
+    // punctuation rides with its word, as in offline transcripts
+    let finals: Vec<&pulsed::live::Update> = updates.iter().filter(|u| u.is_final).collect();
+    assert!(
+        finals.iter().any(|u| u.text.contains([',', '.'])),
+        "{finals:?}"
+    );
+    for u in &finals {
+        for w in &u.words {
+            assert!(
+                w.text.chars().any(char::is_alphanumeric),
+                "a word of punctuation alone: {:?} in {:?}",
+                w.text,
+                u.text
+            );
+        }
+    }
 }
 
 /// With a VAD, an utterance whose streamed words leave speech without a

@@ -16,8 +16,8 @@ use super::whisper_buffer::{prompt_text, trimmed};
 use crate::decode::Word;
 use crate::profile::{self, Phase};
 use crate::whisper::decode::{
-    find_alignment, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder, StreamOptions,
-    StreamSpec, SAMPLE_RATE,
+    find_alignment, merge_punctuations, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder,
+    StreamOptions, StreamSpec, SAMPLE_RATE,
 };
 use crate::whisper::GenerationConfig;
 use crate::{Error, Result};
@@ -305,9 +305,17 @@ impl WhisperLive {
             num_frames: 2 * heard,
             median_filter_width: MEDIAN_FILTER_WIDTH,
         };
-        let timings = profile::time(Phase::Words, || {
+        let mut timings = profile::time(Phase::Words, || {
             find_alignment(&mut *self.net, &self.tokenizer, &tokens, &spec)
         })?;
+        // punctuation joins its word, as in offline transcripts ("users,"
+        // is one word, committed with its comma)
+        let d = &self.o.decode;
+        merge_punctuations(
+            &mut timings,
+            &d.prepend_punctuations,
+            &d.append_punctuations,
+        );
         let spans: Vec<(f64, f64)> = timings
             .iter()
             .filter(|t| !t.word.trim().is_empty())
@@ -319,8 +327,14 @@ impl WhisperLive {
         for t in timings {
             // a word is committed (and shown) with its last token
             n += t.tokens.len();
-            at.push(committed_at.get(n - 1).copied().unwrap_or(now));
-            first.push(shown_at.get(n - 1).copied().unwrap_or(now));
+            // an entry emptied by the merge has no tokens (and is dropped below)
+            let last = n.checked_sub(1);
+            at.push(
+                last.and_then(|i| committed_at.get(i))
+                    .copied()
+                    .unwrap_or(now),
+            );
+            first.push(last.and_then(|i| shown_at.get(i)).copied().unwrap_or(now));
             words.push(Word {
                 text: t.word,
                 start_s: t.start + offset,

@@ -55,6 +55,7 @@ pub use many::{transcribe_many, Recording};
 pub use options::{DecodeOptions, InitialPrompt, WindowPadding};
 pub use stream::{StreamDecoder, StreamOptions, StreamSpec};
 pub use transcribe::{transcribe, transcribe_features, Segment, TranscriptionInfo, SAMPLE_RATE};
+pub(crate) use words::merge_punctuations;
 pub use words::Word;
 
 pub(crate) use align::{find_alignment, AlignSpec};
