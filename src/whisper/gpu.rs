@@ -44,9 +44,11 @@ const ROWS_RUNNERS: usize = 12;
 /// Candidates the choosing step keeps a row: beam search takes twice its
 /// width, so beams up to 8 choose on the device.
 pub(crate) const CHOOSE_K: usize = 16;
-/// Sequences a device cache holds at first (beam search's 5, or a few
-/// windows' beams decoded together); it grows when more are reserved.
-const SEQUENCES: usize = 32;
+/// Sequences a device cache holds at first: one, a live stream's (its
+/// rows for 448 positions are base's 11 MB; at 32 a server held 400 MB a
+/// stream and ran out of memory at 256 streams). A search reserves its
+/// beams and the cache grows, to a power of two, once per network.
+const SEQUENCES: usize = 1;
 
 /// One graph and its runners by size, least recently used first.
 struct Sized {
@@ -365,6 +367,7 @@ impl WhisperNet<GpuRunners> {
         use super::WhisperBackend;
         use crate::ops::Tensor;
         self.encode(&[window])?;
+        self.reserve(batch)?;
         let dev = self.runners.dev.clone();
         let mel = Tensor::from_vec(
             vec![1, self.cfg.num_mel_bins, self.cfg.window_frames()],

@@ -85,6 +85,8 @@ pub fn check_beams_share_a_window(w: &mut dyn WhisperBackend) {
     let win = window(&mel, 80, mel.len() / 80);
     w.encode(&[&win]).unwrap();
     let prefix = [50257u32, 50362];
+    // room for the three beams, as a search makes before it starts
+    w.reserve(3).unwrap();
     w.start(&[0]).unwrap();
     let mut one = Vec::new();
     w.feed(&prefix, 2, &[1], &mut one).unwrap();
