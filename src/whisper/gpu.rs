@@ -44,11 +44,13 @@ const ROWS_RUNNERS: usize = 12;
 /// Candidates the choosing step keeps a row: beam search takes twice its
 /// width, so beams up to 8 choose on the device.
 pub(crate) const CHOOSE_K: usize = 16;
-/// Sequences a device cache holds at first: one, a live stream's (its
-/// rows for 448 positions are base's 11 MB; at 32 a server held 400 MB a
-/// stream and ran out of memory at 256 streams). A search reserves its
-/// beams and the cache grows, to a power of two, once per network.
-const SEQUENCES: usize = 1;
+/// Sequences a device cache holds at first (beam search's 5, or a few
+/// windows' beams decoded together); it grows when more are reserved.
+/// A live stream needs one: at 32 a server holds 352 MB a stream (base)
+/// and ran out of memory at 256 streams, but at 1 a beam-5 decoding with
+/// word times still asked for 5 unreserved (`gpu_transcripts_equal_the_cpu`):
+/// that path must reserve before this can shrink.
+const SEQUENCES: usize = 32;
 
 /// One graph and its runners by size, least recently used first.
 struct Sized {
