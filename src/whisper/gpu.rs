@@ -47,9 +47,9 @@ pub(crate) const CHOOSE_K: usize = 16;
 /// Sequences a device cache holds at first (beam search's 5, or a few
 /// windows' beams decoded together); it grows when more are reserved.
 /// A live stream needs one: at 32 a server holds 352 MB a stream (base)
-/// and ran out of memory at 256 streams, but at 1 a beam-5 decoding with
-/// word times still asked for 5 unreserved (`gpu_transcripts_equal_the_cpu`):
-/// that path must reserve before this can shrink.
+/// and ran out of memory at 256 streams. At 1, `gpu_transcripts_equal_the_cpu`
+/// failed: one window's search (`generate`) did not reserve its beams; it
+/// does now, but 1 is not yet tested on a GPU.
 const SEQUENCES: usize = 32;
 
 /// One graph and its runners by size, least recently used first.

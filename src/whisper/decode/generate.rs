@@ -181,6 +181,12 @@ pub(crate) fn generate(
     strategy: Strategy<'_>,
 ) -> Result<Generation> {
     let split = Split::of(prompt, params.special)?;
+    // room for the search's rows before it starts (a GPU cache grows here)
+    let rows = match &strategy {
+        Strategy::Beam { size, .. } => *size,
+        Strategy::Sample { best_of, .. } => *best_of,
+    };
+    backend.reserve(rows.max(1))?;
     backend.start(&[0])?;
     let no_speech_prob = feed_prompts(backend, &[prompt], split, params.special.no_speech)?[0];
     let rules = rules(prompt, split, params, backend.vocab_size());
