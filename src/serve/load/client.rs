@@ -43,7 +43,22 @@ pub struct Plan {
 #[derive(Default)]
 struct Shown {
     text: String,
-    words: Vec<(String, Instant)>,
+    /// The text's length after each delta, and when it came.
+    arrivals: Vec<(usize, Instant)>,
+}
+
+impl Shown {
+    /// When the deltas first held `word`, looked for from byte `from` of
+    /// their text on; the byte after it. By text, not by count: the
+    /// completed event's words need not split as the deltas' spaces do
+    /// ("non", "-administrator").
+    fn find(&self, word: &str, from: usize) -> Option<(Instant, usize)> {
+        let word = word.trim();
+        let at = from + self.text.get(from..)?.find(word)?;
+        let end = at + word.len();
+        let i = self.arrivals.partition_point(|&(len, _)| len < end);
+        self.arrivals.get(i).map(|&(_, t)| (t, end))
+    }
 }
 
 /// Runs one stream to its end, `--duration`'s end or its failure.
@@ -195,11 +210,7 @@ fn on_delta(ev: &Value, now: Instant, items: &mut HashMap<String, Shown>) {
     shown
         .text
         .push_str(ev["delta"].as_str().unwrap_or_default());
-    // the server's deltas end at word ends, so every word here is whole
-    let words: Vec<&str> = shown.text.split_whitespace().collect();
-    for w in &words[shown.words.len().min(words.len())..] {
-        shown.words.push((w.to_string(), now));
-    }
+    shown.arrivals.push((shown.text.len(), now));
 }
 
 /// Times the words of a `completed` event. Word ends come from its `words`
@@ -248,10 +259,14 @@ fn on_completed(
             -end.duration_since(at).as_secs_f64()
         }
     };
-    for (i, (text, end_s)) in timed.iter().enumerate() {
-        let first = match shown.words.get(i) {
-            Some((w, at)) if w == text => *at,
-            _ => {
+    let mut cursor = 0;
+    for (text, end_s) in &timed {
+        let first = match shown.find(text, cursor) {
+            Some((at, after)) => {
+                cursor = after;
+                at
+            }
+            None => {
                 r.words_first_in_completed += 1;
                 now
             }
@@ -263,5 +278,37 @@ fn on_completed(
     }
     if !transcript.is_empty() {
         r.lines.push(transcript.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_word_is_shown_by_the_first_delta_that_holds_its_text() {
+        let (t0, t1) = (Instant::now(), Instant::now() + Duration::from_millis(300));
+        let mut items = HashMap::new();
+        let delta = |d: &str| json_delta(d);
+        on_delta(&delta("Kick all non-administrator"), t0, &mut items);
+        on_delta(&delta(" users, three"), t1, &mut items);
+        let shown = &items["item"];
+        // the completed event splits what the deltas hold as one word
+        let mut cursor = 0;
+        let mut at = Vec::new();
+        for w in ["Kick", "all", "non", "-administrator", "users,", "three"] {
+            let (t, after) = shown.find(w, cursor).expect(w);
+            cursor = after;
+            at.push(t);
+        }
+        assert_eq!(at, [t0, t0, t0, t0, t1, t1]);
+        assert!(shown.find("four", cursor).is_none());
+        // a word said twice is found where it comes next
+        assert_eq!(shown.find("all", 0).map(|s| s.0), Some(t0));
+        assert!(shown.find("all", cursor).is_none());
+    }
+
+    fn json_delta(d: &str) -> Value {
+        serde_json::json!({"item_id": "item", "delta": d})
     }
 }
