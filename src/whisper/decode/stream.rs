@@ -403,16 +403,20 @@ impl StreamDecoder {
                     }
                     break;
                 }
-                if uncommitted
-                    || (!last && p + self.margin(|| probability(&self.logits, token)) >= heard)
-                {
+                // the token's probability (a softmax over the vocabulary),
+                // taken once and only where a rule asks for it
+                let mut prob = None;
+                let mut prob_of =
+                    |logits: &[f32]| *prob.get_or_insert_with(|| probability(logits, token));
+                if uncommitted || (!last && p + self.margin(|| prob_of(&self.logits)) >= heard) {
                     self.next.get_or_insert(token);
                     // shown while it reads audio heard after the token
                     // before it (a word said again reads the same audio),
-                    // whole words only
-                    let unsure = self.o.show_sure > 0.0
-                        && probability(&self.logits, token) < self.o.show_sure;
-                    if p >= heard || p < shown_peak || self.tentative.len() >= self.o.show || unsure
+                    // whole words only, and sure enough
+                    if p >= heard
+                        || p < shown_peak
+                        || self.tentative.len() >= self.o.show
+                        || (self.o.show_sure > 0.0 && prob_of(&self.logits) < self.o.show_sure)
                     {
                         self.cut_partial_word(Some(token));
                         break;
