@@ -60,6 +60,10 @@ pub struct PolicyArgs {
     /// second pass) for its final line.
     #[arg(long, default_value_t = 1.5, value_name = "SECONDS")]
     pub untexted_speech: f64,
+    /// With --policy stream: beam width of the decoding at the end of
+    /// speech, over the words not yet committed (1: greedy).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub final_beam: usize,
 }
 
 impl PolicyArgs {
@@ -73,6 +77,7 @@ impl PolicyArgs {
         o.stream.show = self.show;
         o.stream.show_sure = self.show_sure;
         o.stream.repeats = self.repeats;
+        o.stream.final_beam = self.final_beam;
         o.untexted_speech_s = self.untexted_speech;
     }
 }

@@ -404,13 +404,22 @@ impl WhisperLive {
     }
 }
 
+/// The longest a word takes to say (seconds): the alignment stretches a
+/// word over speech the text leaves out ("Shibu" over 11 s of a meeting
+/// the decoder lost), so what a word spans past this is speech without a
+/// word.
+const LONGEST_WORD_S: f64 = 1.0;
+
 /// The longest stretch of `speech` (start, end; seconds) that no word of
-/// `words` (start, end; in order) covers.
+/// `words` (start, end; in order) covers, a word covering at most
+/// [`LONGEST_WORD_S`] of it.
 fn untexted_speech(speech: (f64, f64), words: &[(f64, f64)]) -> f64 {
     let mut gap: f64 = 0.0;
     let mut covered = speech.0;
     for &(start, end) in words {
         gap = gap.max(start - covered);
+        let (from, to) = (start.max(speech.0), end.min(speech.1));
+        gap = gap.max(to - from - LONGEST_WORD_S);
         covered = covered.max(end);
     }
     gap.max(speech.1 - covered)
@@ -428,5 +437,8 @@ mod tests {
         assert_eq!(untexted_speech((0.0, 3.0), &[]), 3.0);
         // words past the speech's end (the pre-roll, a late VAD) count none
         assert_eq!(untexted_speech((1.0, 2.0), &[(0.5, 2.5)]), 0.0);
+        // a word stretched over speech covers what one word takes to say
+        let stretched = [(0.2, 0.8), (0.8, 11.7)];
+        assert!((untexted_speech((0.2, 12.0), &stretched) - 9.9).abs() < 1e-9);
     }
 }

@@ -17,7 +17,9 @@
 //! one pulse, the decoder gives the offline greedy decoding of a window
 //! without timestamps.
 
+use super::beam::Beam;
 use super::logits::LogitRules;
+use super::search::{drive, Choice, Hypothesis, SearchSpec, Stepper};
 use super::AlignedBackend;
 use crate::profile::{self, Phase};
 use crate::{Error, Result};
@@ -70,6 +72,11 @@ pub struct StreamOptions {
     /// At the end of the audio it ends the decoding and marks it
     /// [`StreamDecoder::looped`]. 0: off.
     pub repeats: usize,
+    /// Beam width of the decoding at the end of the audio, over what was
+    /// not committed (the committed tokens fed in one pass first); 1:
+    /// greedy, as the pulses. The rest is then cut where a token reads
+    /// past the audio, goes back or loops, as the greedy end is.
+    pub final_beam: usize,
 }
 
 /// The longest phrase, in tokens, whose repeats [`StreamOptions::repeats`]
@@ -88,6 +95,7 @@ impl Default for StreamOptions {
             refill: false,
             max_tokens: (16, 8.0),
             repeats: 3,
+            final_beam: 1,
         }
     }
 }
@@ -271,6 +279,11 @@ impl StreamDecoder {
         }
         self.looped = false;
         let before = self.committed.len();
+        if last && self.o.final_beam > 1 {
+            profile::time(Phase::Decode, || self.search_rest(net, heard))?;
+            return profile::time(Phase::Align, || self.commit_aligned(net, heard, true))
+                .map(|()| self.committed.len() - before);
+        }
         let records = net.record_attention(Some(&self.spec.heads));
         let r = profile::time(Phase::Decode, || self.decode(net, heard, last, records));
         if records {
@@ -349,11 +362,7 @@ impl StreamDecoder {
         let mut seq = self.spec.prompt.clone();
         seq.extend(&self.committed);
         let n = seq.len();
-        let bound = self.o.max_tokens.0 + (heard as f64 * 0.02 * self.o.max_tokens.1) as usize;
-        let room = net
-            .max_text_positions()
-            .saturating_sub(self.spec.prompt.len() + 1);
-        let bound = bound.min(room);
+        let bound = self.bound(net, heard);
         let keep = !self.o.refill && self.cached == n && n > 1 && net.rewind(n - 1)?;
         if keep {
             net.feed(&seq[n - 1..], 1, &[0], &mut self.logits)?;
@@ -451,6 +460,58 @@ impl StreamDecoder {
         Ok(())
     }
 
+    /// Most text tokens of the decoding, `heard` frames heard.
+    fn bound(&self, net: &dyn AlignedBackend, heard: usize) -> usize {
+        let bound = self.o.max_tokens.0 + (heard as f64 * 0.02 * self.o.max_tokens.1) as usize;
+        let room = net
+            .max_text_positions()
+            .saturating_sub(self.spec.prompt.len() + 1);
+        bound.min(room)
+    }
+
+    /// The end of the audio with a beam ([`StreamOptions::final_beam`]):
+    /// the prompt and the committed tokens are fed in one pass, the rest is
+    /// searched from there and left tentative, for
+    /// [`StreamDecoder::commit_aligned`] to cut by where it attends.
+    fn search_rest(&mut self, net: &mut dyn AlignedBackend, heard: usize) -> Result<()> {
+        let mut seq = self.spec.prompt.clone();
+        seq.extend(&self.committed);
+        let n = seq.len();
+        net.reserve(self.o.final_beam)?;
+        net.start(&[0])?;
+        if n > 1 {
+            net.feed(&seq[..n - 1], n - 1, &[], &mut self.logits)?;
+            self.fed_batched += n - 1;
+        }
+        // the first free step's suppression is for the first text token
+        let rules = if self.committed.is_empty() {
+            self.rules.clone()
+        } else {
+            LogitRules {
+                suppress_begin: Vec::new(),
+                ..self.rules.clone()
+            }
+        };
+        let spec = SearchSpec {
+            start: seq[n - 1],
+            prefix: Vec::new(),
+            max_length: self.bound(net, heard).saturating_sub(self.committed.len()),
+            eot: self.spec.eot,
+            rules: &rules,
+            no_speech: None,
+            length_penalty: 1.0,
+        };
+        let mut beam = Counted {
+            search: Beam::new(&spec, self.o.final_beam, 1.0),
+            fed: 0,
+        };
+        drive(net, &mut beam)?;
+        self.fed_single += beam.fed;
+        self.tentative = beam.search.result().0.tokens;
+        self.cached = 0;
+        Ok(())
+    }
+
     /// Whether a token peaking at frame `p` goes back over what was said.
     fn goes_back(&self, p: usize) -> bool {
         self.peaks
@@ -540,6 +601,41 @@ impl StreamDecoder {
             self.tentative.clear();
         }
         Ok(())
+    }
+}
+
+/// A search that counts the tokens it is fed (a row each, every step).
+struct Counted<S> {
+    search: S,
+    fed: usize,
+}
+
+impl<S: Stepper> Stepper for Counted<S> {
+    fn inputs(&self) -> &[u32] {
+        self.search.inputs()
+    }
+    fn advance(&mut self, logits: &mut [f32], vocab: usize) -> Option<Vec<usize>> {
+        self.fed += self.search.inputs().len();
+        self.search.advance(logits, vocab)
+    }
+    fn choice(&mut self, vocab: usize) -> Option<Choice> {
+        self.search.choice(vocab)
+    }
+    fn advance_chosen(
+        &mut self,
+        ids: &[u32],
+        scores: &[f32],
+        stride: usize,
+        no_speech: &[f32],
+    ) -> Option<Vec<usize>> {
+        self.fed += self.search.inputs().len();
+        self.search.advance_chosen(ids, scores, stride, no_speech)
+    }
+    fn rules(&self) -> &LogitRules {
+        self.search.rules()
+    }
+    fn result(&mut self) -> (Hypothesis, Option<f32>) {
+        self.search.result()
     }
 }
 

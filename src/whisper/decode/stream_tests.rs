@@ -95,11 +95,13 @@ impl WhisperBackend for Fake {
         _p: &[usize],
         logits: &mut Vec<f32>,
     ) -> Result<()> {
-        assert_eq!(tokens.len(), n);
+        // a search's rows (beams) all read the first row's sequence
+        let rows = tokens.len() / n;
+        assert_eq!(tokens.len(), rows * n);
         if n == 1 {
             self.single.push(self.seq.len());
         }
-        for &t in tokens {
+        for &t in &tokens[..n] {
             self.seq.push(t);
             if self.recording {
                 let (_, at) = self.next(&self.seq);
@@ -110,9 +112,11 @@ impl WhisperBackend for Fake {
         }
         let (token, _) = self.next(&self.seq);
         logits.clear();
-        logits.resize(64, 0.0);
+        logits.resize(64 * rows, 0.0);
         let sure = self.unsure_at.is_none_or(|u| token < u || token == EOT);
-        logits[token as usize] = if sure { 10.0 } else { 1.0 };
+        for row in logits.chunks_exact_mut(64) {
+            row[token as usize] = if sure { 10.0 } else { 1.0 };
+        }
         Ok(())
     }
     fn reorder(&mut self, _src: &[usize]) -> Result<()> {
@@ -124,10 +128,17 @@ impl AlignmentSource for Fake {
     fn cross_attention(
         &mut self,
         _w: usize,
-        _t: &[u32],
+        tokens: &[u32],
         _h: &[(usize, usize)],
     ) -> Result<Vec<f32>> {
-        unreachable!("the fake keeps attention as it decodes")
+        // one head: the row after each position peaks where the token it
+        // predicts was spoken
+        let mut rows = vec![0.0; tokens.len() * FRAMES];
+        for (i, row) in rows.chunks_exact_mut(FRAMES).enumerate() {
+            let (_, at) = self.next(&tokens[..=i]);
+            row[at.min(FRAMES - 1)] = 1.0;
+        }
+        Ok(rows)
     }
     fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
         self.recording = heads.is_some();
@@ -429,4 +440,47 @@ fn one_word_said_three_times_is_speech_a_phrase_said_three_times_a_loop() {
         ..plain()
     })
     .loops(&[1; 8], 1));
+}
+
+#[test]
+fn a_beam_at_the_end_searches_the_rest_after_the_committed_tokens_in_one_pass() {
+    let o = StreamOptions {
+        final_beam: 3,
+        ..plain()
+    };
+    let (mut net, mut d) = (Fake::new(12), decoder(o));
+    for heard in (32..96).step_by(32) {
+        d.pulse(&mut net, heard, false).unwrap();
+    }
+    let committed = d.committed().len();
+    assert!(committed > 0);
+    let (batched, singles) = (d.fed_batched, net.single.len());
+    d.pulse(&mut net, 200, true).unwrap();
+    assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>());
+    assert!(d.ended() && d.tentative().is_empty());
+    // the prompt and the committed tokens but the last: one pass
+    assert_eq!(d.fed_batched - batched, PROMPT.len() + committed - 1);
+    let first = PROMPT.len() + committed - 1;
+    assert!(
+        net.single[singles..].iter().all(|&p| p >= first),
+        "a committed token fed alone again: {:?}",
+        &net.single[singles..]
+    );
+}
+
+#[test]
+fn a_beam_at_the_end_stops_where_the_text_reads_past_the_audio_as_greedy_does() {
+    for final_beam in [1, 4] {
+        let (mut net, mut d) = (
+            Fake::new(12),
+            decoder(StreamOptions {
+                final_beam,
+                ..plain()
+            }),
+        );
+        // tokens 1..=5 peak before frame 60, the rest past it
+        d.pulse(&mut net, 60, true).unwrap();
+        assert_eq!(d.committed(), [1, 2, 3, 4, 5], "beam {final_beam}");
+        assert!(d.ended());
+    }
 }
