@@ -391,3 +391,50 @@ fn live_an_utterance_whose_streamed_text_leaves_speech_untexted_is_decoded_again
         "{streamed:?}"
     );
 }
+
+/// Every partial line's committed words are the final line's first words,
+/// punctuation included ("man." once the next sentence is heard, not
+/// "man" and "."): a client that times words by matching them sees the
+/// same words twice.
+#[test]
+fn live_partial_lines_commit_the_final_lines_words_punctuation_included() {
+    use pulsed::live::{WhisperLive, WhisperLiveOptions};
+    let m = model(MODEL);
+    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000).unwrap();
+    // the sentence twice: the first one's full stop comes mid-line
+    let mut samples = audio.samples.clone();
+    samples.extend(vec![0f32; 4_800]);
+    samples.extend(&audio.samples);
+    let mut o = WhisperLiveOptions::default();
+    o.decode.language = Some("en".into());
+    let mut live = WhisperLive::new(&m, None, o).unwrap();
+    let mut updates = Vec::new();
+    for block in samples.chunks(320) {
+        updates.extend(live.push(block).unwrap());
+    }
+    updates.extend(live.finish().unwrap());
+    let fin = updates.pop().expect("a final line");
+    assert!(
+        fin.is_final && updates.iter().all(|u| !u.is_final),
+        "{updates:?}"
+    );
+    let final_words: Vec<&str> = fin.words.iter().map(|w| w.text.as_str()).collect();
+    assert!(
+        final_words.iter().any(|w| w.ends_with('.')) && final_words.len() > 9,
+        "{final_words:?}"
+    );
+    let mut longest = 0;
+    for u in &updates {
+        let committed: Vec<&str> = u.words[..u.stable]
+            .iter()
+            .map(|w| w.text.as_str())
+            .collect();
+        assert_eq!(committed, final_words[..committed.len()], "{u:?}");
+        longest = longest.max(committed.len());
+    }
+    let stop = final_words.iter().position(|w| w.ends_with('.')).unwrap();
+    assert!(
+        longest > stop,
+        "the full stop was committed before the end: {longest}"
+    );
+}

@@ -149,6 +149,7 @@ class Model:
         refill: bool = False,
         repeats: int = 3,
         untexted_speech: float = 1.5,
+        final_beam: int = 1,
     ) -> LiveSession: ...
 
 def resample(samples: bytes, from_rate: int, to_rate: int) -> bytes: ...

@@ -35,6 +35,7 @@ pub struct LiveOptions {
     pub refill: bool,
     pub repeats: usize,
     pub untexted_speech_s: f64,
+    pub final_beam: usize,
     /// The model's Whisper decoding and beam.
     pub decoding: WhisperDecoding,
     pub beam: Option<usize>,
@@ -60,6 +61,7 @@ impl LiveOptions {
         whisper.stream.show = self.show;
         whisper.stream.repeats = self.repeats;
         whisper.untexted_speech_s = self.untexted_speech_s;
+        whisper.stream.final_beam = self.final_beam;
         Ok(LiveSettings {
             end_silence_s: self.end_silence_s,
             vad: self.vad,

@@ -335,7 +335,7 @@ impl Model {
         *, sample_rate = None, end_silence = 0.6, vad = true, step = 1.0, trim = 15.0,
         paced = true, window_encoder = false, second_pass = None, greedy_partials = None,
         policy = None, margin = 20, backstep = 25, show = 2, refill = false, repeats = 3,
-        untexted_speech = 1.5
+        untexted_speech = 1.5, final_beam = 1
     ))]
     #[allow(clippy::too_many_arguments)]
     fn stream(
@@ -357,6 +357,7 @@ impl Model {
         refill: bool,
         repeats: usize,
         untexted_speech: f64,
+        final_beam: usize,
     ) -> PyResult<LiveSession> {
         let stream_text = match policy.as_deref() {
             None => None,
@@ -385,6 +386,7 @@ impl Model {
             refill,
             repeats,
             untexted_speech_s: untexted_speech,
+            final_beam,
             decoding: self.decoding.clone(),
             beam: self.beam,
         };

@@ -17,7 +17,7 @@ use crate::decode::Word;
 use crate::profile::{self, Phase};
 use crate::whisper::decode::{
     find_alignment, merge_punctuations, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder,
-    StreamOptions, StreamSpec, SAMPLE_RATE,
+    StreamOptions, StreamSpec, WordTiming, SAMPLE_RATE,
 };
 use crate::whisper::GenerationConfig;
 use crate::{Error, Result};
@@ -388,14 +388,33 @@ impl WhisperLive {
 
     /// Words of `tokens` (a partial line), each timed by nothing better
     /// than the buffer's start: partial lines carry text, final lines times.
+    /// Punctuation joins its word as in the final line, so that a partial
+    /// line's words and the final line's are the same words, in order.
     fn token_words(&self, tokens: &[u32], offset: f64) -> Result<Vec<Word>> {
         let language = self.text.as_ref().map_or("en", |t| t.language.as_str());
-        let (words, _) = self.tokenizer.split_to_word_tokens(tokens, language)?;
-        Ok(words
+        let (words, word_tokens) = self.tokenizer.split_to_word_tokens(tokens, language)?;
+        let mut timings: Vec<WordTiming> = words
             .into_iter()
-            .filter(|w| !w.trim().is_empty())
-            .map(|text| Word {
-                text,
+            .zip(word_tokens)
+            .map(|(word, tokens)| WordTiming {
+                word,
+                tokens,
+                start: 0.0,
+                end: 0.0,
+                probability: 1.0,
+            })
+            .collect();
+        let d = &self.o.decode;
+        merge_punctuations(
+            &mut timings,
+            &d.prepend_punctuations,
+            &d.append_punctuations,
+        );
+        Ok(timings
+            .into_iter()
+            .filter(|t| !t.word.trim().is_empty())
+            .map(|t| Word {
+                text: t.word,
                 start_s: offset,
                 end_s: offset,
                 confidence: 1.0,

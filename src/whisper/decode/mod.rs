@@ -58,7 +58,7 @@ pub use transcribe::{transcribe, transcribe_features, Segment, TranscriptionInfo
 pub(crate) use words::merge_punctuations;
 pub use words::Word;
 
-pub(crate) use align::{find_alignment, AlignSpec};
+pub(crate) use align::{find_alignment, AlignSpec, WordTiming};
 pub(crate) use prompt::prompt_tokens;
 pub use transcribe::suppressed_tokens;
 
