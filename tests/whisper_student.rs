@@ -133,6 +133,18 @@ fn the_320_ms_variant_streams_the_same_weights_in_chunks_of_160_ms() {
 }
 
 #[test]
+fn each_student_streams_its_text_at_its_own_margin_unless_told() {
+    use pulsed::live::WhisperLiveOptions;
+    let (m320, m640) = (model(MODEL_320), model(MODEL));
+    let mut o = WhisperLiveOptions::default();
+    // the 320 ms student commits 80 ms later than the 640 ms one (its
+    // final lines 1 point better on held-out real speech)
+    assert_eq!((o.margin_for(&m320), o.margin_for(&m640)), (24, 20));
+    o.stream.margin = Some(14);
+    assert_eq!((o.margin_for(&m320), o.margin_for(&m640)), (14, 14));
+}
+
+#[test]
 fn live_the_students_final_line_is_what_was_said() {
     let (code, out, err) = pulsed(&[
         "mic",
@@ -384,6 +396,37 @@ fn live_an_utterance_whose_streamed_text_leaves_speech_untexted_is_decoded_again
         let end = r.committed_at_s.last().copied().unwrap();
         assert!(r.committed_at_s[same..].iter().all(|&t| t == end), "{r:?}");
     }
+    // unpaced (a live source), the second pass runs beside the stream: the
+    // push that ends the utterance (silence after it) gives no final line
+    // while the pass runs, and its line comes later, as a paced policy's
+    let mut samples = audio.samples.clone();
+    samples.extend(vec![0f32; 24_000]);
+    let run = |paced: bool| {
+        let mut o = WhisperLiveOptions::default();
+        o.decode.language = Some("en".into());
+        o.untexted_speech_s = 0.0;
+        o.paced = paced;
+        let mut live = WhisperLive::new(&m, Some(&vad), o).unwrap();
+        let (mut finals, mut sent) = (Vec::new(), 0);
+        for block in samples.chunks(320) {
+            let waiting = live.second_passes_waiting();
+            let got = live.push(block).unwrap();
+            if live.second_passes_waiting() > waiting {
+                sent += 1;
+                assert!(got.iter().all(|u| !u.is_final), "{got:?}");
+            }
+            finals.extend(got.into_iter().filter(|u| u.is_final));
+        }
+        finals.extend(live.finish().unwrap().into_iter().filter(|u| u.is_final));
+        assert_eq!(live.second_passes_waiting(), 0);
+        (finals, sent)
+    };
+    let (paced, none) = (run(true), 0);
+    let beside = run(false);
+    assert_eq!(paced.1, none);
+    assert!(beside.1 > 0, "no second pass ran beside the stream");
+    assert!(!paced.0.is_empty());
+    assert_eq!(text(&beside.0), text(&paced.0));
     // a person reading leaves no such gap: the streamed text stands
     assert!(spread(&streamed), "{streamed:?}");
     assert!(

@@ -143,7 +143,7 @@ class Model:
         second_pass: Optional[bool] = None,
         greedy_partials: Optional[bool] = None,
         policy: Optional[str] = None,
-        margin: int = 20,
+        margin: Optional[int] = None,
         backstep: int = 25,
         show: int = 2,
         refill: bool = False,

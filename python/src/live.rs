@@ -29,7 +29,7 @@ pub struct LiveOptions {
     pub second_pass: Option<bool>,
     pub greedy_partials: Option<bool>,
     pub stream_text: Option<bool>,
-    pub margin: usize,
+    pub margin: Option<usize>,
     pub backstep: usize,
     pub show: usize,
     pub refill: bool,

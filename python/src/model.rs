@@ -334,7 +334,7 @@ impl Model {
     #[pyo3(signature = (
         *, sample_rate = None, end_silence = 0.6, vad = true, step = 1.0, trim = 15.0,
         paced = true, window_encoder = false, second_pass = None, greedy_partials = None,
-        policy = None, margin = 20, backstep = 25, show = 2, refill = false, repeats = 3,
+        policy = None, margin = None, backstep = 25, show = 2, refill = false, repeats = 3,
         untexted_speech = 1.5, final_beam = 1
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -351,7 +351,7 @@ impl Model {
         second_pass: Option<bool>,
         greedy_partials: Option<bool>,
         policy: Option<String>,
-        margin: usize,
+        margin: Option<usize>,
         backstep: usize,
         show: usize,
         refill: bool,

@@ -252,7 +252,7 @@ fn describe_whisper(model: &WhisperModel, multilingual: bool, o: &WhisperLiveOpt
     } else if o.stream_text_for(model) {
         format!(
             "streamed (AlignAtt, margin {} frames{})",
-            o.stream.margin,
+            o.margin_for(model),
             if o.stream.refill { ", refill" } else { "" }
         )
     } else {

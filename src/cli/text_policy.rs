@@ -21,9 +21,11 @@ pub struct PolicyArgs {
     #[arg(long, value_enum)]
     pub policy: Option<Policy>,
     /// With --policy stream: a token is committed once its attention peak
-    /// lies this many encoder frames (20 ms each) before the last heard.
-    #[arg(long, default_value_t = 20)]
-    pub margin: usize,
+    /// lies this many encoder frames (20 ms each) before the last heard
+    /// (default: the checkpoint's, `pulsed_stream_margin` in its
+    /// config.json; else 20).
+    #[arg(long, value_name = "FRAMES")]
+    pub margin: Option<usize>,
     /// With --policy stream: a token of at least this probability is
     /// committed at --sure-margin frames instead of --margin.
     #[arg(long, default_value_t = 0.97, value_name = "P")]

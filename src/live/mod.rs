@@ -13,8 +13,10 @@ mod mic;
 mod source;
 mod whisper;
 mod whisper_buffer;
+mod whisper_decoding;
 mod whisper_filter;
 mod whisper_options;
+mod whisper_second_pass;
 mod whisper_stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

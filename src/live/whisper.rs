@@ -27,33 +27,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::agreement::LocalAgreement;
-use super::whisper_buffer::{cut_point, prompt_text, text_of, trimmed, Cut};
-use super::whisper_filter::spoken;
+use super::whisper_buffer::{cut_point, text_of, trimmed, Cut};
 use super::whisper_options::WhisperLiveOptions;
+use super::whisper_second_pass::{Redo, SecondPasses};
 use super::whisper_stream::TextStream;
 use super::LiveEvent;
 use crate::decode::Word;
 use crate::vad::{SegmentOptions, Segmenter, Vad, VadSession, CHUNK};
 use crate::whisper::decode::AlignedBackend;
-use crate::whisper::decode::{transcribe, InitialPrompt, Network, SAMPLE_RATE};
-use crate::whisper::encoder_stream::{EncoderStream, FirstWindowFrames};
+use crate::whisper::decode::SAMPLE_RATE;
+use crate::whisper::encoder_stream::EncoderStream;
 use crate::whisper::graphs::HOP;
 use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::Result;
 
 /// Committed words kept for the prompt.
 pub(super) const HISTORY_WORDS: usize = 100;
-/// The most tokens a streamed decoding gives: this many, plus this many a
-/// second of audio heard (speech runs at 3-5 tokens a second); a partial
-/// decoding for its whole buffer, a final pass for each window.
-const HEARD_TOKENS_BASE: usize = 16;
-const HEARD_TOKENS_PER_S: f64 = 8.0;
-/// How long after the VAD's end of speech a word of the final decoding may
-/// start (word times run late by a few tenths of a second).
-const WORD_AFTER_SPEECH_S: f64 = 0.3;
-/// Audio a streamed encoder must have heard before a partial decoding.
-const PARTIAL_MIN_HEARD_S: f64 = 1.0;
-
 /// What the policy reports after a step or an end of utterance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Update {
@@ -106,6 +95,9 @@ pub struct WhisperLive {
     pub(super) greedy_partials: bool,
     /// The streaming decoder ([`WhisperLiveOptions::stream_text`]).
     pub(super) text: Option<TextStream>,
+    /// Where the streamed text's second passes run beside the stream (not
+    /// [`WhisperLiveOptions::paced`]).
+    pub(super) second_passes: Option<SecondPasses>,
 }
 
 impl WhisperLive {
@@ -173,14 +165,26 @@ impl WhisperLive {
         } else {
             None
         };
+        let (tokenizer, gen) = (Arc::new(tokenizer), Arc::new(gen));
+        let second_passes = if text.is_some() && !o.paced {
+            Some(SecondPasses::new(
+                model.clone(),
+                o.engine.clone(),
+                tokenizer.clone(),
+                gen.clone(),
+            )?)
+        } else {
+            None
+        };
         Ok(WhisperLive {
             text,
+            second_passes,
             net,
             encoder,
             second_pass: o.second_pass_for(model),
             greedy_partials: o.greedy_partials_for(model),
-            tokenizer: Arc::new(tokenizer),
-            gen: Arc::new(gen),
+            tokenizer,
+            gen,
             in_utterance: vad.is_none(),
             vad,
             o,
@@ -243,6 +247,7 @@ impl WhisperLive {
         }
         let step = (self.o.step_s * SAMPLE_RATE as f64).round().max(1.0) as usize;
         let mut out = Vec::new();
+        self.collect(false, &mut out)?;
         let mut rest = samples;
         while !rest.is_empty() {
             // pieces end on the VAD's chunk grid, where its state can change
@@ -256,13 +261,15 @@ impl WhisperLive {
                     self.in_utterance = true;
                     self.since_decode = self.buffer.len();
                 } else if self.in_utterance && !speaking {
-                    out.extend(self.end_utterance()?);
+                    let line = self.end_utterance()?;
+                    self.give(line, &mut out);
                     continue;
                 }
             }
             if self.text.is_some() && self.in_utterance && self.buffer_s() >= self.o.max_buffer_s {
                 // the streamed window is full: the utterance ends here
-                out.extend(self.end_utterance()?);
+                let line = self.end_utterance()?;
+                self.give(line, &mut out);
                 self.in_utterance = true;
                 continue;
             }
@@ -288,10 +295,13 @@ impl WhisperLive {
                 seg.push(p);
             }
         }
+        let mut out = Vec::new();
         if self.in_utterance {
-            return Ok(self.end_utterance()?.into_iter().collect());
+            let line = self.end_utterance()?;
+            self.give(line, &mut out);
         }
-        Ok(Vec::new())
+        self.collect(true, &mut out)?;
+        Ok(out)
     }
 
     fn take(&mut self, piece: &[f32]) -> Result<()> {
@@ -345,48 +355,27 @@ impl WhisperLive {
 
     /// Decodes the buffer once more and makes the utterance final (see
     /// [`WhisperLiveOptions::second_pass`]); then waits for the next one.
+    /// `None` also where its line comes later, from the second pass beside
+    /// the stream.
     fn end_utterance(&mut self) -> Result<Option<Update>> {
-        // the streamed line, where the streamed text is doubtful
-        let mut held = None;
-        if self.text.is_some() {
-            if !self.second_pass {
-                let update = self.stream_pulse(true)?;
-                held = self.text.as_mut().and_then(|ts| ts.held.take());
-                if held.is_none() {
-                    self.next_utterance();
-                    return Ok(update);
-                }
-            }
-            // the buffer decoded whole makes the final line
-            if let Some(ts) = &mut self.text {
-                ts.restart();
-            }
+        if self.text.is_some() && !self.second_pass {
+            let update = self.stream_pulse(true)?;
+            let Some(held) = self.text.as_mut().and_then(|ts| ts.held.take()) else {
+                self.next_utterance();
+                return Ok(update);
+            };
+            return self.redo(held.line);
         }
-        let redo = held.is_some();
-        let second_pass = (self.second_pass() || redo) && !self.buffer.is_empty();
+        if let Some(ts) = &mut self.text {
+            // the buffer decoded whole makes the final line
+            ts.restart();
+        }
+        let second_pass = self.second_pass() && !self.buffer.is_empty();
         let last = if second_pass || self.since_decode > 0 {
-            let (mut hypothesis, _) = self.decode(true)?;
-            // a decoding into the silence after speech may go on with words
-            // the audio does not hold (squeezed to no time at the buffer's
-            // end, often the prompt's words again): those starting well
-            // after the VAD's end of speech are left out
-            if let Some(end) = self.speech_end_s() {
-                hypothesis.retain(|w| w.start_s <= end + WORD_AFTER_SPEECH_S);
-            }
-            Some(hypothesis)
+            Some(self.decode(true)?.0)
         } else {
             None
         };
-        let held = held.and_then(|h| h.line);
-        if redo && last.as_ref().is_none_or(|h| h.is_empty()) {
-            // the second pass has no text: the streamed line stands
-            let line = held.map(|(update, words)| {
-                self.remember(&words);
-                update
-            });
-            self.next_utterance();
-            return Ok(line);
-        }
         match last {
             Some(h) if second_pass && !h.is_empty() => self.replace_buffered(h),
             // the last decoding completes what was agreed (a second pass
@@ -398,24 +387,9 @@ impl WhisperLive {
         }
         self.next_utterance();
         let words = std::mem::take(&mut self.utterance);
-        let mut committed_at_s = std::mem::take(&mut self.committed_at);
+        let committed_at_s = std::mem::take(&mut self.committed_at);
         if words.is_empty() {
             return Ok(None);
-        }
-        let mut shown_at_s = Vec::new();
-        if redo {
-            // the streamed words the second pass kept, in order from the
-            // start, stayed as they were committed and shown
-            shown_at_s.clone_from(&committed_at_s);
-            if let Some((line, _)) = &held {
-                let same = words
-                    .iter()
-                    .zip(&line.words)
-                    .take_while(|(w, k)| same_word(&w.text, &k.text))
-                    .count();
-                committed_at_s[..same].copy_from_slice(&line.committed_at_s[..same]);
-                shown_at_s[..same].copy_from_slice(&line.shown_at_s[..same]);
-            }
         }
         Ok(Some(Update {
             text: text_of(&words),
@@ -423,8 +397,46 @@ impl WhisperLive {
             words: trimmed(words),
             is_final: true,
             committed_at_s,
-            shown_at_s,
+            shown_at_s: Vec::new(),
         }))
+    }
+
+    /// The second pass of an utterance whose streamed text is doubtful
+    /// (`held`: its streamed line, which stands if the pass has no text):
+    /// beside the stream where there are [`SecondPasses`], else now.
+    fn redo(&mut self, held: Option<(Update, Vec<Word>)>) -> Result<Option<Update>> {
+        if let Some(ts) = &mut self.text {
+            ts.restart();
+        }
+        let span = (
+            self.buffer_start as f64 / SAMPLE_RATE as f64,
+            self.fed as f64 / SAMPLE_RATE as f64,
+        );
+        let decoding = self.decoding(true)?;
+        // the next utterance's prompt holds the streamed words until the
+        // second pass's replace them
+        if let Some((_, words)) = &held {
+            self.remember(words);
+        }
+        let redo = Redo { held, span };
+        if let Some(passes) = self.second_passes.as_mut() {
+            passes.send(decoding, redo)?;
+            self.next_utterance();
+            return Ok(None);
+        }
+        let hypothesis = match decoding {
+            Some(d) => d.run(&mut *self.net, &self.tokenizer, &self.gen)?.0,
+            None => Vec::new(),
+        };
+        self.next_utterance();
+        Ok(self.redone(redo, hypothesis, span.1))
+    }
+
+    /// Second passes running beside the stream whose final lines are not
+    /// given out yet (0 where the policy is
+    /// [`WhisperLiveOptions::paced`]: it runs them in its way).
+    pub fn second_passes_waiting(&self) -> usize {
+        self.second_passes.as_ref().map_or(0, |p| p.waiting())
     }
 
     /// Waits for the next utterance: the buffer back to its pre-roll.
@@ -470,7 +482,7 @@ impl WhisperLive {
     }
 
     /// Whether the VAD hears speech now or heard its end inside the buffer.
-    fn vad_heard_speech(&self) -> bool {
+    pub(super) fn vad_heard_speech(&self) -> bool {
         let in_speech = self.vad.as_ref().is_some_and(|(_, seg)| seg.in_speech());
         in_speech || self.speech_end_s().is_some()
     }
@@ -488,95 +500,12 @@ impl WhisperLive {
         }
     }
 
-    /// The buffer's hypothesis (words in stream seconds) and the ends of the
-    /// segments it kept (see [`spoken`]).
-    fn decode(&mut self, last: bool) -> Result<(Vec<Word>, Vec<f64>)> {
-        self.since_decode = 0;
-        if self.buffer.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let offset = self.buffer_start as f64 / SAMPLE_RATE as f64;
-        let mut opts = self.o.decoding(last, self.greedy_partials);
-        let prompt = prompt_text(&self.history, offset, self.o.prompt_chars);
-        opts.initial_prompt = (!prompt.is_empty()).then_some(InitialPrompt::Text(prompt));
-        let mut segments = Vec::new();
-        let mut streamed;
-        // a streamed encoder has seen the audio up to its last frame: the
-        // decoder is given that much (after it, the fixed tail)
-        let (network, heard) = match self.streamed_window(last)? {
-            Some((frames, heard)) => {
-                streamed = FirstWindowFrames::new(&mut *self.net, frames);
-                (Network::Aligned(&mut streamed), heard)
-            }
-            None => (Network::Aligned(&mut *self.net), self.buffer.len()),
-        };
-        if heard == 0 {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        if self.encoder.is_some() {
-            // past its last frame the decoder reads the fixed tail, where a
-            // decoding may loop
-            if last {
-                // a final pass that loops is cut at the tokens each window's
-                // audio can hold and decoded again at the next
-                // temperature, as a repetitive one is: a looping beam
-                // search over one second of speech otherwise runs to 224
-                // tokens (18 s on two cores), holding up the audio after it
-                opts.cut_fails = true;
-                opts.max_tokens_for_audio = Some((HEARD_TOKENS_BASE, HEARD_TOKENS_PER_S));
-            } else {
-                // a partial decoding waits for some audio and is bounded to
-                // the tokens that audio can hold
-                if (heard as f64) < PARTIAL_MIN_HEARD_S * SAMPLE_RATE as f64 {
-                    return Ok((Vec::new(), Vec::new()));
-                }
-                let most = HEARD_TOKENS_BASE
-                    + (heard as f64 / SAMPLE_RATE as f64 * HEARD_TOKENS_PER_S) as usize;
-                opts.max_new_tokens = Some(opts.max_new_tokens.map_or(most, |m| m.min(most)));
-                // a window after the first is not streamed: the window
-                // encoder (on the CPU the slow, masked one) would encode it
-                // at every step; its few seconds wait for the next step (on
-                // realdev's dev03 x2's partial decodings started one 17 times)
-                opts.max_windows = Some(1);
-            }
-        }
-        transcribe(
-            network,
-            &self.tokenizer,
-            &self.gen,
-            &self.buffer[..heard],
-            &opts,
-            |s| {
-                segments.push(s);
-                Ok(())
-            },
-        )?;
-        let mut words = Vec::new();
-        let mut ends = Vec::new();
-        for s in spoken(&segments, &opts, self.vad_heard_speech()) {
-            ends.push(s.end + offset);
-            // each word keeps its leading space (none after a hyphen)
-            let said = s
-                .words
-                .iter()
-                .flatten()
-                .filter(|w| !w.word.trim().is_empty());
-            words.extend(said.map(|w| Word {
-                text: w.word.clone(),
-                start_s: w.start + offset,
-                end_s: w.end + offset,
-                confidence: w.probability as f32,
-            }));
-        }
-        Ok((words, ends))
-    }
-
     /// The streamed encoder's window over the buffer (its stream started
     /// again if the buffer's start moved) and the buffer samples its frames
     /// cover; `None` without one. `last`: the utterance ends here, so its
     /// last frames are computed (the stream then starts again at the next
     /// decoding).
-    fn streamed_window(&mut self, last: bool) -> Result<Option<(Vec<f32>, usize)>> {
+    pub(super) fn streamed_window(&mut self, last: bool) -> Result<Option<(Vec<f32>, usize)>> {
         let Some((stream, start)) = &mut self.encoder else {
             return Ok(None);
         };
@@ -680,7 +609,7 @@ impl Update {
 }
 
 /// Whether two words are the same, case and punctuation aside.
-fn same_word(a: &str, b: &str) -> bool {
+pub(super) fn same_word(a: &str, b: &str) -> bool {
     let fold = |w: &str| {
         w.chars()
             .filter(|c| c.is_alphanumeric())

@@ -25,7 +25,9 @@ pub struct WhisperLiveOptions {
     pub prompt_chars: usize,
     /// Decode at every step of audio even when behind (a simulation of
     /// unlimited compute: the result does not depend on the machine's speed);
-    /// `false` decodes once per push, over all the audio it brought.
+    /// `false` decodes once per push, over all the audio it brought, and
+    /// runs the streamed text's second passes beside the stream (on a
+    /// network of their own) rather than in its way.
     pub paced: bool,
     /// Decoding of each buffer (word timestamps are always on).
     pub decode: DecodeOptions,
@@ -125,6 +127,15 @@ impl WhisperLiveOptions {
     pub fn second_pass_for(&self, model: &WhisperModel) -> bool {
         self.second_pass
             .unwrap_or_else(|| self.streams_encoder(model) && !self.stream_text_for(model))
+    }
+
+    /// The streaming decoder's margin ([`StreamOptions::margin`]), resolved
+    /// for a policy over `model`.
+    pub fn margin_for(&self, model: &WhisperModel) -> usize {
+        self.stream
+            .margin
+            .or(model.config.stream_margin)
+            .unwrap_or(crate::whisper::decode::DEFAULT_MARGIN)
     }
 
     /// [`Self::greedy_partials`], resolved for a policy over `model`.

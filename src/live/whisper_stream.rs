@@ -90,8 +90,12 @@ impl TextStream {
                 "live Whisper: the streaming decoder needs the checkpoint's alignment heads".into(),
             ));
         }
+        let o = StreamOptions {
+            margin: Some(live.margin_for(model)),
+            ..live.stream.clone()
+        };
         Ok(TextStream {
-            o: live.stream.clone(),
+            o,
             language,
             sot_sequence,
             spec: StreamSpec {

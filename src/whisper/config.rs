@@ -35,6 +35,10 @@ pub struct WhisperConfig {
     /// checkpoints were trained.
     #[serde(default, rename = "pulsed_window_padding")]
     pub window_padding: Option<crate::whisper::decode::WindowPadding>,
+    /// The streaming decoder's commit margin (encoder frames) this
+    /// checkpoint was measured best at; absent: the decoder's default.
+    #[serde(default, rename = "pulsed_stream_margin")]
+    pub stream_margin: Option<usize>,
 }
 
 /// Which encoder frames each frame sees, in encoder frames (20 ms): its
@@ -189,6 +193,15 @@ mod tests {
         let odd = TINY.replace("}", r#", "pulsed_window_padding": "noise"}"#);
         let e = WhisperConfig::parse(&odd).unwrap_err().to_string();
         assert!(e.contains("noise"), "{e}");
+    }
+
+    #[test]
+    fn the_stream_margin_is_the_checkpoints() {
+        assert_eq!(WhisperConfig::parse(TINY).unwrap().stream_margin, None);
+        let m = TINY.replace("}", r#", "pulsed_stream_margin": 24}"#);
+        assert_eq!(WhisperConfig::parse(&m).unwrap().stream_margin, Some(24));
+        let bad = TINY.replace("}", r#", "pulsed_stream_margin": -1}"#);
+        assert!(WhisperConfig::parse(&bad).is_err());
     }
 
     #[test]

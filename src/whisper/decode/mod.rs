@@ -53,7 +53,7 @@ pub use batched::{batched_speech, transcribe_batched, transcribe_batched_many, B
 pub use fallback::compression_ratio;
 pub use many::{transcribe_many, Recording};
 pub use options::{DecodeOptions, InitialPrompt, WindowPadding};
-pub use stream::{StreamDecoder, StreamOptions, StreamSpec};
+pub use stream::{StreamDecoder, StreamOptions, StreamSpec, DEFAULT_MARGIN};
 pub use transcribe::{transcribe, transcribe_features, Segment, TranscriptionInfo, SAMPLE_RATE};
 pub(crate) use words::merge_punctuations;
 pub use words::Word;

@@ -223,7 +223,7 @@ fn one_pulse_over_the_whole_audio_is_the_greedy_decoding() {
 #[test]
 fn pulses_commit_what_lies_a_margin_before_the_last_frame_heard() {
     for (refill, mut net, mut d) in both_feeds(StreamOptions {
-        margin: 20,
+        margin: Some(20),
         ..plain()
     }) {
         let after = stream(&mut net, &mut d, 140);
