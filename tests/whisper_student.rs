@@ -401,6 +401,8 @@ fn live_an_utterance_whose_streamed_text_leaves_speech_untexted_is_decoded_again
     // while the pass runs, and its line comes later, as a paced policy's
     let mut samples = audio.samples.clone();
     samples.extend(vec![0f32; 24_000]);
+    samples.extend(&audio.samples);
+    samples.extend(vec![0f32; 24_000]);
     let run = |paced: bool| {
         let mut o = WhisperLiveOptions::default();
         o.decode.language = Some("en".into());
@@ -415,18 +417,33 @@ fn live_an_utterance_whose_streamed_text_leaves_speech_untexted_is_decoded_again
                 sent += 1;
                 assert!(got.iter().all(|u| !u.is_final), "{got:?}");
             }
-            finals.extend(got.into_iter().filter(|u| u.is_final));
+            finals.extend(got);
         }
-        finals.extend(live.finish().unwrap().into_iter().filter(|u| u.is_final));
+        finals.extend(live.finish().unwrap());
         assert_eq!(live.second_passes_waiting(), 0);
+        // each line says whose it is: no partial line of an utterance
+        // after its final line
+        for (i, u) in finals.iter().enumerate() {
+            let late = finals[i + 1..]
+                .iter()
+                .any(|l| !l.is_final && l.utterance == u.utterance);
+            assert!(!(u.is_final && late), "{finals:?}");
+        }
+        finals.retain(|u| u.is_final);
+        let whose: Vec<u64> = finals.iter().map(|u| u.utterance).collect();
+        assert_eq!(whose, (0..finals.len() as u64).collect::<Vec<_>>());
         (finals, sent)
     };
     let (paced, none) = (run(true), 0);
     let beside = run(false);
     assert_eq!(paced.1, none);
     assert!(beside.1 > 0, "no second pass ran beside the stream");
-    assert!(!paced.0.is_empty());
-    assert_eq!(text(&beside.0), text(&paced.0));
+    assert_eq!(paced.0.len(), 2, "{:?}", paced.0);
+    // the second line's prompt holds the first's streamed words or its
+    // second pass's, as the pass is done before the line starts or not
+    let (b, p) = (text(&beside.0), text(&paced.0));
+    assert_eq!(b[0], p[0]);
+    assert!(word_errors(&p[1], &b[1]) <= 1, "{b:?} {p:?}");
     // a person reading leaves no such gap: the streamed text stands
     assert!(spread(&streamed), "{streamed:?}");
     assert!(

@@ -65,6 +65,7 @@ class LiveEvent:
     text: str
     words: List[Word]
     stable: int
+    utterance: int
     time: float
     @property
     def is_final(self) -> bool: ...

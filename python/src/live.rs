@@ -161,19 +161,27 @@ impl LiveSession {
                 text,
                 words,
                 stable,
+                utterance,
                 at,
             } => Some(LiveEvent {
                 kind: "partial",
                 text,
                 words: words.iter().map(Word::of).collect(),
                 stable,
+                utterance,
                 time: secs(at),
             }),
-            live::LiveEvent::Final { text, words, at } => Some(LiveEvent {
+            live::LiveEvent::Final {
+                text,
+                words,
+                utterance,
+                at,
+            } => Some(LiveEvent {
                 kind: "final",
                 stable: words.len(),
                 text,
                 words: words.iter().map(Word::of).collect(),
+                utterance,
                 time: secs(at),
             }),
             live::LiveEvent::Overrun { .. } => None,
@@ -332,6 +340,10 @@ pub struct LiveEvent {
     pub text: String,
     pub words: Vec<Word>,
     pub stable: usize,
+    /// Which utterance of the stream (from 0) the line is of: unpaced, a
+    /// later utterance's partial lines may come before an earlier one's
+    /// final line.
+    pub utterance: u64,
     pub time: f64,
 }
 

@@ -211,6 +211,7 @@ fn updates(events: Vec<LiveEvent>, at_s: f64) -> Vec<Update> {
                 text,
                 words,
                 stable,
+                utterance,
                 ..
             } => Some(Update {
                 text,
@@ -219,14 +220,21 @@ fn updates(events: Vec<LiveEvent>, at_s: f64) -> Vec<Update> {
                 is_final: false,
                 committed_at_s: Vec::new(),
                 shown_at_s: Vec::new(),
+                utterance,
             }),
-            LiveEvent::Final { text, words, .. } => Some(Update {
+            LiveEvent::Final {
+                text,
+                words,
+                utterance,
+                ..
+            } => Some(Update {
                 text,
                 stable: words.len(),
                 committed_at_s: vec![at_s; words.len()],
                 words,
                 is_final: true,
                 shown_at_s: Vec::new(),
+                utterance,
             }),
             LiveEvent::Overrun { .. } | LiveEvent::Failed(_) => None,
         })

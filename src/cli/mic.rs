@@ -250,9 +250,11 @@ struct Printer {
     /// From each final word's end to when its text was first shown where
     /// it stayed.
     shown_ms: Vec<f64>,
-    /// Words of the current utterance: text as last shown, when that text
-    /// first appeared, and when it first appeared committed.
-    shown: Vec<(String, Instant, Option<Instant>)>,
+    /// Words of each utterance not yet final (an earlier one's line may
+    /// wait for its second pass while the next is shown): text as last
+    /// shown, when that text first appeared, and when it first appeared
+    /// committed.
+    shown: std::collections::BTreeMap<u64, Vec<(String, Instant, Option<Instant>)>>,
     last_text: String,
     overruns: u64,
     failed: bool,
@@ -267,7 +269,7 @@ impl Printer {
             committed_latency,
             latencies_ms: Vec::new(),
             shown_ms: Vec::new(),
-            shown: Vec::new(),
+            shown: std::collections::BTreeMap::new(),
             last_text: String::new(),
             overruns: 0,
             failed: false,
@@ -277,9 +279,18 @@ impl Printer {
     fn show(&mut self, ev: &LiveEvent, started: Option<Instant>) {
         match ev {
             LiveEvent::Partial {
-                text, words, at, ..
+                text,
+                words,
+                utterance,
+                at,
+                ..
             }
-            | LiveEvent::Final { text, words, at } => {
+            | LiveEvent::Final {
+                text,
+                words,
+                utterance,
+                at,
+            } => {
                 let (fin, stable) = match ev {
                     LiveEvent::Partial { stable, .. } => (false, *stable),
                     _ => (true, words.len()),
@@ -288,16 +299,17 @@ impl Printer {
                     return;
                 }
                 self.last_text.clone_from(text);
+                let shown = self.shown.entry(*utterance).or_default();
                 for (i, w) in words.iter().enumerate() {
-                    let s = match self.shown.get_mut(i) {
+                    let s = match shown.get_mut(i) {
                         Some(s) if s.0 == w.text => s,
                         Some(s) => {
                             *s = (w.text.clone(), *at, None);
                             s
                         }
                         None => {
-                            self.shown.push((w.text.clone(), *at, None));
-                            self.shown.last_mut().expect("just pushed")
+                            shown.push((w.text.clone(), *at, None));
+                            shown.last_mut().expect("just pushed")
                         }
                     };
                     if i < stable && s.2.is_none() {
@@ -309,7 +321,7 @@ impl Printer {
                     let ms = |t: &Instant, w: &pulsed::decode::Word| {
                         (t.duration_since(t0).as_secs_f64() - w.end_s) * 1000.0
                     };
-                    for (w, (_, seen, committed)) in words.iter().zip(&self.shown) {
+                    for (w, (_, seen, committed)) in words.iter().zip(shown.iter()) {
                         let t = match committed {
                             Some(c) if self.committed_latency => c,
                             _ => seen,
@@ -351,7 +363,7 @@ impl Printer {
                     let _ = std::io::stderr().flush();
                 }
                 if fin {
-                    self.shown.clear();
+                    self.shown.remove(utterance);
                     self.last_text.clear();
                 }
             }

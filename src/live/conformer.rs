@@ -15,6 +15,8 @@ pub(super) struct Conformer {
     endpointer: Endpointer,
     vad: Option<(VadSession, Segmenter)>,
     last_partial: String,
+    /// The current utterance's index in the stream.
+    utterance: u64,
 }
 
 impl Conformer {
@@ -30,6 +32,7 @@ impl Conformer {
             endpointer,
             vad,
             last_partial: String::new(),
+            utterance: 0,
         })
     }
 
@@ -58,7 +61,14 @@ impl Conformer {
                 self.endpointer.restart();
             }
             self.last_partial.clear();
-            LiveEvent::Final { text, words, at }
+            // the next line is the next utterance's
+            self.utterance += 1;
+            LiveEvent::Final {
+                text,
+                words,
+                utterance: self.utterance - 1,
+                at,
+            }
         } else if text == self.last_partial {
             return; // nothing new to show
         } else {
@@ -67,6 +77,7 @@ impl Conformer {
                 text,
                 words,
                 stable: 0,
+                utterance: self.utterance,
                 at,
             }
         };

@@ -15,6 +15,8 @@ pub struct CtcLive {
     stream: CtcStream,
     endpointer: Endpointer,
     last_partial: String,
+    /// The current utterance's index in the stream.
+    utterance: u64,
 }
 
 impl CtcLive {
@@ -24,6 +26,7 @@ impl CtcLive {
             stream,
             endpointer: Endpointer::new((end_silence_s / FRAME_S).ceil() as usize),
             last_partial: String::new(),
+            utterance: 0,
         }
     }
 
@@ -69,13 +72,21 @@ impl CtcLive {
             // no longer revises what was given out as final
             self.stream.cut()?;
             self.last_partial.clear();
-            events.push(LiveEvent::Final { text, words, at });
+            // the next line is the next utterance's
+            self.utterance += 1;
+            events.push(LiveEvent::Final {
+                text,
+                words,
+                utterance: self.utterance - 1,
+                at,
+            });
         } else if text != self.last_partial {
             self.last_partial.clone_from(&text);
             events.push(LiveEvent::Partial {
                 text,
                 words,
                 stable: 0,
+                utterance: self.utterance,
                 at,
             });
         }

@@ -52,12 +52,18 @@ pub enum LiveEvent {
         text: String,
         words: Vec<Word>,
         stable: usize,
+        /// Which utterance of the stream (from 0) the line is of.
+        utterance: u64,
         at: Instant,
     },
     /// An utterance ended: its final words, with times from the stream start.
+    /// Final lines come in order, but a later utterance's partial lines may
+    /// come before an earlier one's final line (where its second pass runs
+    /// beside the stream): `utterance` tells whose they are.
     Final {
         text: String,
         words: Vec<Word>,
+        utterance: u64,
         at: Instant,
     },
     /// Samples were dropped because the inference thread fell behind.

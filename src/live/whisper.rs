@@ -62,6 +62,9 @@ pub struct Update {
     /// stream position when its text was first shown where it stayed
     /// (empty otherwise).
     pub shown_at_s: Vec<f64>,
+    /// Which utterance of the stream (from 0) the line is of (see
+    /// [`LiveEvent::Final`]).
+    pub utterance: u64,
 }
 
 /// The streaming policy over one Whisper network.
@@ -98,6 +101,8 @@ pub struct WhisperLive {
     /// Where the streamed text's second passes run beside the stream (not
     /// [`WhisperLiveOptions::paced`]).
     pub(super) second_passes: Option<SecondPasses>,
+    /// The current utterance's index in the stream.
+    pub(super) utterance_index: u64,
 }
 
 impl WhisperLive {
@@ -179,6 +184,7 @@ impl WhisperLive {
         Ok(WhisperLive {
             text,
             second_passes,
+            utterance_index: 0,
             net,
             encoder,
             second_pass: o.second_pass_for(model),
@@ -350,6 +356,7 @@ impl WhisperLive {
             is_final: false,
             committed_at_s: self.committed_at.clone(),
             shown_at_s: Vec::new(),
+            utterance: self.utterance_index,
         }))
     }
 
@@ -385,6 +392,7 @@ impl WhisperLive {
                 self.keep(words);
             }
         }
+        let utterance = self.utterance_index;
         self.next_utterance();
         let words = std::mem::take(&mut self.utterance);
         let committed_at_s = std::mem::take(&mut self.committed_at);
@@ -398,6 +406,7 @@ impl WhisperLive {
             is_final: true,
             committed_at_s,
             shown_at_s: Vec::new(),
+            utterance,
         }))
     }
 
@@ -418,7 +427,11 @@ impl WhisperLive {
         if let Some((_, words)) = &held {
             self.remember(words);
         }
-        let redo = Redo { held, span };
+        let redo = Redo {
+            held,
+            span,
+            utterance: self.utterance_index,
+        };
         if let Some(passes) = self.second_passes.as_mut() {
             passes.send(decoding, redo)?;
             self.next_utterance();
@@ -441,6 +454,7 @@ impl WhisperLive {
 
     /// Waits for the next utterance: the buffer back to its pre-roll.
     fn next_utterance(&mut self) {
+        self.utterance_index += 1;
         self.agreement = LocalAgreement::new();
         self.in_utterance = self.vad.is_none();
         self.since_decode = 0;
@@ -590,11 +604,12 @@ impl super::LiveEngine for WhisperLive {
 impl Update {
     /// As the live thread reports it (stamped now).
     pub fn into_event(self) -> LiveEvent {
-        let (text, at) = (self.text, Instant::now());
+        let (text, at, utterance) = (self.text, Instant::now(), self.utterance);
         if self.is_final {
             LiveEvent::Final {
                 text,
                 words: self.words,
+                utterance,
                 at,
             }
         } else {
@@ -602,6 +617,7 @@ impl Update {
                 text,
                 words: self.words,
                 stable: self.stable,
+                utterance,
                 at,
             }
         }

@@ -33,6 +33,8 @@ pub(super) struct Redo {
     pub(super) held: Option<(Update, Vec<Word>)>,
     /// From the utterance's buffer start to where it ended (stream seconds).
     pub(super) span: (f64, f64),
+    /// Its index in the stream.
+    pub(super) utterance: u64,
 }
 
 /// A final line as it waits to be given out.
@@ -40,7 +42,10 @@ enum Line {
     Ready(Update),
     /// A second pass's result makes it (`sent`: the pass was sent to the
     /// worker; else there was nothing to decode).
-    Waiting { redo: Redo, sent: bool },
+    Waiting {
+        redo: Redo,
+        sent: bool,
+    },
 }
 
 /// The second passes running beside the stream, and the final lines
@@ -104,7 +109,7 @@ impl SecondPasses {
     pub(super) fn send(&mut self, decoding: Option<Decoding>, redo: Redo) -> Result<()> {
         let sent = decoding.is_some();
         if let Some(d) = decoding {
-            if !self.jobs.as_ref().is_some_and(|j| j.send(d).is_ok()) {
+            if self.jobs.as_ref().is_none_or(|j| j.send(d).is_err()) {
                 return Err(ended());
             }
         }
@@ -199,6 +204,7 @@ impl WhisperLive {
             is_final: true,
             committed_at_s,
             shown_at_s,
+            utterance: redo.utterance,
         })
     }
 

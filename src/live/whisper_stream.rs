@@ -194,6 +194,7 @@ impl WhisperLive {
             is_final: false,
             committed_at_s: Vec::new(),
             shown_at_s: Vec::new(),
+            utterance: self.utterance_index,
         }))
     }
 
@@ -365,6 +366,7 @@ impl WhisperLive {
                 is_final: true,
                 committed_at_s: said.iter().map(|s| s.1).collect(),
                 shown_at_s: said.iter().map(|s| s.2).collect(),
+                utterance: self.utterance_index,
             })
         };
         if redo {

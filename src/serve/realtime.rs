@@ -417,7 +417,9 @@ impl Connection {
                 let settled = settled_text(&text, &words, stable, commits);
                 self.send_delta(settled).await
             }
-            LiveEvent::Final { text, words, at } => self.final_line(text, words, at).await,
+            LiveEvent::Final {
+                text, words, at, ..
+            } => self.final_line(text, words, at).await,
             LiveEvent::Overrun { dropped_total } => {
                 let new = match &mut self.live {
                     Some(live) => {
