@@ -29,6 +29,13 @@ def check_events(events):
         assert ev.text == "" or ev.words
         if ev.is_final:
             assert ev.stable == len(ev.words)
+    # final lines in utterance order (an utterance without words gives
+    # none), no line of an utterance after its final one
+    finals = [ev.utterance for ev in events if ev.is_final]
+    assert finals == sorted(set(finals))
+    for i, ev in enumerate(events):
+        if ev.is_final:
+            assert all(e.utterance != ev.utterance for e in events[i + 1 :])
 
 
 @pytest.mark.parametrize("path", [HELLO, LIBRIVOX])
