@@ -61,12 +61,13 @@ impl Conformer {
                 self.endpointer.restart();
             }
             self.last_partial.clear();
+            let utterance = self.utterance;
             // the next line is the next utterance's
             self.utterance += 1;
             LiveEvent::Final {
                 text,
                 words,
-                utterance: self.utterance - 1,
+                utterance,
                 at,
             }
         } else if text == self.last_partial {

@@ -72,12 +72,13 @@ impl CtcLive {
             // no longer revises what was given out as final
             self.stream.cut()?;
             self.last_partial.clear();
+            let utterance = self.utterance;
             // the next line is the next utterance's
             self.utterance += 1;
             events.push(LiveEvent::Final {
                 text,
                 words,
-                utterance: self.utterance - 1,
+                utterance,
                 at,
             });
         } else if text != self.last_partial {

@@ -421,7 +421,7 @@ impl WhisperLive {
             self.buffer_start as f64 / SAMPLE_RATE as f64,
             self.fed as f64 / SAMPLE_RATE as f64,
         );
-        let decoding = self.decoding(true)?;
+        let decoding = self.buffer_decoding(true)?;
         // the next utterance's prompt holds the streamed words until the
         // second pass's replace them
         if let Some((_, words)) = &held {
@@ -433,12 +433,21 @@ impl WhisperLive {
             utterance: self.utterance_index,
         };
         if let Some(passes) = self.second_passes.as_mut() {
-            passes.send(decoding, redo)?;
+            // the pass owns its samples: the buffer moves on
+            let job = decoding.map(|d| {
+                let samples = self.buffer[..d.heard].to_vec();
+                (d, samples)
+            });
+            passes.send(job, redo)?;
             self.next_utterance();
             return Ok(None);
         }
         let hypothesis = match decoding {
-            Some(d) => d.run(&mut *self.net, &self.tokenizer, &self.gen)?.0,
+            Some(d) => {
+                let samples = &self.buffer[..d.heard];
+                d.run(&mut *self.net, &self.tokenizer, &self.gen, samples)?
+                    .0
+            }
             None => Vec::new(),
         };
         self.next_utterance();

@@ -25,10 +25,10 @@ const WORD_AFTER_SPEECH_S: f64 = 0.3;
 /// Audio a streamed encoder must have heard before a partial decoding.
 const PARTIAL_MIN_HEARD_S: f64 = 1.0;
 
-/// A decoding of the buffer, ready to run.
+/// A decoding of the buffer, ready to run over its first `heard` samples.
 pub(super) struct Decoding {
-    /// The buffer's samples the decoder is given.
-    samples: Vec<f32>,
+    /// How many of the buffer's samples the decoder is given.
+    pub(super) heard: usize,
     /// The streamed encoder's window over them (`None`: the window encoder
     /// encodes them).
     frames: Option<Vec<f32>>,
@@ -41,13 +41,15 @@ pub(super) struct Decoding {
 }
 
 impl Decoding {
-    /// The buffer's hypothesis (words in stream seconds) and the ends of
-    /// the segments it kept (see [`spoken`]).
+    /// The hypothesis of `samples` (the buffer's first [`Self::heard`];
+    /// words in stream seconds) and the ends of the segments it kept (see
+    /// [`spoken`]).
     pub(super) fn run(
         self,
         net: &mut dyn AlignedBackend,
         tokenizer: &WhisperTokenizer,
         gen: &GenerationConfig,
+        samples: &[f32],
     ) -> Result<(Vec<Word>, Vec<f64>)> {
         let mut streamed;
         let network = match self.frames {
@@ -58,7 +60,7 @@ impl Decoding {
             None => Network::Aligned(net),
         };
         let mut segments = Vec::new();
-        transcribe(network, tokenizer, gen, &self.samples, &self.opts, |s| {
+        transcribe(network, tokenizer, gen, samples, &self.opts, |s| {
             segments.push(s);
             Ok(())
         })?;
@@ -92,7 +94,7 @@ impl Decoding {
 impl WhisperLive {
     /// The decoding of the buffer now (`last`: the utterance ends here);
     /// `None` where there is nothing to decode yet.
-    pub(super) fn decoding(&mut self, last: bool) -> Result<Option<Decoding>> {
+    pub(super) fn buffer_decoding(&mut self, last: bool) -> Result<Option<Decoding>> {
         self.since_decode = 0;
         if self.buffer.is_empty() {
             return Ok(None);
@@ -143,7 +145,7 @@ impl WhisperLive {
             None
         };
         Ok(Some(Decoding {
-            samples: self.buffer[..heard].to_vec(),
+            heard,
             frames,
             offset,
             opts,
@@ -155,8 +157,11 @@ impl WhisperLive {
     /// The buffer's hypothesis (words in stream seconds) and the ends of the
     /// segments it kept, decoded on the policy's own network.
     pub(super) fn decode(&mut self, last: bool) -> Result<(Vec<Word>, Vec<f64>)> {
-        match self.decoding(last)? {
-            Some(d) => d.run(&mut *self.net, &self.tokenizer, &self.gen),
+        match self.buffer_decoding(last)? {
+            Some(d) => {
+                let samples = &self.buffer[..d.heard];
+                d.run(&mut *self.net, &self.tokenizer, &self.gen, samples)
+            }
             None => Ok((Vec::new(), Vec::new())),
         }
     }

@@ -51,7 +51,8 @@ enum Line {
 /// The second passes running beside the stream, and the final lines
 /// waiting behind them.
 pub(super) struct SecondPasses {
-    jobs: Option<Sender<Decoding>>,
+    /// Each pass's decoding and the samples it decodes.
+    jobs: Option<Sender<(Decoding, Vec<f32>)>>,
     done: Receiver<Result<Vec<Word>>>,
     worker: Option<JoinHandle<()>>,
     lines: VecDeque<Line>,
@@ -66,13 +67,13 @@ impl SecondPasses {
         tokenizer: Arc<WhisperTokenizer>,
         gen: Arc<GenerationConfig>,
     ) -> Result<SecondPasses> {
-        let (jobs, inbox) = unbounded::<Decoding>();
+        let (jobs, inbox) = unbounded::<(Decoding, Vec<f32>)>();
         let (outbox, done) = unbounded();
         let worker = std::thread::Builder::new()
             .name("second-pass".into())
             .spawn(move || {
                 let mut net: Option<Box<dyn AlignedBackend + Send>> = None;
-                for d in inbox {
+                for (d, samples) in inbox {
                     let hypothesis = (|| {
                         if net.is_none() {
                             net = Some(crate::whisper::network(&model, &engine)?);
@@ -80,7 +81,7 @@ impl SecondPasses {
                         let Some(n) = net.as_deref_mut() else {
                             return Err(Error::Other("second pass: no network".into()));
                         };
-                        Ok(d.run(n, &tokenizer, &gen)?.0)
+                        Ok(d.run(n, &tokenizer, &gen, &samples)?.0)
                     })();
                     if outbox.send(hypothesis).is_err() {
                         break;
@@ -106,10 +107,10 @@ impl SecondPasses {
 
     /// Sends an utterance to the second pass (`None`: nothing to decode,
     /// its streamed line stands).
-    pub(super) fn send(&mut self, decoding: Option<Decoding>, redo: Redo) -> Result<()> {
-        let sent = decoding.is_some();
-        if let Some(d) = decoding {
-            if self.jobs.as_ref().is_none_or(|j| j.send(d).is_err()) {
+    pub(super) fn send(&mut self, job: Option<(Decoding, Vec<f32>)>, redo: Redo) -> Result<()> {
+        let sent = job.is_some();
+        if let Some(job) = job {
+            if self.jobs.as_ref().is_none_or(|j| j.send(job).is_err()) {
                 return Err(ended());
             }
         }
@@ -120,8 +121,10 @@ impl SecondPasses {
 
 impl Drop for SecondPasses {
     fn drop(&mut self) {
-        // the worker ends once its queue closes and its pass is done
+        // the worker ends after the pass it is on: its queue closes, and
+        // nothing takes what it would send
         self.jobs = None;
+        self.done = crossbeam_channel::never();
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
