@@ -66,6 +66,13 @@ pub struct PolicyArgs {
     /// speech, over the words not yet committed (1: greedy).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub final_beam: usize,
+    /// With --policy stream: a token whose attention peaks past the audio
+    /// heard, while over the heard audio it peaks this many frames before
+    /// its end (and not before the last committed token), is read at that
+    /// peak: a word's last pieces can stall the text until the end of
+    /// speech otherwise (0: off).
+    #[arg(long, default_value_t = 50, value_name = "FRAMES")]
+    pub stall: usize,
 }
 
 impl PolicyArgs {
@@ -80,6 +87,7 @@ impl PolicyArgs {
         o.stream.show_sure = self.show_sure;
         o.stream.repeats = self.repeats;
         o.stream.final_beam = self.final_beam;
+        o.stream.stall = self.stall;
         o.untexted_speech_s = self.untexted_speech;
     }
 }

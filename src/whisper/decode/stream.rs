@@ -79,6 +79,15 @@ pub struct StreamOptions {
     /// greedy, as the pulses. The rest is then cut where a token reads
     /// past the audio, goes back or loops, as the greedy end is.
     pub final_beam: usize,
+    /// A token that goes on with a word, whose attention peaks in the
+    /// stand-in for audio not heard yet while over the heard frames it
+    /// peaks no earlier than the last committed token and at least this
+    /// many frames before the last one heard, is placed at that heard
+    /// peak: the stand-in can hold a word's last pieces ("over|r|ides")
+    /// long after they were said, and the text stalls there until the end
+    /// of speech. A token that starts a word is never placed so (a loop's
+    /// first word back over the audio would be). 0: off.
+    pub stall: usize,
 }
 
 /// The margin (frames) of a checkpoint that names none: chosen for the
@@ -102,6 +111,7 @@ impl Default for StreamOptions {
             max_tokens: (16, 8.0),
             repeats: 3,
             final_beam: 1,
+            stall: 50,
         }
     }
 }
@@ -155,16 +165,21 @@ pub struct StreamDecoder {
     logits: Vec<f32>,
 }
 
-/// The peak frame of one position's attention, averaged over heads.
-fn peak(rows: &[&[f32]], frames: usize) -> usize {
+/// The peak frame of one position's attention, averaged over heads, and
+/// its peak over the first `heard` frames.
+fn peaks(rows: &[&[f32]], frames: usize, heard: usize) -> (usize, usize) {
     let mut best = (0, f32::NEG_INFINITY);
+    let mut best_heard = best;
     for f in 0..frames {
         let s: f32 = rows.iter().map(|r| r[f]).sum();
         if s > best.1 {
             best = (f, s);
         }
+        if f < heard && s > best_heard.1 {
+            best_heard = (f, s);
+        }
     }
-    best.0
+    (best.0, best_heard.0)
 }
 
 /// The probability of `token` under `logits` (softmax).
@@ -403,7 +418,7 @@ impl StreamDecoder {
             }
             if records {
                 let frames = net.window_frames() / 2;
-                let p = peak(&last_rows(&attention, frames)?, frames);
+                let p = self.placed(token, peaks(&last_rows(&attention, frames)?, frames, heard), heard, last);
                 if self.goes_back(p) || (last && self.o.stop_past_audio && p >= heard) {
                     // a loop, or (at the end) text the audio does not hold
                     self.ended = last;
@@ -519,6 +534,25 @@ impl StreamDecoder {
         Ok(())
     }
 
+    /// Where a token whose attention peaks at `p`, and at `p_heard` over
+    /// the `heard` frames, is taken to read ([`StreamOptions::stall`]).
+    fn placed(&self, token: u32, (p, p_heard): (usize, usize), heard: usize, last: bool) -> usize {
+        // at the end of the audio the stand-in is where text the audio
+        // does not hold reads (stop_past_audio): a stalled token was
+        // committed by the pulses before
+        let stalled = !last
+            && self.o.stall > 0
+            && !self.starts_word(token)
+            && p >= heard
+            && p_heard + self.o.stall <= heard
+            && self.peaks.last().is_none_or(|&prev| p_heard >= prev);
+        if stalled {
+            p_heard
+        } else {
+            p
+        }
+    }
+
     /// Whether a token peaking at frame `p` goes back over what was said.
     fn goes_back(&self, p: usize) -> bool {
         self.peaks
@@ -554,16 +588,17 @@ impl StreamDecoder {
             return Err(Error::Other("streaming decoder: no cross-attention".into()));
         }
         let tentative = std::mem::take(&mut self.tentative);
-        let peaks: Vec<usize> = (0..tentative.len())
+        let found: Vec<(usize, usize)> = (0..tentative.len())
             .map(|row| {
                 let rows: Vec<&[f32]> = (0..heads.len())
                     .map(|h| &attn[(h * t + row) * frames..(h * t + row + 1) * frames])
                     .collect();
-                peak(&rows, frames)
+                peaks(&rows, frames, heard)
             })
             .collect();
         let mut passed = 0;
-        for (i, (&token, &p)) in tentative.iter().zip(&peaks).enumerate() {
+        for (i, (&token, &found)) in tentative.iter().zip(&found).enumerate() {
+            let p = self.placed(token, found, heard, last);
             let past = if last {
                 self.o.stop_past_audio && p >= heard
             } else {
@@ -587,11 +622,13 @@ impl StreamDecoder {
         let sure = |i: usize| {
             self.o.show_sure <= 0.0 || self.sureness.get(i).is_some_and(|&p| p >= self.o.show_sure)
         };
-        let shown = peaks[passed..]
+        let shown = found[passed..]
             .iter()
+            .zip(&tentative[passed..])
+            .map(|(&f, &token)| self.placed(token, f, heard, last))
             .enumerate()
             .take(self.o.show)
-            .take_while(|&(i, &p)| {
+            .take_while(|&(i, p)| {
                 let forward = p < heard && p >= before && sure(passed + i);
                 before = p;
                 forward

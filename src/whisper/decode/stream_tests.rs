@@ -19,6 +19,12 @@ struct Fake {
     repeat_at: Option<u32>,
     /// From this token on, the decoder is unsure (probability about 0.04).
     unsure_at: Option<u32>,
+    /// This token's attention peaks in the stand-in for audio not heard,
+    /// at half that height where it was spoken: a stall.
+    stuck_at: Option<u32>,
+    /// Whether the backend keeps the attention of its steps (else the
+    /// decoder asks a pass of its own).
+    keeps: bool,
     /// Text positions fed: the sequence as the cache holds it.
     seq: Vec<u32>,
     /// Positions fed one token at a time, in order.
@@ -34,6 +40,8 @@ impl Fake {
             loop_at: None,
             repeat_at: None,
             unsure_at: None,
+            stuck_at: None,
+            keeps: true,
             seq: Vec::new(),
             single: Vec::new(),
             recording: false,
@@ -57,6 +65,18 @@ impl Fake {
         } else {
             (k, 10 * k as usize)
         }
+    }
+
+    /// The attention of the position that predicts the token after `seq`.
+    fn row(&self, seq: &[u32]) -> Vec<f32> {
+        let (token, at) = self.next(seq);
+        let mut row = vec![0.0; FRAMES];
+        row[at.min(FRAMES - 1)] = 1.0;
+        if self.stuck_at == Some(token) {
+            row[at.min(FRAMES - 1)] = 0.5;
+            row[FRAMES - 7] = 1.0;
+        }
+        row
     }
 }
 
@@ -104,9 +124,7 @@ impl WhisperBackend for Fake {
         for &t in &tokens[..n] {
             self.seq.push(t);
             if self.recording {
-                let (_, at) = self.next(&self.seq);
-                let mut row = vec![0.0; FRAMES];
-                row[at.min(FRAMES - 1)] = 1.0;
+                let row = self.row(&self.seq);
                 self.kept.extend(row);
             }
         }
@@ -133,17 +151,14 @@ impl AlignmentSource for Fake {
     ) -> Result<Vec<f32>> {
         // one head: the row after each position peaks where the token it
         // predicts was spoken
-        let mut rows = vec![0.0; tokens.len() * FRAMES];
-        for (i, row) in rows.chunks_exact_mut(FRAMES).enumerate() {
-            let (_, at) = self.next(&tokens[..=i]);
-            row[at.min(FRAMES - 1)] = 1.0;
-        }
-        Ok(rows)
+        Ok((0..tokens.len())
+            .flat_map(|i| self.row(&tokens[..=i]))
+            .collect())
     }
     fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
-        self.recording = heads.is_some();
+        self.recording = self.keeps && heads.is_some();
         self.kept.clear();
-        true
+        self.keeps
     }
     fn take_attention(&mut self) -> Vec<Vec<f32>> {
         vec![std::mem::take(&mut self.kept)]
@@ -482,5 +497,45 @@ fn a_beam_at_the_end_stops_where_the_text_reads_past_the_audio_as_greedy_does() 
         d.pulse(&mut net, 60, true).unwrap();
         assert_eq!(d.committed(), [1, 2, 3, 4, 5], "beam {final_beam}");
         assert!(d.ended());
+    }
+}
+
+#[test]
+fn a_word_piece_the_stand_in_holds_after_its_audio_is_heard_is_read_where_it_was_spoken() {
+    // token 5 (spoken at frame 50) goes on with 4's word, and peaks in the
+    // stand-in for unheard audio at every pulse
+    let starts: Vec<bool> = (0..64).map(|t| t != 5).collect();
+    for keeps in [true, false] {
+        let stuck = |stall, starts: &Vec<bool>| {
+            let mut net = Fake::new(12);
+            net.stuck_at = Some(5);
+            net.keeps = keeps;
+            let o = StreamOptions { stall, ..plain() };
+            (net, StreamDecoder::new(spec(Some(starts.clone())), o).unwrap())
+        };
+        let (mut net, mut d) = stuck(0, &starts);
+        let after = stream(&mut net, &mut d, 140);
+        assert!(after.iter().all(|&n| n <= 3), "{after:?}, keeps {keeps}");
+        // and at the end it reads past the audio: the decoding stops there
+        assert_eq!(d.committed(), [1, 2, 3, 4], "keeps {keeps}");
+        // read at its heard peak once 30 frames are heard past it, then
+        // committed at the margin as the others
+        let (mut net, mut d) = stuck(30, &starts);
+        assert_eq!(d.pulse(&mut net, 64, false).unwrap(), 3);
+        assert_eq!(d.pulse(&mut net, 79, false).unwrap(), 0, "keeps {keeps}");
+        assert_eq!(d.pulse(&mut net, 96, false).unwrap(), 4, "keeps {keeps}");
+        d.pulse(&mut net, 140, true).unwrap();
+        assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>(), "keeps {keeps}");
+        // at the end of the audio the stand-in still stops the decoding
+        // (text the audio does not hold reads there)
+        let (mut net, mut d) = stuck(30, &starts);
+        d.pulse(&mut net, 140, true).unwrap();
+        assert_eq!(d.committed(), [1, 2, 3, 4], "keeps {keeps}");
+        // a token that starts a word is not read so: a loop's first word
+        // back over the audio would be
+        let all: Vec<bool> = vec![true; 64];
+        let (mut net, mut d) = stuck(30, &all);
+        stream(&mut net, &mut d, 140);
+        assert_eq!(d.committed(), [1, 2, 3, 4], "keeps {keeps}");
     }
 }
