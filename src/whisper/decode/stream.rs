@@ -418,7 +418,12 @@ impl StreamDecoder {
             }
             if records {
                 let frames = net.window_frames() / 2;
-                let p = self.placed(token, peaks(&last_rows(&attention, frames)?, frames, heard), heard, last);
+                let p = self.placed(
+                    token,
+                    peaks(&last_rows(&attention, frames)?, frames, heard),
+                    heard,
+                    last,
+                );
                 if self.goes_back(p) || (last && self.o.stop_past_audio && p >= heard) {
                     // a loop, or (at the end) text the audio does not hold
                     self.ended = last;

@@ -511,7 +511,10 @@ fn a_word_piece_the_stand_in_holds_after_its_audio_is_heard_is_read_where_it_was
             net.stuck_at = Some(5);
             net.keeps = keeps;
             let o = StreamOptions { stall, ..plain() };
-            (net, StreamDecoder::new(spec(Some(starts.clone())), o).unwrap())
+            (
+                net,
+                StreamDecoder::new(spec(Some(starts.clone())), o).unwrap(),
+            )
         };
         let (mut net, mut d) = stuck(0, &starts);
         let after = stream(&mut net, &mut d, 140);
@@ -525,7 +528,11 @@ fn a_word_piece_the_stand_in_holds_after_its_audio_is_heard_is_read_where_it_was
         assert_eq!(d.pulse(&mut net, 79, false).unwrap(), 0, "keeps {keeps}");
         assert_eq!(d.pulse(&mut net, 96, false).unwrap(), 4, "keeps {keeps}");
         d.pulse(&mut net, 140, true).unwrap();
-        assert_eq!(d.committed(), (1..=12).collect::<Vec<u32>>(), "keeps {keeps}");
+        assert_eq!(
+            d.committed(),
+            (1..=12).collect::<Vec<u32>>(),
+            "keeps {keeps}"
+        );
         // at the end of the audio the stand-in still stops the decoding
         // (text the audio does not hold reads there)
         let (mut net, mut d) = stuck(30, &starts);
