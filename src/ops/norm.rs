@@ -309,6 +309,23 @@ mod tests {
         }
     }
 
+    /// The lane through element `i` along `axis` (f64), its mean and its
+    /// biased variance.
+    fn lane(v: &[f32], shape: &[usize], axis: usize, i: usize) -> (Vec<f64>, f64, f64) {
+        let idx = unravel(i, shape);
+        let lane: Vec<f64> = (0..shape[axis])
+            .map(|k| {
+                let mut j = idx.clone();
+                j[axis] = k;
+                v[ravel(&j, shape)] as f64
+            })
+            .collect();
+        let n = lane.len() as f64;
+        let mean = lane.iter().sum::<f64>() / n;
+        let var = lane.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / n;
+        (lane, mean, var)
+    }
+
     /// How far f32 rounding can move the output: the largest |x| / sd
     /// over the lanes times the largest gain (in a lane of nearly equal
     /// values, x - mean cancels and its rounding is divided by the spread).
@@ -318,22 +335,13 @@ mod tests {
         let g_max = gb.map_or(1.0, |(g, _)| {
             g.to_f32_vec().iter().fold(0f32, |m, v| m.max(v.abs()))
         });
-        let mut worst = 1f64;
-        for i in 0..v.len() {
-            let idx = unravel(i, &shape);
-            let lane: Vec<f64> = (0..shape[axis])
-                .map(|k| {
-                    let mut j = idx.clone();
-                    j[axis] = k;
-                    v[ravel(&j, &shape)] as f64
-                })
-                .collect();
-            let n = lane.len() as f64;
-            let mean = lane.iter().sum::<f64>() / n;
-            let var = lane.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / n;
-            let big = lane.iter().fold(0f64, |m, a| m.max(a.abs()));
-            worst = worst.max(big / (var + eps as f64).sqrt());
-        }
+        let worst = (0..v.len())
+            .map(|i| {
+                let (values, _, var) = lane(&v, &shape, axis, i);
+                let big = values.iter().fold(0f64, |m, a| m.max(a.abs()));
+                big / (var + eps as f64).sqrt()
+            })
+            .fold(1f64, f64::max);
         worst as f32 * g_max.max(1.0)
     }
 
@@ -347,19 +355,10 @@ mod tests {
         );
         let mut out = vec![0f32; v.len()];
         for i in 0..v.len() {
-            let idx = unravel(i, &shape);
-            let lane: Vec<f64> = (0..shape[axis])
-                .map(|k| {
-                    let mut j = idx.clone();
-                    j[axis] = k;
-                    v[ravel(&j, &shape)] as f64
-                })
-                .collect();
-            let n = lane.len() as f64;
-            let mean = lane.iter().sum::<f64>() / n;
-            let var = lane.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / n;
+            let (_, mean, var) = lane(&v, &shape, axis, i);
             let y = (v[i] as f64 - mean) / (var + eps as f64).sqrt();
-            out[i] = (y * g[idx[axis]] as f64 + b[idx[axis]] as f64) as f32;
+            let c = unravel(i, &shape)[axis];
+            out[i] = (y * g[c] as f64 + b[c] as f64) as f32;
         }
         Tensor::from_vec(shape, out).unwrap()
     }
