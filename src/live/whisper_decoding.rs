@@ -5,7 +5,7 @@
 
 use super::whisper::WhisperLive;
 use super::whisper_buffer::prompt_text;
-use super::whisper_filter::spoken;
+use super::whisper_filter::{said_once, spoken};
 use crate::decode::Word;
 use crate::whisper::decode::{
     transcribe, AlignedBackend, DecodeOptions, InitialPrompt, Network, SAMPLE_RATE,
@@ -36,6 +36,8 @@ pub(super) struct Decoding {
     offset: f64,
     opts: DecodeOptions,
     vad_heard_speech: bool,
+    /// The utterance ends here: the final decoding of its buffer.
+    last: bool,
     /// A final decoding's words must start by this (stream seconds).
     latest_start_s: Option<f64>,
 }
@@ -86,6 +88,9 @@ impl Decoding {
             // the audio does not hold (squeezed to no time at the buffer's
             // end, often the prompt's words again)
             words.retain(|w| w.start_s <= latest);
+        }
+        if self.last {
+            words = said_once(words);
         }
         Ok((words, ends))
     }
@@ -150,6 +155,7 @@ impl WhisperLive {
             offset,
             opts,
             vad_heard_speech: self.vad_heard_speech(),
+            last,
             latest_start_s,
         }))
     }

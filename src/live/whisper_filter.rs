@@ -1,6 +1,8 @@
 //! Which segments of a live decoding count as speech: Whisper's own
 //! no-speech and repetition signals, weighed against the VAD's.
 
+use super::whisper::same_word;
+use crate::decode::Word;
 use crate::whisper::decode::{DecodeOptions, Segment};
 
 /// A segment Whisper itself thinks is silence is left out of a hypothesis
@@ -47,9 +49,50 @@ pub(super) fn spoken<'a>(
         .collect()
 }
 
+/// A word shorter than this has no audio of its own: the word alignment
+/// squeezed it between two others.
+const SQUEEZED_S: f64 = 0.02;
+/// The fewest words of a span said twice for [`said_once`] to look at it.
+const TWICE_WORDS: usize = 3;
+
+/// `words` with a span that a decoding gave twice, back to back, where
+/// the audio holds it once, given once. Into the silence after speech a
+/// decoding may read the utterance again; the word alignment then puts
+/// one copy's words on the audio and squeezes the rest to no time
+/// (long10's IVR prompt: "... your standard greetings. There is a
+/// temporary greeting ... your standard greetings.", nine words at 4.024 s).
+/// A span counts as said once when its two copies hold, between them,
+/// squeezed words as many as half a copy; each word of the copy kept takes
+/// the times of whichever copy gave it some.
+pub(super) fn said_once(mut words: Vec<Word>) -> Vec<Word> {
+    let squeezed = |w: &Word| w.end_s - w.start_s < SQUEEZED_S;
+    let mut i = 0;
+    while i < words.len() {
+        let most = (words.len() - i) / 2;
+        let twice = (TWICE_WORDS..=most).rev().find(|&n| {
+            let (a, b) = (&words[i..i + n], &words[i + n..i + 2 * n]);
+            a.iter().zip(b).all(|(x, y)| same_word(&x.text, &y.text))
+                && 2 * a.iter().chain(b).filter(|w| squeezed(w)).count() >= n
+        });
+        let Some(n) = twice else {
+            i += 1;
+            continue;
+        };
+        for k in i..i + n {
+            let later = &words[k + n];
+            if squeezed(&words[k]) && !squeezed(later) {
+                (words[k].start_s, words[k].end_s) = (later.start_s, later.end_s);
+            }
+        }
+        words.drain(i + n..i + 2 * n);
+    }
+    words
+}
+
 #[cfg(test)]
 mod tests {
-    use super::spoken;
+    use super::{said_once, spoken};
+    use crate::decode::Word;
     use crate::whisper::decode::{DecodeOptions, Segment};
 
     fn segment(
@@ -125,5 +168,76 @@ mod tests {
             ..opts
         };
         assert_eq!(ids(&s, &lenient), vec![1]);
+    }
+
+    fn timed(words: &[(&str, f64, f64)]) -> Vec<Word> {
+        words
+            .iter()
+            .map(|&(text, start_s, end_s)| Word {
+                text: text.into(),
+                start_s,
+                end_s,
+                confidence: 1.0,
+            })
+            .collect()
+    }
+
+    fn text(words: &[Word]) -> Vec<(&str, f64, f64)> {
+        words
+            .iter()
+            .map(|w| (w.text.as_str(), w.start_s, w.end_s))
+            .collect()
+    }
+
+    #[test]
+    fn a_span_read_twice_into_no_time_is_given_once_on_the_audio() {
+        // long10's prompt as the second pass aligned it (shortened)
+        let words = timed(&[
+            ("There", 0.52, 1.20),
+            ("is", 1.20, 1.40),
+            ("your", 3.78, 3.98),
+            ("standard", 3.98, 4.024),
+            ("greetings.", 4.024, 4.024),
+            ("There", 4.024, 4.024),
+            ("is", 4.024, 4.024),
+            ("your", 4.024, 4.024),
+            ("standard", 4.024, 4.44),
+            ("greetings.", 4.44, 4.92),
+        ]);
+        assert_eq!(
+            text(&said_once(words)),
+            vec![
+                ("There", 0.52, 1.20),
+                ("is", 1.20, 1.40),
+                ("your", 3.78, 3.98),
+                ("standard", 3.98, 4.024),
+                ("greetings.", 4.44, 4.92),
+            ]
+        );
+    }
+
+    #[test]
+    fn words_said_twice_on_the_audio_stay() {
+        // a prompt said twice, each copy with its time
+        let twice = timed(&[
+            ("do", 0.0, 0.2),
+            ("not", 0.2, 0.4),
+            ("disturb", 0.4, 0.9),
+            ("do", 1.5, 1.7),
+            ("not", 1.7, 1.9),
+            ("disturb", 1.9, 2.4),
+        ]);
+        assert_eq!(said_once(twice.clone()), twice);
+        // squeezed words that repeat nothing stay too (they are text the
+        // other rules judge), and so does a word said twice
+        let other = timed(&[
+            ("yes", 0.0, 0.3),
+            ("a", 0.3, 0.3),
+            ("b", 0.3, 0.3),
+            ("c", 0.3, 0.3),
+            ("tango", 0.3, 0.3),
+            ("tango", 0.3, 0.3),
+        ]);
+        assert_eq!(said_once(other.clone()), other);
     }
 }

