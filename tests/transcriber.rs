@@ -153,6 +153,39 @@ fn a_live_session_ends_as_the_live_transcriber_does() {
     assert_eq!(api, "if anything can go wrong it will");
 }
 
+/// A session dropped unfinished is abandoned: the utterance in progress
+/// gets no final line (what is still buffered is not decoded for no one).
+#[test]
+fn a_live_session_dropped_unfinished_gives_no_final_line() {
+    // speech to its last sample: only the end of the stream makes it final
+    let audio = pulsed::audio::load_wav(&root().join("fixtures/asr/hello.wav"), 16_000).unwrap();
+    let opts = TranscriberOptions {
+        mode: pulsed::asr::Mode::Streamed { pulse: 2560 },
+        ..TranscriberOptions::default()
+    };
+    let t = Transcriber::open(None, &opts, Engine::Cpu).unwrap();
+    let run = |finish: bool| {
+        let (mut s, mut i) = t.live(LiveSettings::default()).unwrap().start().unwrap();
+        assert!(i.write_waiting(&audio.samples));
+        let events = s.events().clone();
+        if finish {
+            s.finish();
+        }
+        drop(s);
+        let mut finals = Vec::new();
+        for ev in events.try_iter() {
+            match ev {
+                LiveEvent::Final { text, .. } => finals.push(text),
+                LiveEvent::Failed(e) => panic!("{e}"),
+                _ => {}
+            }
+        }
+        finals
+    };
+    assert_eq!(run(true), vec!["if anything can go wrong it will"]);
+    assert_eq!(run(false), Vec::<String>::new());
+}
+
 #[test]
 fn a_live_whisper_session_ends_as_the_live_transcriber_does() {
     let Some(t) = tiny(&TranscriberOptions::default()) else {

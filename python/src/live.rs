@@ -302,6 +302,21 @@ impl LiveSession {
     }
 }
 
+/// A session dropped unfinished waits for its thread's step in hand
+/// (seconds of decoding); Python's other threads run meanwhile.
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        let live = self
+            .live
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(live) = live {
+            Python::attach(|py| py.detach(move || drop(live)));
+        }
+    }
+}
+
 impl Feed {
     /// Writes samples (converted to the model's rate), waiting for room;
     /// false when the inference thread has stopped.

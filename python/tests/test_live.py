@@ -127,3 +127,34 @@ def test_realdev_live_equals_the_cli(model):
             x, rate = read_wav(f)
             finals = [e.text for e in feed(m.stream(), x, rate) if e.is_final]
             assert finals == want[f].result(), f
+
+
+def test_a_session_dropped_unfinished_lets_other_threads_run(tiny):
+    """A session dropped unfinished stops after the step in hand (here the
+    whole push: seconds of decoding), with the GIL released: a Python
+    thread ticks meanwhile."""
+    import threading
+    import time
+
+    x, rate = read_wav(LIBRIVOX)
+    audio = np.tile(x, int(np.ceil(5.0 * rate / len(x))))[: int(5.0 * rate)]
+    s = tiny.stream()
+    s.push(audio)  # 5 s in one push, inside the session's buffer
+    ticks, stop = [], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    del s  # the last reference: the session stops here
+    t1 = time.monotonic()
+    stop.set()
+    t.join()
+    inside = [k for k in ticks if t0 < k < t1]
+    assert t1 - t0 > 0.2, f"the drop took {t1 - t0:.3f} s: no step was in hand"
+    assert len(inside) >= 10, f"{len(inside)} ticks in a {t1 - t0:.2f} s drop"

@@ -120,6 +120,8 @@ impl AudioInput {
 pub struct LiveTranscriber {
     events: Receiver<LiveEvent>,
     stop: Arc<AtomicBool>,
+    /// Dropped unfinished: stop after the step in hand, no final line.
+    cancel: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     started: Arc<std::sync::OnceLock<Instant>>,
 }
@@ -213,12 +215,14 @@ impl LiveTranscriber {
         let (prod, cons) = HeapRb::<f32>::new(cap).split();
         let (tx, rx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
+        let cancel = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let started = Arc::new(std::sync::OnceLock::new());
         let worker = Worker {
             cons,
             tx,
             stop: stop.clone(),
+            cancel: cancel.clone(),
             dropped: dropped.clone(),
             engine,
         };
@@ -235,6 +239,7 @@ impl LiveTranscriber {
             LiveTranscriber {
                 events: rx,
                 stop,
+                cancel,
                 thread: Some(thread),
                 started,
             },
@@ -262,8 +267,13 @@ impl LiveTranscriber {
     }
 }
 
+/// A session dropped without [`LiveTranscriber::finish`] is abandoned: its
+/// thread stops after the step in hand, the audio still buffered is not
+/// decoded and no final line comes (a server's client that left, or
+/// cleared its buffer, would have the machine decode for no one).
 impl Drop for LiveTranscriber {
     fn drop(&mut self) {
+        self.cancel.store(true, Ordering::SeqCst);
         self.finish();
     }
 }
@@ -306,6 +316,7 @@ struct Worker {
     cons: HeapCons<f32>,
     tx: Sender<LiveEvent>,
     stop: Arc<AtomicBool>,
+    cancel: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
     engine: Box<dyn LiveEngine>,
 }
@@ -323,6 +334,9 @@ impl Worker {
         let mut events = Vec::new();
         let mut reported = 0u64;
         loop {
+            if self.cancel.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             let stopping = self.stop.load(Ordering::SeqCst);
             got.clear();
             let most = self.engine.max_push();
