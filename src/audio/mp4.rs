@@ -102,7 +102,10 @@ fn walk<R: Read + Seek>(
                 }
             }
         }
-        pos = pos.saturating_add(size);
+        if size > held {
+            break; // it ran to its parent's end: no box follows it there
+        }
+        pos += size;
     }
     Ok(None)
 }
@@ -171,6 +174,18 @@ mod tests {
         f.extend(moov);
         let e = check(&f).expect("an oversized stsc");
         assert!(e.contains("stsc") && e.contains("1000000000"), "{e}");
+    }
+
+    #[test]
+    fn a_box_as_large_as_a_u64_ends_the_walk() {
+        // a 64-bit size of 2^64 - 1 after `ftyp` (found by the fuzz target:
+        // the walk's next position overflowed)
+        let mut f = bx(b"ftyp", b"M4A \0\0\0\0");
+        f.extend(1u32.to_be_bytes());
+        f.extend(b"free");
+        f.extend(u64::MAX.to_be_bytes());
+        f.extend([0xff; 32]);
+        assert_eq!(check(&f), None);
     }
 
     #[test]
