@@ -51,9 +51,8 @@ cargo clippy --release --no-default-features --all-targets -- -D warnings
 # (a 130 kB crate from crates.io) builds LLVM's libFuzzer with the system
 # C++ compiler. Cost: one more release build of the crate with coverage
 # flags (5 CPU-minutes, 8.5 minutes on the shared 2-core dev box) and 80 s
-# of runs. `audio` is left out until symphonia's M4A reader stops aborting
-# on a huge `stts` entry count (a 34 GB allocation; docs/fuzzing.md).
-bash scripts/fuzz.sh 10 wav safetensors config arpa tokenizer tokens realtime form
+# of runs.
+bash scripts/fuzz.sh 10 wav audio safetensors config arpa tokenizer tokens realtime form
 # The microphone path (feature `mic`) needs ALSA's headers: build it too, so
 # its code cannot rot; needs root for apt-get, said when skipped.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
