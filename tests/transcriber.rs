@@ -128,14 +128,20 @@ fn finals(mut session: LiveTranscriber, mut input: AudioInput, samples: &[f32]) 
     text.join(" ")
 }
 
-#[test]
-fn a_live_session_ends_as_the_live_transcriber_does() {
+/// The shipped conformer, streamed in pulses of 2560 samples, and
+/// hello.wav.
+fn streamed_conformer() -> (Transcriber, pulsed::audio::Audio) {
     let audio = pulsed::audio::load_wav(&root().join("fixtures/asr/hello.wav"), 16_000).unwrap();
     let opts = TranscriberOptions {
         mode: pulsed::asr::Mode::Streamed { pulse: 2560 },
         ..TranscriberOptions::default()
     };
-    let t = Transcriber::open(None, &opts, Engine::Cpu).unwrap();
+    (Transcriber::open(None, &opts, Engine::Cpu).unwrap(), audio)
+}
+
+#[test]
+fn a_live_session_ends_as_the_live_transcriber_does() {
+    let (t, audio) = streamed_conformer();
     let (s, i) = t.live(LiveSettings::default()).unwrap().start().unwrap();
     let api = finals(s, i, &audio.samples);
 
@@ -157,13 +163,9 @@ fn a_live_session_ends_as_the_live_transcriber_does() {
 /// gets no final line (what is still buffered is not decoded for no one).
 #[test]
 fn a_live_session_dropped_unfinished_gives_no_final_line() {
-    // speech to its last sample: only the end of the stream makes it final
-    let audio = pulsed::audio::load_wav(&root().join("fixtures/asr/hello.wav"), 16_000).unwrap();
-    let opts = TranscriberOptions {
-        mode: pulsed::asr::Mode::Streamed { pulse: 2560 },
-        ..TranscriberOptions::default()
-    };
-    let t = Transcriber::open(None, &opts, Engine::Cpu).unwrap();
+    // hello.wav is speech to its last sample: only the end of the stream
+    // makes it final
+    let (t, audio) = streamed_conformer();
     let run = |finish: bool| {
         let (mut s, mut i) = t.live(LiveSettings::default()).unwrap().start().unwrap();
         assert!(i.write_waiting(&audio.samples));
