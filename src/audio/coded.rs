@@ -15,10 +15,6 @@ use super::policy::{self, Truncation};
 use super::{mp4, AudioError};
 use std::io::{Read, Seek, SeekFrom};
 
-/// Highest sample rate we resample from (as for WAV): a damaged header must
-/// not make the resampler allocate gigabytes.
-const MAX_RATE: u32 = 384_000;
-
 /// Most channels we mix down: more is a damaged header, not a recording.
 const MAX_CHANNELS: usize = 256;
 
@@ -167,11 +163,8 @@ impl CodedSource {
                 reason: "sample rate is 0 or missing".into(),
             });
         }
-        if rate > MAX_RATE {
-            return Err(AudioError::Unsupported {
-                path,
-                format: format!("sample rate {rate} Hz (at most {MAX_RATE})"),
-            });
+        if let Some(e) = super::unsupported_rate(rate, &path) {
+            return Err(e);
         }
         let channels = params.channels.map_or(0, |c| c.count());
         Ok(CodedSource {

@@ -69,6 +69,27 @@ pub struct Audio {
     pub duration_s: f64,
 }
 
+/// The sample rates we resample from, as an error for one outside them.
+/// Above 384 kHz no real file goes, and a bit-flipped header must not make
+/// the resampler allocate gigabytes; below 1 kHz no speech is left (its
+/// band ends at half the rate), and each sample would become 16 or more:
+/// a file of a few kB could be decoded into gigabytes.
+pub(crate) fn unsupported_rate(rate: u32, path: &str) -> Option<AudioError> {
+    const RATES: std::ops::RangeInclusive<u32> = 1_000..=384_000;
+    if rate == 0 || RATES.contains(&rate) {
+        return None; // 0 is a damaged header: said where it is read
+    }
+    let bound = if rate < *RATES.start() {
+        format!("at least {}", RATES.start())
+    } else {
+        format!("at most {}", RATES.end())
+    };
+    Some(AudioError::Unsupported {
+        path: path.to_string(),
+        format: format!("sample rate {rate} Hz ({bound})"),
+    })
+}
+
 /// Reads a whole audio file (any format [`load`] reads) as mono f32 at
 /// `target_rate`; the name is older than the other formats.
 pub fn load_wav(path: &Path, target_rate: u32) -> Result<Audio, AudioError> {

@@ -494,6 +494,14 @@ fn corrupt_headers_and_nan_samples_are_errors() {
     // Zero sample rate.
     let e = decode_bytes(&raw_wav(&fmt_body(1, 1, 0, 2, 16, &[]), &[0; 100])).unwrap_err();
     assert!(matches!(e, AudioError::Corrupt { .. }), "{e}");
+    // A rate no speech fits in: each sample would become 16 or more.
+    let e = decode_bytes(&raw_wav(&fmt_body(1, 1, 999, 2, 16, &[]), &[0; 100])).unwrap_err();
+    assert!(matches!(e, AudioError::Unsupported { .. }), "{e}");
+    assert!(
+        e.to_string().contains("sample rate 999 Hz (at least 1000)"),
+        "{e}"
+    );
+    assert!(decode_bytes(&raw_wav(&fmt_body(1, 1, 1000, 2, 16, &[]), &[0; 100])).is_ok());
     // NaN in a float file.
     let mut data = Vec::new();
     for v in [0.1f32, f32::NAN, 0.2] {

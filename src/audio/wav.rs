@@ -11,10 +11,6 @@ use super::AudioError;
 /// chunk is almost always within the first hundred bytes.
 const HEAD_BYTES: u64 = 4096;
 
-/// Highest sample rate we resample from: real files stop at 384 kHz, and a
-/// bit-flipped header must not make the resampler allocate gigabytes.
-const MAX_RATE: u32 = 384_000;
-
 /// Most bytes one raw read asks for (one frame at least).
 const RAW_BLOCK: usize = 1 << 20;
 
@@ -255,11 +251,8 @@ impl<R: Read> WavSource<R> {
                 reason: "sample rate is 0".into(),
             });
         }
-        if spec.sample_rate > MAX_RATE {
-            return Err(AudioError::Unsupported {
-                path,
-                format: format!("sample rate {} Hz (at most {MAX_RATE})", spec.sample_rate),
-            });
+        if let Some(e) = super::unsupported_rate(spec.sample_rate, &path) {
+            return Err(e);
         }
         let frames_total = (!streamed).then_some(wav.duration() as u64);
         if frames_total == Some(0) {
