@@ -14,6 +14,14 @@ const CONTAINERS: [&[u8; 4]; 9] = [
 /// Deepest nesting followed (the sample tables sit at depth 5).
 const MAX_DEPTH: usize = 8;
 
+/// Longest ALAC frame taken, in samples: encoders write 4096, and
+/// symphonia sizes its buffers from the declared length (2^31 in a fuzzed
+/// file asked for 2 GB).
+const MAX_ALAC_FRAME: u64 = 1 << 16;
+
+/// Most bytes of an `stsd` box read to find its ALAC configuration.
+const MAX_STSD: u64 = 1 << 12;
+
 /// Where the boxes of an MP4 file start in `head` (its first bytes): at
 /// the first `ftyp` box. symphonia's probe looks for it past leading
 /// junk too.
@@ -74,6 +82,15 @@ fn walk<R: Read + Seek>(
             if let Some(e) = walk(r, pos + header, pos + held, depth + 1)? {
                 return Ok(Some(e));
             }
+        } else if &kind == b"stsd" {
+            let mut body = vec![0u8; (held - header).min(MAX_STSD) as usize];
+            if r.read_exact(&mut body).is_ok() {
+                if let Some(n) = alac_frame(&body).filter(|&n| n > MAX_ALAC_FRAME) {
+                    return Ok(Some(format!(
+                        "its ALAC configuration declares frames of {n} samples (at most {MAX_ALAC_FRAME})"
+                    )));
+                }
+            }
         } else if let Some(entry) = entry_bytes(&kind) {
             // version and flags, then the count (stsz: a sample size first,
             // entries only where it is 0)
@@ -108,6 +125,24 @@ fn walk<R: Read + Seek>(
         pos += size;
     }
     Ok(None)
+}
+
+/// The frame length an `stsd` body's first sample entry declares, where
+/// that entry is ALAC: after the entry's 36 bytes of audio fields, its
+/// `alac` box holds version and flags, then the length.
+fn alac_frame(stsd: &[u8]) -> Option<u64> {
+    let at = |i: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(stsd.get(i..i + 4)?.try_into().ok()?))
+    };
+    // version and flags, entry count, then the entry's size and kind
+    if stsd.get(12..16)? != b"alac" {
+        return None;
+    }
+    let cookie = 8 + 36;
+    if stsd.get(cookie + 4..cookie + 8)? != b"alac" {
+        return None;
+    }
+    at(cookie + 12).map(u64::from)
 }
 
 /// Bytes per entry of the sample tables symphonia sizes from their counts.
@@ -174,6 +209,37 @@ mod tests {
         f.extend(moov);
         let e = check(&f).expect("an oversized stsc");
         assert!(e.contains("stsc") && e.contains("1000000000"), "{e}");
+    }
+
+    #[test]
+    fn an_alac_frame_too_long_for_any_encoder_is_found() {
+        // stsd: one ALAC entry (36 bytes of audio fields), its `alac` box
+        // with the frame length (found by the fuzz target: 2^31)
+        let stsd = |frame: u32| {
+            let mut cookie = vec![0u8; 4];
+            cookie.extend(frame.to_be_bytes());
+            cookie.extend([0u8; 16]);
+            let mut entry = vec![0u8; 28];
+            entry.extend(bx(b"alac", &cookie));
+            let mut body = vec![0, 0, 0, 0, 0, 0, 0, 1];
+            body.extend(bx(b"alac", &entry));
+            bx(b"stsd", &body)
+        };
+        let mp4 = |frame: u32| {
+            let moov = bx(
+                b"moov",
+                &bx(
+                    b"trak",
+                    &bx(b"mdia", &bx(b"minf", &bx(b"stbl", &stsd(frame)))),
+                ),
+            );
+            let mut f = bx(b"ftyp", b"M4A \0\0\0\0");
+            f.extend(moov);
+            f
+        };
+        assert_eq!(check(&mp4(4096)), None);
+        let e = check(&mp4(0x7883_c475)).expect("an oversized ALAC frame");
+        assert!(e.contains("ALAC") && e.contains("2021901429"), "{e}");
     }
 
     #[test]

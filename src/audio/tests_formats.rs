@@ -172,6 +172,9 @@ fn an_m4a_table_larger_than_its_box_is_refused_before_decoding() {
     // a `minf` box that declares 7 MB inside a 333-byte `mdia`, its
     // `stsc` 68 GB of entries (found by the fuzz target in a later run)
     table_refused("fixtures/audio/minf_overruns_its_parent.m4a", "stsc");
+    // an ALAC configuration declaring frames of 2^31 samples (2 GB of
+    // buffers in symphonia; the fuzz target again)
+    table_refused("fixtures/audio/alac_frame_overflow.m4a", "ALAC");
 }
 
 fn table_refused(file: &str, table: &str) {
