@@ -50,8 +50,8 @@ cargo clippy --release --no-default-features --all-targets -- -D warnings
 # from the seed corpora (docs/fuzzing.md). Installs no tool: libfuzzer-sys
 # (a 130 kB crate from crates.io) builds LLVM's libFuzzer with the system
 # C++ compiler. Cost: one more release build of the crate with coverage
-# flags (5 CPU-minutes, 8.5 minutes on the shared 2-core dev box) and 80 s
-# of runs.
+# flags (5 CPU-minutes, 8.5 minutes on the shared 2-core dev box) and 90 s
+# of runs (nine targets).
 bash scripts/fuzz.sh 10 wav audio safetensors config arpa tokenizer tokens realtime form
 # The microphone path (feature `mic`) needs ALSA's headers: build it too, so
 # its code cannot rot; needs root for apt-get, said when skipped.

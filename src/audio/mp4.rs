@@ -128,8 +128,9 @@ fn walk<R: Read + Seek>(
 }
 
 /// The frame length an `stsd` body's first sample entry declares, where
-/// that entry is ALAC: after the entry's 36 bytes of audio fields, its
-/// `alac` box holds version and flags, then the length.
+/// that entry is ALAC: after the entry's 36 bytes (its box header and 28
+/// bytes of audio fields), its `alac` box holds version and flags, then
+/// the length.
 fn alac_frame(stsd: &[u8]) -> Option<u64> {
     let at = |i: usize| -> Option<u32> {
         Some(u32::from_be_bytes(stsd.get(i..i + 4)?.try_into().ok()?))
