@@ -1,6 +1,7 @@
 //! The cache ops against plain causal attention; reordering, capacity, recording.
 
 use super::*;
+use crate::ops::{DType, Op, TypedFact};
 use crate::ops::attention::Attention;
 use crate::ops::eval_op;
 use std::any::Any;
