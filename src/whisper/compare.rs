@@ -148,7 +148,7 @@ pub fn compare(
     let mut i = 0;
     while i < tokens.len() && i < limit {
         let ids = Tensor::from_vec(vec![1, 1], vec![tokens[i] as i64])?;
-        let positions = Tensor::from_vec(vec![1], vec![i as i64])?;
+        let positions = Tensor::from_vec(vec![1, 1], vec![i as i64])?;
         let mut inputs = vec![&ids, &positions];
         if chooses {
             inputs.extend([&rules, &cum, &masks]);

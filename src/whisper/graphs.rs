@@ -225,7 +225,7 @@ pub enum DecoderShape {
 }
 
 /// The decoder over new tokens: inputs `tokens` (i64, `[1, S]` or `[S, 1]`)
-/// and their text `positions` (i64, `[S]` or `[1]`); output `hidden`
+/// and their text `positions` (i64, `[S]` or `[S, 1]`); output `hidden`
 /// `[B, n, d]` after the final layer norm (logits are `hidden · Eᵀ`, taken
 /// only where decoding needs them). Keys and values go to `cache`.
 pub fn decoder(
@@ -251,7 +251,7 @@ pub fn decoder_with_logits(
 
 /// The decoder step choosing each sequence's `k` best next tokens where
 /// its logits are ([`TopTokens`]): inputs `tokens [S, 1]`, `positions
-/// [1]`, then `rules [S, ROW_PARAMS]` i64, `scores [S]` f32 (each row's
+/// [S, 1]`, then `rules [S, ROW_PARAMS]` i64, `scores [S]` f32 (each row's
 /// running score) and `masks [2, vocab]` bool; outputs `hidden`, then
 /// `ids [S, k]`, `scores [S, k]` and `no_speech [S]`. A GPU step hands
 /// back these instead of `S x vocab` logits.
@@ -281,12 +281,13 @@ fn decoder_graph(
 ) -> Result<Graph> {
     let d = cfg.d_model;
     let mut b = GraphBuilder::new();
+    // a step's rows are sequences, each at its own position
     let (tok, pos) = match shape {
-        DecoderShape::Prompt => ([Dim::n(1), Dim::s()], Dim::s()),
-        DecoderShape::Step => ([Dim::s(), Dim::n(1)], Dim::n(1)),
+        DecoderShape::Prompt => ([Dim::n(1), Dim::s()], vec![Dim::s()]),
+        DecoderShape::Step => ([Dim::s(), Dim::n(1)], vec![Dim::s(), Dim::n(1)]),
     };
     let tokens = b.input("tokens", TypedFact::new(DType::I64, tok))?;
-    let positions = b.input("positions", TypedFact::new(DType::I64, [pos]))?;
+    let positions = b.input("positions", TypedFact::new(DType::I64, pos))?;
     let mut n = Net { b: &mut b, w, d };
     // the lookup reads the embedding as the weights hold it (a CPU model
     // keeps it as stored, f16) and widens the rows it takes: exact

@@ -21,6 +21,7 @@ mod gpu;
 pub mod graphs;
 mod layers;
 mod net;
+mod net_sequences;
 mod projection;
 pub mod streaming;
 pub mod tokenizer;

@@ -146,13 +146,13 @@ impl<R: NetRunners> WhisperNet<R> {
     /// Its inputs are written into tensors kept from the last call, so that
     /// a step allocates nothing.
     fn run_decoder(&mut self, tokens: &[u32], batch: usize, n: usize) -> Result<()> {
-        let past = self.cache.len() as i64;
         let (shape, s, dims) = if n == 1 {
             let rows = self.runners.step_rows(batch);
             (DecoderShape::Step, rows, [rows, 1])
         } else {
             (DecoderShape::Prompt, n, [1, n])
         };
+        let past = self.cache.fed_lens();
         let (ids, positions) = &mut self.inputs;
         ids.ensure(DType::I64, &dims);
         let v = ids.as_slice_mut::<i64>()?;
@@ -160,12 +160,60 @@ impl<R: NetRunners> WhisperNet<R> {
         for (d, &t) in v.iter_mut().zip(tokens) {
             *d = t as i64;
         }
-        positions.ensure(DType::I64, &[n]);
-        for (i, p) in positions.as_slice_mut::<i64>()?.iter_mut().enumerate() {
-            *p = past + i as i64;
+        match shape {
+            DecoderShape::Prompt => {
+                let from = past.first().copied().unwrap_or(0) as i64;
+                positions.ensure(DType::I64, &[n]);
+                for (i, p) in positions.as_slice_mut::<i64>()?.iter_mut().enumerate() {
+                    *p = from + i as i64;
+                }
+            }
+            DecoderShape::Step => {
+                // padding rows read position 0; their outputs are not read
+                positions.ensure(DType::I64, &[s, 1]);
+                let v = positions.as_slice_mut::<i64>()?;
+                v.fill(0);
+                for (p, &len) in v.iter_mut().zip(&past) {
+                    *p = len as i64;
+                }
+            }
         }
         self.runners.decoder(shape, s)?.step(&[ids, positions])?;
         Ok(self.cache.advance(n)?)
+    }
+
+    /// Replaces window `window`'s frames `from..` with `rows` (`[n, d]`);
+    /// `Ok(false)` where this engine has no graph for rows alone.
+    pub(super) fn frame_rows(&mut self, window: usize, from: usize, rows: &[f32]) -> Result<bool> {
+        let d = self.cfg.d_model;
+        if !rows.len().is_multiple_of(d) {
+            return Err(Error::Input {
+                name: "encoder".into(),
+                reason: format!("{} values are not rows of {d}", rows.len()),
+            });
+        }
+        let n = rows.len() / d;
+        let Some(size) = self.runners.cross_rows_size(n) else {
+            return Ok(false);
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        let runner = self.runners.cross_rows(size)?;
+        let mut padded = rows.to_vec();
+        padded.resize(size * d, 0.0);
+        runner.step(&[&Tensor::from_vec(vec![1, size, d], padded)?])?;
+        let first = |t: &Tensor| Tensor::from_vec(vec![1, n, d], t.to_f32_vec()[..n * d].to_vec());
+        for l in 0..self.cfg.decoder_layers {
+            let (k, v) = (runner.output(2 * l), runner.output(2 * l + 1));
+            if size == n {
+                self.cache.set_cross_rows(l, window, from, k, v)?;
+            } else {
+                self.cache
+                    .set_cross_rows(l, window, from, &first(k)?, &first(v)?)?;
+            }
+        }
+        Ok(true)
     }
 
     /// Refuses a token id outside the vocabulary.
@@ -241,34 +289,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn encode_frame_rows(&mut self, from: usize, rows: &[f32]) -> Result<bool> {
-        let d = self.cfg.d_model;
-        if !rows.len().is_multiple_of(d) {
-            return Err(Error::Input {
-                name: "encoder".into(),
-                reason: format!("{} values are not rows of {d}", rows.len()),
-            });
-        }
-        let n = rows.len() / d;
-        let Some(size) = self.runners.cross_rows_size(n) else {
-            return Ok(false);
-        };
-        if n == 0 {
-            return Ok(true);
-        }
-        let runner = self.runners.cross_rows(size)?;
-        let mut padded = rows.to_vec();
-        padded.resize(size * d, 0.0);
-        runner.step(&[&Tensor::from_vec(vec![1, size, d], padded)?])?;
-        let first = |t: &Tensor| Tensor::from_vec(vec![1, n, d], t.to_f32_vec()[..n * d].to_vec());
-        for l in 0..self.cfg.decoder_layers {
-            let (k, v) = (runner.output(2 * l), runner.output(2 * l + 1));
-            if size == n {
-                self.cache.set_cross_rows(l, from, k, v)?;
-            } else {
-                self.cache.set_cross_rows(l, from, &first(k)?, &first(v)?)?;
-            }
-        }
-        Ok(true)
+        self.frame_rows(0, from, rows)
     }
 
     fn rewind(&mut self, len: usize) -> Result<bool> {
@@ -291,7 +312,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         positions: &[usize],
         logits: &mut Vec<f32>,
     ) -> Result<()> {
-        let batch = self.cache.batch();
+        let batch = self.cache.fed();
         if n == 0 || tokens.len() != batch * n {
             return Err(Error::Input {
                 name: "tokens".into(),
@@ -361,7 +382,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         masks: &Tensor,
         k: usize,
     ) -> Result<Option<Chosen>> {
-        let batch = self.cache.batch();
+        let batch = self.cache.fed();
         if tokens.len() != batch || rules.len() != batch || cum.len() != batch {
             return Err(Error::Input {
                 name: "tokens".into(),
@@ -375,7 +396,8 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         }
         self.check_vocabulary(tokens)?;
         let s = self.runners.step_rows(batch);
-        let past = self.cache.len() as i64;
+        let mut past: Vec<i64> = self.cache.fed_lens().iter().map(|&l| l as i64).collect();
+        past.resize(s, 0);
         let Some(runner) = self.runners.chooser(s) else {
             return Ok(None);
         };
@@ -396,7 +418,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         scores.resize(s, 0.0);
         runner.step(&[
             &Tensor::from_vec(vec![s, 1], ids)?,
-            &Tensor::from_vec(vec![1], vec![past])?,
+            &Tensor::from_vec(vec![s, 1], past)?,
             &Tensor::from_vec(vec![s, ROW_PARAMS], row_params)?,
             &Tensor::from_vec(vec![s], scores)?,
             masks,

@@ -27,10 +27,10 @@ impl CacheState {
             )));
         }
         let (b, n) = dims3(q, 0, width)?;
-        if b != self.batch {
+        if b != self.fed_count() {
             return Err(OpError::Shape(format!(
-                "{b} sequences fed, the cache holds {}",
-                self.batch
+                "{b} sequences fed, the cache feeds {}",
+                self.fed_count()
             )));
         }
         Ok((b, n))
@@ -171,10 +171,10 @@ impl Op for CachedSelfAttention {
                 )));
             }
         }
-        let past = st.len;
-        if past + n > cap {
+        if let Some(r) = (0..b).find(|&r| st.lens[st.seq_of(r)] + n > cap) {
             return Err(OpError::Shape(format!(
-                "{past} + {n} text positions exceed the decoder's {cap}"
+                "{} + {n} text positions exceed the decoder's {cap}",
+                st.lens[st.seq_of(r)]
             )));
         }
         let (q, k, v) = (contig(inputs[0]), contig(inputs[1]), contig(inputs[2]));
@@ -183,11 +183,13 @@ impl Op for CachedSelfAttention {
             k.as_slice::<f32>()?,
             v.as_slice::<f32>()?,
         );
-        let row = cap * width;
+        // one sequence's rows
+        let stride = cap * width;
         let st = &mut *st;
-        for s in 0..b {
-            let dst = s * row + past * width;
-            let src = s * n * width..(s + 1) * n * width;
+        for r in 0..b {
+            let s = st.seq_of(r);
+            let dst = s * stride + st.lens[s] * width;
+            let src = r * n * width..(r + 1) * n * width;
             st.self_k[layer][dst..dst + n * width].copy_from_slice(&k[src.clone()]);
             st.self_v[layer][dst..dst + n * width].copy_from_slice(&v[src]);
         }
@@ -198,14 +200,16 @@ impl Op for CachedSelfAttention {
         let scale = 1.0 / (dh as f32).sqrt();
         // sized for the whole cache at once, not grown a token at a time
         // (a decoder step allocates nothing)
-        let w = &mut scratch.one(cap)[..past + n];
+        let w = scratch.one(cap);
         let (kc, vc) = (&st.self_k[layer], &st.self_v[layer]);
-        for s in 0..b {
+        for fed in 0..b {
+            let s = st.seq_of(fed);
+            let past = st.lens[s];
             for i in 0..n {
-                let r = (s * n + i) * width;
+                let r = (fed * n + i) * width;
                 for h in 0..self.heads {
                     let o = h * dh;
-                    let base = s * row + o;
+                    let base = s * stride + o;
                     attend_row(
                         &q[r + o..r + o + dh],
                         &kc[base..],
@@ -279,10 +283,11 @@ impl Op for CrossAttention {
         // floats) stay in cache while every beam reads them
         for h in 0..self.heads {
             let o = h * dh;
-            for s in 0..b {
+            for row in 0..b {
+                let s = st.seq_of(row);
                 let win = st.seq_window[s] * frames * width;
                 for i in 0..n {
-                    let r = (s * n + i) * width;
+                    let r = (row * n + i) * width;
                     attend_row(
                         &q[r + o..r + o + dh],
                         &st.cross_k[layer][win + o..],
@@ -294,7 +299,7 @@ impl Op for CrossAttention {
                         &mut out[r + o..r + o + dh],
                     );
                     for &(slot, _) in keep.iter().filter(|(_, kh)| *kh == h) {
-                        st.recorded[slot].extend_from_slice(&w[..frames]);
+                        st.recorded[s][slot].extend_from_slice(&w[..frames]);
                     }
                 }
             }

@@ -22,8 +22,11 @@ pub(super) struct CacheState {
     /// Per layer: `[batch, capacity, width]` keys and values.
     pub(super) self_k: Vec<Vec<f32>>,
     pub(super) self_v: Vec<Vec<f32>>,
-    /// Positions filled (in every layer).
-    pub(super) len: usize,
+    /// Per sequence: positions filled (in every layer).
+    pub(super) lens: Vec<usize>,
+    /// The sequences the next steps feed, row `r` of a step being sequence
+    /// `rows[r]` (`None`: every sequence, in order).
+    pub(super) rows: Option<Vec<usize>>,
     /// Per layer: `[windows, frames, width]` cross-attention keys and values.
     pub(super) cross_k: Vec<Vec<f32>>,
     pub(super) cross_v: Vec<Vec<f32>>,
@@ -36,7 +39,8 @@ pub(super) struct CacheState {
     /// When set, cross-attention weights of these `(layer, head)` pairs are
     /// kept, in order, as `[rows, frames]` each.
     pub(super) record: Option<Vec<(usize, usize)>>,
-    pub(super) recorded: Vec<Vec<f32>>,
+    /// Per sequence, per recorded head: the weights kept.
+    pub(super) recorded: Vec<Vec<Vec<f32>>>,
     /// Told of every change from outside the graph; while set, the host
     /// keeps the bookkeeping and the windows (for alignment passes), not
     /// the self-attention rows, and host ops refuse to run.
@@ -55,7 +59,8 @@ impl KvCache {
                 batch: 0,
                 self_k: vec![Vec::new(); layers],
                 self_v: vec![Vec::new(); layers],
-                len: 0,
+                lens: Vec::new(),
+                rows: None,
                 cross_k: vec![Vec::new(); layers],
                 cross_v: vec![Vec::new(); layers],
                 windows: 0,
@@ -80,29 +85,40 @@ impl KvCache {
         self.lock().capacity
     }
 
-    /// Text positions filled so far.
+    /// Text positions filled so far (of the first sequence the steps feed;
+    /// sequences started together are filled together).
     pub fn len(&self) -> usize {
-        self.lock().len
+        let st = self.lock();
+        let first = st.fed_lens().next();
+        first.unwrap_or(0)
     }
 
-    /// The positions the last step wrote (`n` new tokens) are now filled;
-    /// called once the whole decoder ran over them.
+    /// Per row of the next step: its sequence's positions filled.
+    pub fn fed_lens(&self) -> Vec<usize> {
+        self.lock().fed_lens().collect()
+    }
+
+    /// The positions the last step wrote (`n` new tokens of each sequence
+    /// it fed) are now filled; called once the whole decoder ran over them.
     pub fn advance(&self, n: usize) -> OpResult<()> {
         let mut st = self.lock();
-        if st.len + n > st.capacity {
+        let cap = st.capacity;
+        if let Some(len) = st.fed_lens().find(|&len| len + n > cap) {
             return Err(OpError::Shape(format!(
-                "{} + {n} text positions exceed the decoder's {}",
-                st.len, st.capacity
+                "{len} + {n} text positions exceed the decoder's {cap}"
             )));
         }
-        st.len += n;
+        for r in 0..st.fed_count() {
+            let s = st.seq_of(r);
+            st.lens[s] += n;
+        }
         let st = &mut *st;
         if let Some(m) = &st.mirror {
-            m.set_len(st.len)?;
-            if let Some(heads) = &st.record {
+            m.set_len(st.lens.first().copied().unwrap_or(0))?;
+            if let (Some(heads), Some(kept)) = (&st.record, st.recorded.first_mut()) {
                 // the step kept its scores on the device
                 let raw = m.recorded(heads.len(), n)?;
-                for (kept, mut scores) in st.recorded.iter_mut().zip(raw) {
+                for (kept, mut scores) in kept.iter_mut().zip(raw) {
                     for row in scores.chunks_mut(st.frames.max(1)) {
                         softmax(row);
                     }
@@ -110,6 +126,61 @@ impl KvCache {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The next steps feed `rows` (row `r` is sequence `rows[r]`, each
+    /// sequence once), the others kept as they are; `None`: every sequence,
+    /// in order. On the host only.
+    pub fn select(&self, rows: Option<&[usize]>) -> OpResult<()> {
+        let mut st = self.lock();
+        if let Some(rows) = rows {
+            if st.mirror.is_some() {
+                return Err(param("a GPU cache feeds all its sequences at once".into()));
+            }
+            if let Some(&s) = rows.iter().find(|&&s| s >= st.batch) {
+                return Err(param(format!("sequence {s} of {}", st.batch)));
+            }
+            let mut seen = rows.to_vec();
+            seen.sort_unstable();
+            if seen.windows(2).any(|w| w[0] == w[1]) {
+                return Err(param(format!("rows {rows:?} feed a sequence twice")));
+            }
+        }
+        st.rows = rows.map(<[usize]>::to_vec);
+        Ok(())
+    }
+
+    /// Starts sequence `seq` again over encoded window `window`, nothing
+    /// filled, the other sequences kept; a `seq` past the last adds
+    /// sequences (the ones between empty, reading `window` too). On the
+    /// host only.
+    pub fn restart(&self, seq: usize, window: usize) -> OpResult<()> {
+        let mut st = self.lock();
+        if st.mirror.is_some() {
+            return Err(param("a GPU cache starts its sequences together".into()));
+        }
+        if window >= st.windows {
+            return Err(param(format!(
+                "window {window} was not encoded ({} windows)",
+                st.windows
+            )));
+        }
+        let st = &mut *st;
+        if seq >= st.batch {
+            let heads = st.record.as_ref().map_or(0, Vec::len);
+            st.batch = seq + 1;
+            st.lens.resize(st.batch, 0);
+            st.seq_window.resize(st.batch, window);
+            st.recorded.resize(st.batch, vec![Vec::new(); heads]);
+            let n = st.batch * st.capacity * st.width;
+            for buf in st.self_k.iter_mut().chain(st.self_v.iter_mut()) {
+                buf.resize(n, 0.0);
+            }
+        }
+        st.lens[seq] = 0;
+        st.seq_window[seq] = window;
+        st.recorded[seq].iter_mut().for_each(Vec::clear);
         Ok(())
     }
 
@@ -145,9 +216,63 @@ impl KvCache {
         self.len() == 0
     }
 
+    /// Sets encoded window `window`'s cross-attention keys and values, a
+    /// key and a value `[1, frames, width]` (f32) per layer, the other
+    /// windows kept; a `window` past the last adds windows (the ones
+    /// between zero). On the host only.
+    pub fn set_window(&self, window: usize, k: &[&Tensor], v: &[&Tensor]) -> OpResult<()> {
+        let mut st = self.lock();
+        if st.mirror.is_some() {
+            return Err(param("a GPU cache takes its windows together".into()));
+        }
+        if k.len() != st.layers || v.len() != st.layers {
+            return Err(param(format!(
+                "{} keys and {} values for {} layers",
+                k.len(),
+                v.len(),
+                st.layers
+            )));
+        }
+        let frames = k[0].shape().get(1).copied().unwrap_or(0);
+        let width = st.width;
+        let fits = |t: &Tensor| {
+            t.rank() == 3 && t.shape() == [1, frames, width] && t.dtype() == DType::F32
+        };
+        if frames == 0 || !k.iter().chain(v).all(|t| fits(t)) {
+            return Err(OpError::Shape(format!(
+                "window keys {:?} are not f32 [1, frames, {width}] in every layer",
+                k[0].shape()
+            )));
+        }
+        if st.windows > 0 && frames != st.frames {
+            return Err(OpError::Shape(format!(
+                "a window of {frames} frames beside windows of {}",
+                st.frames
+            )));
+        }
+        let st = &mut *st;
+        st.frames = frames;
+        st.windows = st.windows.max(window + 1);
+        let size = frames * width;
+        for l in 0..st.layers {
+            for (buf, t) in [(&mut st.cross_k[l], k[l]), (&mut st.cross_v[l], v[l])] {
+                buf.resize(st.windows * size, 0.0);
+                buf[window * size..(window + 1) * size]
+                    .copy_from_slice(contig(t).as_slice::<f32>()?);
+            }
+        }
+        Ok(())
+    }
+
     /// Sequences being decoded.
     pub fn batch(&self) -> usize {
         self.lock().batch
+    }
+
+    /// Rows the next step feeds (the sequences [`KvCache::select`] chose,
+    /// else all).
+    pub fn fed(&self) -> usize {
+        self.lock().fed_count()
     }
 
     /// Sets layer `layer`'s cross-attention keys and values, `[windows,
@@ -193,12 +318,14 @@ impl KvCache {
         Ok(())
     }
 
-    /// Replaces layer `layer`'s cross-attention keys and values of window
-    /// 0's frames `from..` with `k` and `v` (`[1, rows, width]` f32 each):
-    /// a streamed encoder's new frames, the rest of the window kept.
+    /// Replaces layer `layer`'s cross-attention keys and values of
+    /// `window`'s frames `from..` with `k` and `v` (`[1, rows, width]` f32
+    /// each): a streamed encoder's new frames, the rest of the window kept.
+    /// A mirror takes window 0's only.
     pub fn set_cross_rows(
         &self,
         layer: usize,
+        window: usize,
         from: usize,
         k: &Tensor,
         v: &Tensor,
@@ -212,9 +339,10 @@ impl KvCache {
         let fits = |t: &Tensor| {
             t.rank() == 3 && t.shape() == [1, rows, st.width] && t.dtype() == DType::F32
         };
-        if !fits(&k) || !fits(&v) || st.windows == 0 || from + rows > st.frames {
+        let mirrored = st.mirror.is_some() && window > 0;
+        if !fits(&k) || !fits(&v) || window >= st.windows || from + rows > st.frames || mirrored {
             return Err(OpError::Shape(format!(
-                "cross rows {:?} and {:?} from frame {from} do not fit {} windows of {} frames x {}",
+                "cross rows {:?} and {:?} from frame {from} do not fit window {window} of {} windows of {} frames x {}",
                 k.shape(),
                 v.shape(),
                 st.windows,
@@ -222,7 +350,8 @@ impl KvCache {
                 st.width
             )));
         }
-        let span = from * st.width..(from + rows) * st.width;
+        let at = (window * st.frames + from) * st.width;
+        let span = at..at + rows * st.width;
         st.cross_k[layer][span.clone()].copy_from_slice(k.as_slice::<f32>()?);
         st.cross_v[layer][span].copy_from_slice(v.as_slice::<f32>()?);
         if let Some(m) = &st.mirror {
@@ -231,19 +360,21 @@ impl KvCache {
         Ok(())
     }
 
-    /// Forgets every text position from `len` on (of every sequence): a
-    /// decoding that continues from a shorter prefix, without feeding it
-    /// again. A mirror is told the new length: the rows past it are written
-    /// again before they are read.
+    /// Forgets every text position from `len` on (of every sequence the
+    /// steps feed): a decoding that continues from a shorter prefix,
+    /// without feeding it again. A mirror is told the new length: the rows
+    /// past it are written again before they are read.
     pub fn truncate(&self, len: usize) -> OpResult<()> {
         let mut st = self.lock();
-        if len > st.len {
+        if let Some(filled) = st.fed_lens().find(|&f| len > f) {
             return Err(param(format!(
-                "cannot keep {len} text positions of {}",
-                st.len
+                "cannot keep {len} text positions of {filled}"
             )));
         }
-        st.len = len;
+        for r in 0..st.fed_count() {
+            let s = st.seq_of(r);
+            st.lens[s] = len;
+        }
         if let Some(m) = &st.mirror {
             m.set_len(len)?;
         }
@@ -251,11 +382,28 @@ impl KvCache {
     }
 
     /// Takes the weights kept since [`KvCache::record`] or the last take,
-    /// recording on.
+    /// recording on: per head, every sequence's rows in turn.
     pub fn take_recorded(&self) -> Vec<Vec<f32>> {
         let mut st = self.lock();
-        let n = st.recorded.len();
-        std::mem::replace(&mut st.recorded, vec![Vec::new(); n])
+        let heads = st.record.as_ref().map_or(0, Vec::len);
+        let mut all = vec![Vec::new(); heads];
+        for seq in st.recorded.iter_mut() {
+            for (a, kept) in all.iter_mut().zip(seq.iter_mut()) {
+                a.append(kept);
+            }
+        }
+        all
+    }
+
+    /// Takes the weights sequence `seq` kept since the last take: per
+    /// head, `[rows, frames]`.
+    pub fn take_recorded_of(&self, seq: usize) -> Vec<Vec<f32>> {
+        let mut st = self.lock();
+        let heads = st.record.as_ref().map_or(0, Vec::len);
+        st.recorded
+            .get_mut(seq)
+            .map(|kept| std::mem::replace(kept, vec![Vec::new(); heads]))
+            .unwrap_or_default()
     }
 
     /// Whether decoder steps over this cache run on the host.
@@ -286,8 +434,10 @@ impl KvCache {
                 buf.resize(n, 0.0);
             }
         }
-        st.len = 0;
         st.batch = windows.len();
+        st.lens = vec![0; st.batch];
+        st.rows = None;
+        st.reset_recorded();
         st.seq_window.clear();
         st.seq_window.extend_from_slice(windows);
         if let Some(m) = &st.mirror {
@@ -304,22 +454,27 @@ impl KvCache {
             return Err(param(format!("sequence {s} of {}", st.batch)));
         }
         st.seq_window = src.iter().map(|&s| st.seq_window[s]).collect();
+        let lens: Vec<usize> = src.iter().map(|&s| st.lens[s]).collect();
+        st.recorded = src.iter().map(|&s| st.recorded[s].clone()).collect();
         st.batch = src.len();
+        st.rows = None;
         if let Some(m) = &st.mirror {
-            return m.reorder(src, &st.seq_window, st.len);
+            st.lens = lens;
+            return m.reorder(src, &st.seq_window, st.lens.first().copied().unwrap_or(0));
         }
         let row = st.capacity * st.width;
         for l in 0..st.layers {
-            let used = st.len * st.width;
             for buf in [&mut st.self_k[l], &mut st.self_v[l]] {
                 st.spare.resize(src.len() * row, 0.0);
                 for (b, &s) in src.iter().enumerate() {
+                    let used = st.lens[s] * st.width;
                     st.spare[b * row..b * row + used]
                         .copy_from_slice(&buf[s * row..s * row + used]);
                 }
                 std::mem::swap(buf, &mut st.spare);
             }
         }
+        st.lens = lens;
         Ok(())
     }
 
@@ -330,15 +485,24 @@ impl KvCache {
         if let Some(m) = &st.mirror {
             m.record(heads.as_deref())?;
         }
-        st.recorded = vec![Vec::new(); heads.as_ref().map_or(0, |h| h.len())];
         st.record = heads;
+        st.reset_recorded();
         Ok(())
     }
 
     /// The weights kept since [`KvCache::record`]: per head, `[rows,
-    /// frames]` for every query row fed (batch 1).
+    /// frames]` for every query row fed, every sequence's in turn.
     pub fn recorded(&self) -> Vec<Vec<f32>> {
-        self.lock().recorded.clone()
+        let st = self.lock();
+        let heads = st.record.as_ref().map_or(0, Vec::len);
+        (0..heads)
+            .map(|h| {
+                st.recorded
+                    .iter()
+                    .flat_map(|seq| seq[h].iter().copied())
+                    .collect()
+            })
+            .collect()
     }
 
     /// Takes `other`'s encoder windows (its cross-attention keys and
@@ -361,6 +525,29 @@ impl KvCache {
     /// Encoder frames per window.
     pub fn frames(&self) -> usize {
         self.lock().frames
+    }
+}
+
+impl CacheState {
+    /// Rows the next step feeds.
+    pub(super) fn fed_count(&self) -> usize {
+        self.rows.as_ref().map_or(self.batch, Vec::len)
+    }
+
+    /// The sequence row `row` of a step feeds.
+    pub(super) fn seq_of(&self, row: usize) -> usize {
+        self.rows.as_ref().map_or(row, |rows| rows[row])
+    }
+
+    /// Per row of the next step: its sequence's positions filled.
+    fn fed_lens(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.fed_count()).map(|r| self.lens[self.seq_of(r)])
+    }
+
+    /// No weight kept, room for every sequence's.
+    fn reset_recorded(&mut self) {
+        let heads = self.record.as_ref().map_or(0, Vec::len);
+        self.recorded = vec![vec![Vec::new(); heads]; self.batch];
     }
 }
 

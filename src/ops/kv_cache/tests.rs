@@ -1,9 +1,9 @@
 //! The cache ops against plain causal attention; reordering, capacity, recording.
 
 use super::*;
-use crate::ops::{DType, Op, TypedFact};
 use crate::ops::attention::Attention;
 use crate::ops::eval_op;
+use crate::ops::{DType, Op, TypedFact};
 use std::any::Any;
 
 fn rand(n: usize, seed: u32) -> Vec<f32> {
@@ -333,7 +333,7 @@ fn a_mirror_that_keeps_scores_records_their_softmax_per_step() {
     let x = t(&[1, 3, width], 1);
     cache.set_cross(0, &x, &x).unwrap();
     cache
-        .set_cross_rows(0, 1, &t(&[1, 2, width], 2), &t(&[1, 2, width], 3))
+        .set_cross_rows(0, 0, 1, &t(&[1, 2, width], 2), &t(&[1, 2, width], 3))
         .unwrap();
     cache.start(&[0]).unwrap();
     cache.record(Some(vec![(0, 1), (0, 2)])).unwrap();
@@ -363,4 +363,143 @@ fn a_mirror_that_keeps_scores_records_their_softmax_per_step() {
             "record None"
         ]
     );
+}
+
+/// Feeds `tokens` (`[n, width]` q, k, v rows) to sequence `seq` of `cache`
+/// one at a time, alone, over both attentions; their outputs.
+fn feed_alone(
+    cache: &KvCache,
+    seq: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    width: usize,
+) -> Vec<f32> {
+    let (sa, ca) = ops(cache);
+    let mut out = Vec::new();
+    for i in 0..q.len() / width {
+        let row = |x: &[f32]| {
+            Tensor::from_vec(vec![1, 1, width], x[i * width..(i + 1) * width].to_vec()).unwrap()
+        };
+        cache.select(Some(&[seq])).unwrap();
+        let y = eval_op(&sa, &[&row(q), &row(k), &row(v)])
+            .unwrap()
+            .remove(0);
+        let z = eval_op(&ca, &[&y]).unwrap().remove(0);
+        cache.advance(1).unwrap();
+        out.extend(z.to_f32_vec());
+    }
+    out
+}
+
+fn ops(cache: &KvCache) -> (CachedSelfAttention, CrossAttention) {
+    (
+        CachedSelfAttention {
+            layer: 0,
+            heads: 2,
+            cache: cache.clone(),
+        },
+        CrossAttention {
+            layer: 0,
+            heads: 2,
+            cache: cache.clone(),
+        },
+    )
+}
+
+#[test]
+fn sequences_at_different_lengths_fed_in_one_step_equal_each_fed_alone() {
+    let (width, frames) = (8, 5);
+    let window = |seed| {
+        (
+            t(&[1, frames, width], seed),
+            t(&[1, frames, width], seed + 1),
+        )
+    };
+    let (k0, v0) = window(20);
+    let (k1, v1) = window(30);
+    // two sequences over windows of their own, 3 and 1 tokens in, then a
+    // step feeding both (sequence 1 first), then sequence 0 alone again
+    let shared = KvCache::new(1, width, 8);
+    shared.set_window(1, &[&k1], &[&v1]).unwrap();
+    shared.set_window(0, &[&k0], &[&v0]).unwrap();
+    shared.restart(1, 1).unwrap();
+    shared.restart(0, 0).unwrap();
+    assert_eq!(shared.batch(), 2);
+    let (q, k, v) = (rand(5 * width, 1), rand(5 * width, 2), rand(5 * width, 3));
+    let (q1, k1r, v1r) = (rand(2 * width, 4), rand(2 * width, 5), rand(2 * width, 6));
+    let span = |x: &[f32], a: usize, b: usize| x[a * width..b * width].to_vec();
+    let mut got0 = feed_alone(
+        &shared,
+        0,
+        &span(&q, 0, 3),
+        &span(&k, 0, 3),
+        &span(&v, 0, 3),
+        width,
+    );
+    let mut got1 = feed_alone(
+        &shared,
+        1,
+        &span(&q1, 0, 1),
+        &span(&k1r, 0, 1),
+        &span(&v1r, 0, 1),
+        width,
+    );
+    shared.select(Some(&[1, 0])).unwrap();
+    assert_eq!(shared.fed_lens(), [1, 3]);
+    let both = |x: &[f32], y: &[f32]| {
+        let mut r = span(y, 1, 2);
+        r.extend(span(x, 3, 4));
+        Tensor::from_vec(vec![2, 1, width], r).unwrap()
+    };
+    let (sa, ca) = ops(&shared);
+    let y = eval_op(&sa, &[&both(&q, &q1), &both(&k, &k1r), &both(&v, &v1r)])
+        .unwrap()
+        .remove(0);
+    let z = eval_op(&ca, &[&y]).unwrap().remove(0).to_f32_vec();
+    shared.advance(1).unwrap();
+    got1.extend(&z[..width]);
+    got0.extend(&z[width..]);
+    got0.extend(feed_alone(
+        &shared,
+        0,
+        &span(&q, 4, 5),
+        &span(&k, 4, 5),
+        &span(&v, 4, 5),
+        width,
+    ));
+    assert_eq!(shared.fed_lens(), [5]);
+    shared.select(None).unwrap();
+    assert_eq!(shared.fed_lens(), [5, 2]);
+
+    // each sequence in a cache of its own, over its window alone
+    let alone = |kk: &Tensor, vv: &Tensor, q: &[f32], k: &[f32], v: &[f32]| {
+        let c = KvCache::new(1, width, 8);
+        c.set_cross(0, kk, vv).unwrap();
+        c.start(&[0]).unwrap();
+        feed_alone(&c, 0, q, k, v, width)
+    };
+    let want0 = alone(&k0, &v0, &q, &k, &v);
+    let want1 = alone(&window(30).0, &window(30).1, &q1, &k1r, &v1r);
+    assert_eq!(got0, want0);
+    assert_eq!(got1, want1);
+}
+
+#[test]
+fn selected_rows_are_checked() {
+    let cache = KvCache::new(1, 4, 8);
+    cache
+        .set_window(0, &[&t(&[1, 3, 4], 1)], &[&t(&[1, 3, 4], 2)])
+        .unwrap();
+    assert!(cache.restart(0, 1).is_err(), "window 1 was never set");
+    cache.restart(2, 0).unwrap();
+    assert_eq!(cache.batch(), 3);
+    assert!(cache.select(Some(&[3])).is_err());
+    assert!(cache.select(Some(&[1, 1])).is_err());
+    cache.select(Some(&[2])).unwrap();
+    assert!(cache.truncate(1).is_err(), "nothing filled to keep");
+    // a window of another size beside the first
+    assert!(cache
+        .set_window(1, &[&t(&[1, 4, 4], 1)], &[&t(&[1, 4, 4], 2)])
+        .is_err());
 }
