@@ -498,3 +498,98 @@ fn live_partial_lines_commit_the_final_lines_words_punctuation_included() {
         "the full stop was committed before the end: {longest}"
     );
 }
+
+/// Streams through one shared decoder (their steps batched, a row each)
+/// give the lines each gives through a network of its own: the same
+/// partial and final lines, words and commit times, at every pulse. The
+/// streams start apart and differ (one clip, one a second in, one twice
+/// with a pause), so the steps mix sequences of different lengths, and
+/// one has its second pass forced (a network of its own).
+#[test]
+fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
+    use pulsed::engine::Engine;
+    use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
+    use pulsed::whisper::shared::SharedDecoder;
+    let m = model(MODEL);
+    let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
+    let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000)
+        .unwrap()
+        .samples;
+    let mut twice = audio.clone();
+    twice.extend(vec![0.0; 16_000]);
+    twice.extend(&audio);
+    let streams = [audio.clone(), audio[16_000..].to_vec(), twice];
+    let options = |k: usize| {
+        let mut o = WhisperLiveOptions::default();
+        o.decode.language = Some("en".into());
+        o.paced = true;
+        if k == 1 {
+            o.untexted_speech_s = 0.0;
+        }
+        o
+    };
+    let run = |mut live: WhisperLive, samples: &[f32]| -> Vec<Update> {
+        let mut out = Vec::new();
+        for block in samples.chunks(320) {
+            out.extend(live.push(block).unwrap());
+        }
+        out.extend(live.finish().unwrap());
+        out
+    };
+    let alone: Vec<Vec<Update>> = streams
+        .iter()
+        .enumerate()
+        .map(|(k, s)| run(WhisperLive::new(&m, Some(&vad), options(k)).unwrap(), s))
+        .collect();
+    let shared = SharedDecoder::new(&m, &Engine::Cpu, 3).unwrap();
+    let together: Vec<Vec<Update>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = streams
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let live =
+                    WhisperLive::with_shared(&m, shared.slot().unwrap(), Some(&vad), options(k))
+                        .unwrap();
+                scope.spawn(move || run(live, s))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let c = shared.counts();
+    assert!(c.rows > c.steps, "no step served two streams: {c:?}");
+    for (k, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert!(a.iter().any(|u| u.is_final), "stream {k}: {a:?}");
+        assert_eq!(a, t, "stream {k}");
+    }
+}
+
+/// A shared decoder's slots are its streams' places: one more is refused
+/// with a reason, a dropped one is free again, and what a slot cannot do
+/// (beam search, whole windows) is refused, not done wrong.
+#[test]
+fn a_shared_decoder_lends_its_slots_and_takes_them_back() {
+    use pulsed::engine::Engine;
+    use pulsed::whisper::shared::SharedDecoder;
+    use pulsed::whisper::WhisperBackend;
+    let m = model(MODEL);
+    let shared = SharedDecoder::new(&m, &Engine::Cpu, 2).unwrap();
+    let a = shared.slot().unwrap();
+    let mut b = shared.slot().unwrap();
+    let Err(e) = shared.slot() else {
+        panic!("a third slot of two")
+    };
+    assert!(e.to_string().contains("2 slots are all taken"), "{e}");
+    assert!(b
+        .reserve(5)
+        .unwrap_err()
+        .to_string()
+        .contains("beam search"));
+    assert!(b.encode(&[&[0.0; 10]]).is_err());
+    drop(a);
+    // the release is the decoder thread's: it frees the slot in turn
+    let t0 = std::time::Instant::now();
+    while shared.free_slots() == 0 && t0.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(shared.slot().is_ok());
+}

@@ -38,6 +38,7 @@ use crate::whisper::decode::AlignedBackend;
 use crate::whisper::decode::SAMPLE_RATE;
 use crate::whisper::encoder_stream::EncoderStream;
 use crate::whisper::graphs::HOP;
+use crate::whisper::shared::DecoderSlot;
 use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::Result;
 
@@ -103,6 +104,16 @@ pub struct WhisperLive {
     pub(super) second_passes: Option<SecondPasses>,
     /// The current utterance's index in the stream.
     pub(super) utterance_index: u64,
+    /// Where `net` is a slot of a shared decoder (which decodes streamed
+    /// frames only): the network that runs the second pass in the stream's
+    /// way, built at the first.
+    pub(super) whole: Option<Whole>,
+}
+
+/// The network of a policy whose decoder is shared, for whole decodings.
+pub(super) enum Whole {
+    Unbuilt(Box<WhisperModel>),
+    Built(Box<dyn AlignedBackend + Send>),
 }
 
 impl WhisperLive {
@@ -185,6 +196,7 @@ impl WhisperLive {
             text,
             second_passes,
             utterance_index: 0,
+            whole: None,
             net,
             encoder,
             second_pass: o.second_pass_for(model),
@@ -204,6 +216,35 @@ impl WhisperLive {
             history: VecDeque::new(),
             last_partial: String::new(),
         })
+    }
+
+    /// [`WhisperLive::new`] over `slot`, a stream's slot of a decoder
+    /// shared with other streams (see [`crate::whisper::shared`]): the
+    /// streaming decoder's steps run batched with theirs. The policy must
+    /// stream its text (a chunked checkpoint), greedily at the end of
+    /// speech; a second pass in the stream's way runs on a network of its
+    /// own.
+    pub fn with_shared(
+        model: &WhisperModel,
+        slot: DecoderSlot,
+        vad: Option<&Vad>,
+        o: WhisperLiveOptions,
+    ) -> Result<WhisperLive> {
+        if !o.stream_text_for(model) {
+            return Err(crate::Error::Other(
+                "live Whisper: a shared decoder decodes streamed text (a chunked checkpoint, \
+                 --policy stream)"
+                    .into(),
+            ));
+        }
+        if o.stream.final_beam > 1 {
+            return Err(crate::Error::Other(
+                "live Whisper: a shared decoder ends utterances greedily (--final-beam 1)".into(),
+            ));
+        }
+        let mut live = WhisperLive::with_network(model, Box::new(slot), vad, o)?;
+        live.whole = Some(Whole::Unbuilt(Box::new(model.clone())));
+        Ok(live)
     }
 
     /// The policy's network, for the next policy over the same checkpoint
@@ -445,8 +486,8 @@ impl WhisperLive {
         let hypothesis = match decoding {
             Some(d) => {
                 let samples = &self.buffer[..d.heard];
-                d.run(&mut *self.net, &self.tokenizer, &self.gen, samples)?
-                    .0
+                let net = whole_net(&mut self.whole, &mut self.net, &self.o.engine)?;
+                d.run(net, &self.tokenizer, &self.gen, samples)?.0
             }
             None => Vec::new(),
         };
@@ -642,4 +683,20 @@ pub(super) fn same_word(a: &str, b: &str) -> bool {
             .collect::<String>()
     };
     fold(a) == fold(b)
+}
+
+/// The network whole decodings run on: the policy's own `net`, or (where
+/// its decoder is shared) one built for them at the first.
+fn whole_net<'a>(
+    whole: &'a mut Option<Whole>,
+    net: &'a mut Box<dyn AlignedBackend + Send>,
+    engine: &crate::engine::Engine,
+) -> Result<&'a mut (dyn AlignedBackend + Send)> {
+    if let Some(Whole::Unbuilt(model)) = whole {
+        *whole = Some(Whole::Built(crate::whisper::network(model, engine)?));
+    }
+    Ok(match whole {
+        Some(Whole::Built(own)) => &mut **own,
+        _ => &mut **net,
+    })
 }

@@ -133,6 +133,14 @@ impl WhisperLive {
     /// One pulse of the streaming decoder over the audio so far; `last`:
     /// the utterance ended, its final line is made.
     pub(super) fn stream_pulse(&mut self, last: bool) -> Result<Option<Update>> {
+        let r = self.text_pulse(last);
+        // the encoder's work comes next: a shared decoder's steps go on
+        // without this stream's
+        self.net.idle();
+        r
+    }
+
+    fn text_pulse(&mut self, last: bool) -> Result<Option<Update>> {
         self.since_decode = 0;
         let now = self.fed as f64 / SAMPLE_RATE as f64;
         let heard = self.stream_frames(last)?;

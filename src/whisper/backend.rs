@@ -133,6 +133,11 @@ pub trait WhisperBackend {
     /// old sequence `src[b]` (its cache and its window). The batch may grow
     /// or shrink (beam search forks and drops sequences).
     fn reorder(&mut self, src: &[usize]) -> Result<()>;
+
+    /// The caller feeds nothing for a while (a pulse of its stream ended):
+    /// a backend whose steps run with other streams' runs theirs without
+    /// waiting for this one ([`crate::whisper::shared`]).
+    fn idle(&mut self) {}
 }
 
 /// The [`WhisperBackend`] methods a wrapper passes on to the backend in its
@@ -173,6 +178,9 @@ macro_rules! forward_backend {
         }
         fn reorder(&mut self, src: &[usize]) -> $crate::Result<()> {
             self.$field.reorder(src)
+        }
+        fn idle(&mut self) {
+            self.$field.idle()
         }
     };
 }

@@ -23,6 +23,7 @@ mod layers;
 mod net;
 mod net_sequences;
 mod projection;
+pub mod shared;
 pub mod streaming;
 pub mod tokenizer;
 

@@ -1,0 +1,342 @@
+//! The shared decoder's thread: it owns the network, answers each slot's
+//! calls, and runs the steps of the slots waiting at once.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::{Counts, WAIT};
+use crate::whisper::{CpuWhisper, WhisperBackend};
+use crate::{Error, Result};
+
+/// What a slot asks of the decoder.
+pub(super) enum Call {
+    /// A slot was taken: where its answers go.
+    Claim(usize, Sender<Result<Answer>>),
+    /// One token fed; its logits (into the buffer sent) and, where the slot
+    /// records, its attention rows.
+    Step {
+        slot: usize,
+        token: u32,
+        logits: Vec<f32>,
+    },
+    /// The sequence started again over the slot's window.
+    Start(usize),
+    /// `tokens` fed to the slot alone; the logits after `positions`.
+    Prompt {
+        slot: usize,
+        tokens: Vec<u32>,
+        positions: Vec<usize>,
+        logits: Vec<f32>,
+    },
+    Rewind(usize, usize),
+    /// The slot's window from whole encoder frames.
+    Window(usize, Vec<f32>),
+    /// The slot's window's frames from `.1` on.
+    WindowRows(usize, usize, Vec<f32>),
+    /// Keep (or stop keeping) the slot's attention rows of these heads.
+    Record(usize, Option<Vec<(usize, usize)>>),
+    /// An alignment pass: the slot's sequence started again and fed
+    /// `tokens`, the heads' weights answered.
+    Align {
+        slot: usize,
+        tokens: Vec<u32>,
+        heads: Vec<(usize, usize)>,
+    },
+    /// The slot asks nothing for a while: steps do not wait for it.
+    Idle(usize),
+    /// The slot was dropped.
+    Release(usize),
+}
+
+/// The decoder's answer to a slot.
+pub(super) enum Answer {
+    Logits(Vec<f32>, Vec<Vec<f32>>),
+    Done,
+    Kept(bool),
+    Weights(Vec<f32>),
+}
+
+/// Where a slot is, for when a step may run without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Asks nothing (idle, or not taken).
+    Away,
+    /// Had an answer: its next call may be a step.
+    Deciding,
+    /// Its step is waiting.
+    Waiting,
+}
+
+struct SlotState {
+    phase: Phase,
+    answers: Option<Sender<Result<Answer>>>,
+    records: bool,
+}
+
+pub(super) struct Hub {
+    net: CpuWhisper,
+    slots: Vec<SlotState>,
+    /// The heads the cache records (set by the first slot that asks).
+    heads: Option<Vec<(usize, usize)>>,
+    /// Steps waiting: slot, token, its logits buffer.
+    waiting: Vec<(usize, u32, Vec<f32>)>,
+    since: Option<Instant>,
+    free: Arc<Mutex<Vec<usize>>>,
+    logits: Vec<f32>,
+    counts: Arc<Counts>,
+}
+
+impl Hub {
+    /// Starts the thread over `net`.
+    pub(super) fn start(
+        net: CpuWhisper,
+        slots: usize,
+        inbox: Receiver<Call>,
+        free: Arc<Mutex<Vec<usize>>>,
+        counts: Arc<Counts>,
+    ) -> Result<()> {
+        let hub = Hub {
+            net,
+            slots: (0..slots)
+                .map(|_| SlotState {
+                    phase: Phase::Away,
+                    answers: None,
+                    records: false,
+                })
+                .collect(),
+            heads: None,
+            waiting: Vec::new(),
+            since: None,
+            free,
+            logits: Vec::new(),
+            counts,
+        };
+        std::thread::Builder::new()
+            .name("shared-decoder".into())
+            .spawn(move || hub.run(inbox))
+            .map_err(|e| Error::Other(format!("shared decoder: cannot start its thread: {e}")))?;
+        Ok(())
+    }
+
+    fn run(mut self, inbox: Receiver<Call>) {
+        loop {
+            let call = match self.since {
+                None => match inbox.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return,
+                },
+                Some(since) => match inbox
+                    .recv_timeout((since + WAIT).saturating_duration_since(Instant::now()))
+                {
+                    Ok(c) => Some(c),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+            };
+            if let Some(c) = call {
+                self.take(c);
+                while let Ok(c) = inbox.try_recv() {
+                    self.take(c);
+                }
+            }
+            let deciding = self.slots.iter().any(|s| s.phase == Phase::Deciding);
+            let late = self.since.is_some_and(|s| s.elapsed() >= WAIT);
+            if !self.waiting.is_empty() && (!deciding || late) {
+                self.step();
+            }
+        }
+    }
+
+    /// Takes one call: a step waits, anything else runs now.
+    fn take(&mut self, call: Call) {
+        let (slot, answer) = match call {
+            Call::Claim(slot, answers) => {
+                if let Some(s) = self.slots.get_mut(slot) {
+                    *s = SlotState {
+                        phase: Phase::Away,
+                        answers: Some(answers),
+                        records: false,
+                    };
+                }
+                return;
+            }
+            Call::Step {
+                slot,
+                token,
+                logits,
+            } => {
+                if let Some(s) = self.slots.get_mut(slot) {
+                    s.phase = Phase::Waiting;
+                }
+                self.waiting.push((slot, token, logits));
+                self.since.get_or_insert_with(Instant::now);
+                return;
+            }
+            Call::Idle(slot) => {
+                if let Some(s) = self.slots.get_mut(slot) {
+                    s.phase = Phase::Away;
+                }
+                return;
+            }
+            Call::Release(slot) => {
+                if let Some(s) = self.slots.get_mut(slot) {
+                    s.phase = Phase::Away;
+                    s.answers = None;
+                    s.records = false;
+                }
+                if let Ok(mut f) = self.free.lock() {
+                    f.push(slot);
+                }
+                return;
+            }
+            Call::Start(slot) => (slot, self.net.restart(slot, slot).map(|()| Answer::Done)),
+            Call::Prompt {
+                slot,
+                tokens,
+                positions,
+                mut logits,
+            } => {
+                let r = self.alone(slot, |net| {
+                    net.feed(&tokens, tokens.len(), &positions, &mut logits)
+                });
+                let attention = self.attention_of(slot);
+                (slot, r.map(|()| Answer::Logits(logits, attention)))
+            }
+            Call::Rewind(slot, len) => (
+                slot,
+                self.alone(slot, |net| net.rewind(len).map(|_| ()))
+                    .map(|()| Answer::Done),
+            ),
+            Call::Window(slot, frames) => (
+                slot,
+                self.net.set_window(slot, &frames).map(|()| Answer::Done),
+            ),
+            Call::WindowRows(slot, from, rows) => (
+                slot,
+                self.net
+                    .set_window_rows(slot, from, &rows)
+                    .map(Answer::Kept),
+            ),
+            Call::Record(slot, heads) => (slot, self.record(slot, heads).map(Answer::Kept)),
+            Call::Align {
+                slot,
+                tokens,
+                heads,
+            } => (slot, self.align(slot, &tokens, heads).map(Answer::Weights)),
+        };
+        self.answer(slot, answer);
+    }
+
+    /// Runs `f` over the network with slot `slot`'s sequence alone fed.
+    fn alone(&mut self, slot: usize, f: impl FnOnce(&mut CpuWhisper) -> Result<()>) -> Result<()> {
+        self.net.select(Some(&[slot]))?;
+        let r = f(&mut self.net);
+        self.net.select(None).and(r)
+    }
+
+    /// The weights slot `slot` kept since the last take (none where it
+    /// does not record: the cache keeps every sequence's).
+    fn attention_of(&mut self, slot: usize) -> Vec<Vec<f32>> {
+        let kept = self.net.take_attention_of(slot);
+        match self.slots.get(slot).is_some_and(|s| s.records) {
+            true => kept,
+            false => Vec::new(),
+        }
+    }
+
+    /// Slot `slot` records `heads` (`None`: stops). The cache records one
+    /// set of heads for every sequence, those the first slot asked for.
+    fn record(&mut self, slot: usize, heads: Option<Vec<(usize, usize)>>) -> Result<bool> {
+        let Some(heads) = heads else {
+            if let Some(s) = self.slots.get_mut(slot) {
+                s.records = false;
+            }
+            return Ok(true);
+        };
+        match &self.heads {
+            Some(h) if *h != heads => return Ok(false),
+            Some(_) => {}
+            None => {
+                if !self.net.record_all(Some(&heads))? {
+                    return Ok(false);
+                }
+                self.heads = Some(heads);
+            }
+        }
+        // what it kept before it asked is not its to read
+        self.net.take_attention_of(slot);
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.records = true;
+        }
+        Ok(true)
+    }
+
+    /// Slot `slot`'s alignment pass over `tokens`.
+    fn align(
+        &mut self,
+        slot: usize,
+        tokens: &[u32],
+        heads: Vec<(usize, usize)>,
+    ) -> Result<Vec<f32>> {
+        let was = self.slots.get(slot).is_some_and(|s| s.records);
+        if !self.record(slot, Some(heads))? {
+            return Err(Error::Other(
+                "shared decoder: an alignment pass over heads other than the streams'".into(),
+            ));
+        }
+        self.net.restart(slot, slot)?;
+        let mut logits = std::mem::take(&mut self.logits);
+        let r = self.alone(slot, |net| net.feed(tokens, tokens.len(), &[], &mut logits));
+        self.logits = logits;
+        let weights = self.net.take_attention_of(slot).concat();
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.records = was;
+        }
+        r.map(|()| weights)
+    }
+
+    /// Runs every waiting step as one, a row each.
+    fn step(&mut self) {
+        let waiting = std::mem::take(&mut self.waiting);
+        self.since = None;
+        let rows: Vec<usize> = waiting.iter().map(|w| w.0).collect();
+        self.counts.steps.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .rows
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        let tokens: Vec<u32> = waiting.iter().map(|w| w.1).collect();
+        let mut logits = std::mem::take(&mut self.logits);
+        let r = self.net.select(Some(&rows)).and_then(|()| {
+            let r = self.net.feed(&tokens, 1, &[0], &mut logits);
+            self.net.select(None).and(r)
+        });
+        let vocab = self.net.vocab_size();
+        for (i, (slot, _, mut mine)) in waiting.into_iter().enumerate() {
+            let attention = self.attention_of(slot);
+            let answer = match &r {
+                Ok(()) => {
+                    mine.clear();
+                    mine.extend_from_slice(&logits[i * vocab..(i + 1) * vocab]);
+                    Ok(Answer::Logits(mine, attention))
+                }
+                Err(e) => Err(Error::Other(format!("shared decoder step: {e}"))),
+            };
+            self.answer(slot, answer);
+        }
+        self.logits = logits;
+    }
+
+    /// Sends slot `slot` its answer; it decides its next call now.
+    fn answer(&mut self, slot: usize, answer: Result<Answer>) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.phase = Phase::Deciding;
+            if let Some(a) = &s.answers {
+                // a slot dropped meanwhile reads nothing
+                let _ = a.send(answer);
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! One Whisper network's decoder serving many live streams: each stream
+//! holds a [`DecoderSlot`] (a sequence of the shared cache and an encoder
+//! window of its own) and decodes through it as through a network of its
+//! own, while a thread of the decoder's runs the steps the streams ask for
+//! at about the same time as one step, a row each. A decoder step reads
+//! every weight whatever its rows (base: 23.7 ms for one row on the 2-core
+//! box, 36.2 ms for five), so streams that share steps share that cost.
+//!
+//! A step waits for the slots that are deciding their next token (they
+//! had an answer and have not asked again) at most [`WAIT`]; a slot whose
+//! pulse ended says so ([`crate::whisper::WhisperBackend::idle`]) and is
+//! not waited for. Everything else a slot asks (a prompt, its window's
+//! frames, a rewind, an alignment pass) runs for it alone, at once.
+//!
+//! CPU only for now: the GPU's cache starts and fills its sequences
+//! together.
+
+mod hub;
+mod slot;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{unbounded, Sender};
+
+pub use slot::DecoderSlot;
+
+use crate::engine::Engine;
+use crate::whisper::decode::WindowPadding;
+use crate::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
+use crate::{Error, Result};
+
+/// Longest a step waits for a slot still deciding its next token.
+pub const WAIT: Duration = Duration::from_millis(2);
+
+/// A decoder shared by up to `slots` streams.
+pub struct SharedDecoder {
+    calls: Sender<hub::Call>,
+    free: Arc<Mutex<Vec<usize>>>,
+    sizes: Sizes,
+    slots: usize,
+    counts: Arc<Counts>,
+}
+
+/// What the decoder's thread has run.
+#[derive(Debug, Default)]
+struct Counts {
+    steps: AtomicU64,
+    rows: AtomicU64,
+}
+
+/// Steps the shared decoder ran and the rows they fed (all slots').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepCounts {
+    pub steps: u64,
+    pub rows: u64,
+}
+
+/// What a slot answers without asking the decoder.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    n_mels: usize,
+    window_frames: usize,
+    vocab: usize,
+    max_text_positions: usize,
+    padding: WindowPadding,
+}
+
+impl SharedDecoder {
+    /// A decoder of `model` on `engine` (the CPU) for up to `slots`
+    /// streams at once; its thread runs until the decoder and every slot
+    /// are dropped.
+    pub fn new(model: &WhisperModel, engine: &Engine, slots: usize) -> Result<SharedDecoder> {
+        if !matches!(engine, Engine::Cpu) {
+            return Err(Error::Other(
+                "a shared Whisper decoder runs on the CPU (a GPU's cache fills its sequences together)"
+                    .into(),
+            ));
+        }
+        if slots == 0 {
+            return Err(Error::Other("a shared Whisper decoder needs a slot".into()));
+        }
+        let net = CpuWhisper::new(model)?;
+        let sizes = Sizes {
+            n_mels: net.n_mels(),
+            window_frames: net.window_frames(),
+            vocab: net.vocab_size(),
+            max_text_positions: net.max_text_positions(),
+            padding: net.window_padding(),
+        };
+        let (calls, inbox) = unbounded();
+        let free = Arc::new(Mutex::new((0..slots).rev().collect::<Vec<_>>()));
+        let counts = Arc::new(Counts::default());
+        hub::Hub::start(net, slots, inbox, free.clone(), counts.clone())?;
+        Ok(SharedDecoder {
+            calls,
+            free,
+            sizes,
+            slots,
+            counts,
+        })
+    }
+
+    /// A slot for one stream, free again when dropped; an error when all
+    /// are taken.
+    pub fn slot(&self) -> Result<DecoderSlot> {
+        let taken = self.free.lock().ok().and_then(|mut f| f.pop());
+        let Some(slot) = taken else {
+            return Err(Error::Other(format!(
+                "the shared Whisper decoder's {} slots are all taken",
+                self.slots
+            )));
+        };
+        DecoderSlot::claim(slot, self.calls.clone(), self.sizes)
+    }
+
+    /// Slots not taken.
+    pub fn free_slots(&self) -> usize {
+        self.free.lock().map_or(0, |f| f.len())
+    }
+
+    /// Slots in all.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Steps run so far and the rows they fed: rows over steps is how many
+    /// streams a step served on average.
+    pub fn counts(&self) -> StepCounts {
+        StepCounts {
+            steps: self.counts.steps.load(Ordering::Relaxed),
+            rows: self.counts.rows.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
