@@ -793,3 +793,82 @@ fn gpu_cache_rewinds_to_a_shorter_prefix() {
     println!("steps after a rewind: max abs diff {diff:e}");
     assert!(diff < 1e-4, "{diff}");
 }
+
+/// Live streams through one shared decoder on the GPU (every slot's
+/// window and sequence in one device cache, their steps one captured step
+/// of padded rows) give what each gives through a GPU network of its own:
+/// the streams start apart, so the steps mix sequences of different
+/// lengths. A step of several rows may round differently from one of one
+/// (cuBLAS picks kernels by shape), so the final texts may differ by a
+/// word.
+#[test]
+fn live_streams_through_a_shared_decoder_on_the_gpu_give_what_each_gives_alone() {
+    use pulsed::engine::Engine;
+    use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
+    use pulsed::whisper::shared::SharedDecoder;
+    let Some(d) = dev() else { return };
+    let engine = Engine::Gpu {
+        device: d,
+        options: GpuRunnerOptions::new(Precision::F32),
+    };
+    let m = common::whisper::chunked_model();
+    let audio = clip();
+    let mut twice = audio.clone();
+    twice.extend(vec![0.0; 16_000]);
+    twice.extend(&audio);
+    let streams = [audio.clone(), audio[16_000..].to_vec(), twice];
+    let options = || {
+        let mut o = WhisperLiveOptions {
+            engine: engine.clone(),
+            ..WhisperLiveOptions::default()
+        };
+        o.decode.beam_size = 1;
+        o.decode.temperatures = vec![0.0];
+        o.stream_text = Some(true);
+        o.paced = true;
+        o
+    };
+    let run = |mut live: WhisperLive, samples: &[f32]| -> Vec<Update> {
+        let mut out = Vec::new();
+        for block in samples.chunks(320) {
+            out.extend(live.push(block).unwrap());
+        }
+        out.extend(live.finish().unwrap());
+        out
+    };
+    let finals = |u: &[Update]| {
+        u.iter()
+            .filter(|u| u.is_final)
+            .map(|u| u.text.clone())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let alone: Vec<String> = streams
+        .iter()
+        .map(|s| finals(&run(WhisperLive::new(&m, None, options()).unwrap(), s)))
+        .collect();
+    let shared = SharedDecoder::new(&m, &engine, 3).unwrap();
+    let together: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = streams
+            .iter()
+            .map(|s| {
+                let live =
+                    WhisperLive::with_shared(&m, shared.slot().unwrap(), None, options()).unwrap();
+                scope.spawn(move || finals(&run(live, s)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let c = shared.counts();
+    eprintln!("shared on the GPU: {c:?}\nalone {alone:?}\ntogether {together:?}");
+    assert!(c.rows > c.steps, "no step served two streams: {c:?}");
+    for (a, t) in alone.iter().zip(&together) {
+        assert!(!a.trim().is_empty());
+        let (a, t) = (normalize(a), normalize(t));
+        let words = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        assert!(
+            edit_distance(&words(&a), &words(&t)) <= 1,
+            "alone {a:?} shared {t:?}"
+        );
+    }
+}

@@ -156,7 +156,7 @@ fn the_choosing_step_chooses_as_the_host() {
             rules[0].no_speech = Some(50_361);
         }
         let ids = Tensor::from_vec(vec![2, 1], tokens.iter().map(|&t| t as i64).collect()).unwrap();
-        let pos = Tensor::from_vec(vec![1], vec![step as i64]).unwrap();
+        let pos = Tensor::from_vec(vec![2, 1], vec![step as i64; 2]).unwrap();
         plain.step(&[&ids, &pos]).unwrap();
         let params: Vec<i64> = rules.iter().flat_map(|r| r.encode()).collect();
         choosing

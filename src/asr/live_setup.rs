@@ -70,7 +70,8 @@ impl Lent<'_> {
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
-        if let Some(live) = self.live.take() {
+        // a shared decoder's slot is freed, not kept
+        if let Some(live) = self.live.take().filter(|l| !l.is_shared()) {
             self.job.give_back_net(live.into_network());
         }
     }
@@ -133,6 +134,9 @@ impl<'a> LiveSetup<'a> {
                 // network is graphs, runners and (on a GPU) captured steps
                 let pool = job.net_pool();
                 let keep = Box::new(move |live: WhisperLive| {
+                    if live.is_shared() {
+                        return;
+                    }
                     if let Ok(mut spare) = pool.lock() {
                         spare.push(live.into_network());
                     }
@@ -164,6 +168,17 @@ impl<'a> LiveSetup<'a> {
         let Model::Whisper(job) = &self.t.model else {
             return Err(Error::Other("not a Whisper checkpoint".into()));
         };
+        let o = &self.settings.whisper;
+        let slot = match &job.shared {
+            Some(shared) if o.stream_text_for(&job.model) && o.stream.final_beam <= 1 => {
+                // all taken: a network of its own, as without sharing
+                shared.slot().ok()
+            }
+            _ => None,
+        };
+        if let Some(slot) = slot {
+            return WhisperLive::with_shared(&job.model, slot, self.vad.as_ref(), o.clone());
+        }
         // the network the transcriber built when it opened the checkpoint
         // (or one a policy gave back): a live session builds no other
         let net = job.take_net()?;

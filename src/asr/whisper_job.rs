@@ -12,6 +12,7 @@ use crate::batch::{Control, Outcome};
 use crate::engine::Engine;
 use crate::vad::Vad;
 use crate::whisper::decode::{BatchedOptions, DecodeOptions, InitialPrompt, WindowPadding};
+use crate::whisper::shared::SharedDecoder;
 use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::{Error, Result};
 
@@ -35,6 +36,8 @@ pub struct WhisperJob {
     /// checking the folder, those [`WhisperJob::warm_up`] made, and those
     /// workers and policies gave back.
     spare: Arc<Mutex<Vec<Net>>>,
+    /// The decoder live sessions share ([`WhisperJob::share_live_decoder`]).
+    pub(super) shared: Option<Arc<SharedDecoder>>,
 }
 
 impl WhisperJob {
@@ -118,7 +121,23 @@ impl WhisperJob {
             group_files: if a.vad && on_cpu { 1 } else { batch_size },
             engine,
             spare: Arc::new(Mutex::new(vec![first])),
+            shared: None,
         })
+    }
+
+    /// Live sessions decode through one decoder of `slots` slots from now
+    /// on; false, changing nothing, where the checkpoint's encoder does not
+    /// stream (its live policy decodes whole windows).
+    pub(super) fn share_live_decoder(&mut self, slots: usize) -> Result<bool> {
+        if self.model.config.encoder_context.is_none() {
+            return Ok(false);
+        }
+        self.shared = Some(Arc::new(SharedDecoder::new(
+            &self.model,
+            &self.engine,
+            slots,
+        )?));
+        Ok(true)
     }
 
     /// A spare network, or a new one when none is spare.

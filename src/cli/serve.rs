@@ -62,6 +62,10 @@ pub struct Args {
     /// Seconds a live session may stay silent (no message) before it is closed.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
+    /// Live Whisper on the CPU: each session decodes on a network of its
+    /// own instead of one decoder shared by all (their steps batched).
+    #[arg(long)]
+    no_shared_decoder: bool,
 }
 
 pub fn run(mut a: Args) -> Result<ExitCode, String> {
@@ -91,9 +95,18 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
     };
     opts.whisper.decoding.language = a.language.clone();
     let engine = a.device.engine(Precision::F32)?;
-    let t = Transcriber::open(a.model.as_deref(), &opts, engine).map_err(|e| e.to_string())?;
+    let mut t = Transcriber::open(a.model.as_deref(), &opts, engine).map_err(|e| e.to_string())?;
     if let Some(what) = t.describe() {
         eprintln!("pulsed: {what}");
+    }
+    if !a.no_shared_decoder
+        && t.share_live_decoder(a.max_streams)
+            .map_err(|e| e.to_string())?
+    {
+        eprintln!(
+            "pulsed: live sessions share one decoder ({} slots; their steps run batched)",
+            a.max_streams
+        );
     }
     let mut live = LiveSettings {
         end_silence_s: a.end_silence,

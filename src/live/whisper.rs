@@ -247,6 +247,12 @@ impl WhisperLive {
         Ok(live)
     }
 
+    /// Whether its decoder is a slot of a shared one
+    /// ([`WhisperLive::with_shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.whole.is_some()
+    }
+
     /// The policy's network, for the next policy over the same checkpoint
     /// and engine ([`WhisperLive::with_network`]).
     pub fn into_network(self) -> Box<dyn AlignedBackend + Send> {

@@ -247,9 +247,25 @@ pub async fn health() -> Json<Value> {
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics.render(),
+        state.metrics.render() + &shared_steps(&state),
     )
         .into_response()
+}
+
+/// The shared live decoder's counters, where live sessions share one.
+fn shared_steps(state: &AppState) -> String {
+    let Some(c) = state.transcriber.shared_steps() else {
+        return String::new();
+    };
+    format!(
+        "# HELP pulsed_decoder_steps_total Decoder steps the live sessions' shared decoder ran.\n\
+         # TYPE pulsed_decoder_steps_total counter\n\
+         pulsed_decoder_steps_total {}\n\
+         # HELP pulsed_decoder_rows_total Rows those steps fed (one per session a step served).\n\
+         # TYPE pulsed_decoder_rows_total counter\n\
+         pulsed_decoder_rows_total {}\n",
+        c.steps, c.rows
+    )
 }
 
 /// Any other path.

@@ -33,8 +33,9 @@ use crate::Result;
 const PROMPT_RUNNERS: usize = 8;
 /// Step runners kept: every size of `step_rows` up to 128 rows (16
 /// windows' beams of 5 and their tails), so lock-step decoding of a batch
-/// whose searches end one by one plans and captures each size once.
-const STEP_RUNNERS: usize = 24;
+/// whose searches end one by one plans and captures each size once, and
+/// 256, 512 and 1024 (a shared decoder's streams).
+const STEP_RUNNERS: usize = 27;
 /// Encoder runners kept: the window counts of a worker's groups of files
 /// (8, then 4, 2 and 1 at the end of a run) and single windows.
 const ENCODER_RUNNERS: usize = 4;
@@ -237,13 +238,18 @@ impl NetRunners for GpuRunners {
     /// Up to 8 rows as asked (one window's beams), then multiples of 8:
     /// decoded together, windows leave the batch one search at a time, and
     /// a runner per size would be planned and captured again and again.
-    /// The cache's sequences, a power of two from 32, hold the padding.
+    /// Past 128 (a shared decoder's streams), powers of two. The cache's
+    /// sequences, a power of two from 32, hold the padding.
     fn step_rows(&self, batch: usize) -> usize {
-        if batch <= 8 {
-            batch
-        } else {
-            batch.div_ceil(8) * 8
+        match batch {
+            0..=8 => batch,
+            9..=128 => batch.div_ceil(8) * 8,
+            _ => batch.next_power_of_two(),
         }
+    }
+
+    fn reserve_windows(&mut self, windows: usize) -> Result<()> {
+        self.ensure_windows(windows)
     }
 }
 
@@ -396,7 +402,7 @@ impl WhisperNet<GpuRunners> {
         self.feed(&[50257, 50362], 2, &[1], &mut logits)?;
         self.reorder(&vec![0; batch])?;
         let tokens = Tensor::from_vec(vec![batch, 1], vec![1000i64; batch])?;
-        let positions = Tensor::from_vec(vec![1], vec![self.cache.len() as i64])?;
+        let positions = Tensor::from_vec(vec![batch, 1], vec![self.cache.len() as i64; batch])?;
         let g = self.runners.step.graph.clone();
         let r = self.runners.step.get(&dev, batch)?;
         let times = r.profile_step(&[&tokens, &positions])?;

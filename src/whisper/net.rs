@@ -72,6 +72,12 @@ pub trait NetRunners: Send {
         let _ = sequences;
         Ok(())
     }
+    /// Room for `windows` encoder windows at once (a shared decoder's
+    /// streams, a window each).
+    fn reserve_windows(&mut self, windows: usize) -> Result<()> {
+        let _ = windows;
+        Ok(())
+    }
 }
 
 /// A Whisper network on one engine; one per thread of work (it holds the

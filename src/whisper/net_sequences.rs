@@ -9,6 +9,14 @@ use crate::ops::Tensor;
 use crate::{Error, Result};
 
 impl<R: NetRunners> WhisperNet<R> {
+    /// Room for `slots` decodings at once, a window each, and the
+    /// sequence a padded step's extra rows feed (a GPU's steps are planned
+    /// for a few row counts).
+    pub fn reserve_slots(&mut self, slots: usize) -> Result<()> {
+        self.runners.reserve_sequences(slots + 1)?;
+        self.runners.reserve_windows(slots)
+    }
+
     /// Sets encoded window `window` from encoder frames (`[1500, d]`
     /// row-major: a streamed encoder's frames and tail), the other windows
     /// kept.

@@ -499,57 +499,59 @@ FLOAT_KERNELS(sdpa,
     (q, k, v, mask, out, tq, tk, d, dv, inner, sq0, sq1, sk0, sk1, sv0, sv1, sm0, sm1, smq, smk,
      scale, mask_kind))
 
-// A text decoder's key/value cache (gpu/ops/kv_cache.rs). The filled length
-// lives in device memory (`len`, written by the host between steps), so a
-// captured decoder step stays valid as the text grows. Caches are
-// [sequences][capacity][width]; a head is a column block of `dh`.
+// A text decoder's key/value cache (gpu/ops/kv_cache.rs). Each sequence's
+// filled length (`len`) and the sequence each row of a step feeds
+// (`row_seq`) live in device memory, written by the host between steps, so
+// a captured decoder step stays valid as the texts grow and as the rows it
+// feeds change. Caches are [sequences][capacity][width]; a head is a column
+// block of `dh`.
 
-// Writes the step's n new key and value rows of each of b sequences at
-// positions len .. len + n (element-wise; total = b * n * width).
+// Writes the step's n new key and value rows of each of b rows at their
+// sequence's positions len .. len + n (element-wise; total = b * n * width).
 template <typename T>
-__device__ void kv_append_impl(const T* k, const T* v, T* ck, T* cv, const i64* len, int n,
-                               int width, i64 capacity, i64 total) {
-    const i64 past = len[0];
+__device__ void kv_append_impl(const T* k, const T* v, T* ck, T* cv, const i64* len,
+                               const int* row_seq, int n, int width, i64 capacity, i64 total) {
     for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (i64)gridDim.x * blockDim.x) {
         const i64 c = e % width, r = e / width;
-        const i64 i = r % n, s = r / n;
-        const u64 dst = ((u64)s * capacity + past + i) * width + c;
+        const i64 i = r % n, seq = row_seq[r / n];
+        const u64 dst = ((u64)seq * capacity + len[seq] + i) * width + c;
         ck[dst] = k[e];
         cv[dst] = v[e];
     }
 }
 
 FLOAT_KERNELS(kv_append,
-    (const float* k, const float* v, float* ck, float* cv, const i64* len, int n, int width,
-     i64 capacity, i64 total),
-    (const bf16_t* k, const bf16_t* v, bf16_t* ck, bf16_t* cv, const i64* len, int n, int width,
-     i64 capacity, i64 total),
-    (k, v, ck, cv, len, n, width, capacity, total))
+    (const float* k, const float* v, float* ck, float* cv, const i64* len, const int* row_seq,
+     int n, int width, i64 capacity, i64 total),
+    (const bf16_t* k, const bf16_t* v, bf16_t* ck, bf16_t* cv, const i64* len,
+     const int* row_seq, int n, int width, i64 capacity, i64 total),
+    (k, v, ck, cv, len, row_seq, n, width, capacity, total))
 
-// Causal attention of new row i of sequence s over its cached positions
-// 0 ..= len + i: one block per (head, row, sequence).
+// Causal attention of new row i of step row s over its sequence's cached
+// positions 0 ..= len + i: one block per (head, row, step row).
 template <typename T>
 __device__ void kv_self_attention_impl(const T* q, const T* ck, const T* cv, T* out,
-                                       const i64* len, int n, int width, int dh, i64 capacity,
-                                       float scale) {
+                                       const i64* len, const int* row_seq, int n, int width,
+                                       int dh, i64 capacity, float scale) {
     extern __shared__ float sh[];
     const int h = blockIdx.x, i = blockIdx.y;
     const u64 s = blockIdx.z;
+    const u64 seq = (u64)row_seq[s];
     const u64 off = (u64)h * dh;
     const u64 row = (s * n + i) * width + off;
-    const u64 base = s * capacity * width + off;
+    const u64 base = seq * capacity * width + off;
     RowMask<T> none = {0, 0, 0, 0};
     attend_row(q + row, ck + base, cv + base, out + row, (u64)width, (u64)width, dh, dh, (i64)0,
-               len[0] + i, scale, none, sh);
+               len[seq] + i, scale, none, sh);
 }
 
 FLOAT_KERNELS(kv_self_attention,
-    (const float* q, const float* ck, const float* cv, float* out, const i64* len, int n,
-     int width, int dh, i64 capacity, float scale),
-    (const bf16_t* q, const bf16_t* ck, const bf16_t* cv, bf16_t* out, const i64* len, int n,
-     int width, int dh, i64 capacity, float scale),
-    (q, ck, cv, out, len, n, width, dh, capacity, scale))
+    (const float* q, const float* ck, const float* cv, float* out, const i64* len,
+     const int* row_seq, int n, int width, int dh, i64 capacity, float scale),
+    (const bf16_t* q, const bf16_t* ck, const bf16_t* cv, bf16_t* out, const i64* len,
+     const int* row_seq, int n, int width, int dh, i64 capacity, float scale),
+    (q, ck, cv, out, len, row_seq, n, width, dh, capacity, scale))
 
 // Attention of new row i of sequence s over the encoder frames of the
 // window it reads (seq_window[s]), split over the frames as flash decoding
@@ -559,14 +561,15 @@ FLOAT_KERNELS(kv_self_attention,
 // rescales the slices to the common max and divides. A step's few rows
 // then spread over hundreds of blocks instead of one per head.
 // Where rec_slot (this layer's row of the cache's map, a slot per head or
-// -1) names a slot for head h, sequence 0's scaled scores are also written
-// to the buffer at *rec_at ([slot][row < rec_rows][frames]; an address kept
-// in device memory, so that a captured step finds a buffer made after it):
-// the host softmaxes them into the weights that word alignment and the
-// streaming decoder read, with no pass of their own.
+// -1) names a slot for head h, the scaled scores of query row s * n + i are
+// also written to the buffer at *rec_at ([slot][row < rec_rows][frames]; an
+// address kept in device memory, so that a captured step finds a buffer
+// made after it): the host softmaxes them into the weights that word
+// alignment and the streaming decoder read, with no pass of their own.
 template <typename T>
 __device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
-                                      const int* seq_window, float* part, int n, int width,
+                                      const int* seq_window, const int* row_seq, float* part,
+                                      int n, int width,
                                       int dh, i64 frames, float scale, int chunk, int slices,
                                       const int* rec_slot, const u64* rec_at, int rec_rows) {
     extern __shared__ float sh[];
@@ -578,7 +581,7 @@ __device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
     const u64 s = blockIdx.z;
     const u64 off = (u64)h * dh;
     const T* qrow = q + (s * n + i) * width + off;
-    const u64 base = (u64)seq_window[s] * frames * width + off;
+    const u64 base = (u64)seq_window[row_seq[s]] * frames * width + off;
     const i64 lo = (i64)c * chunk;
     const int keys = (int)min((i64)chunk, frames - lo);
     float* dst = part + (((s * n + i) * heads + h) * slices + c) * (u64)(dh + 2);
@@ -598,10 +601,11 @@ __device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
         if (lane == 0) sc[j] = acc * scale;
     }
     __syncthreads();
-    if (s == 0 && i < rec_rows) {
+    const u64 qr = s * n + i;
+    if (qr < (u64)rec_rows) {
         const int slot = rec_slot[h];
         if (slot >= 0) {
-            float* r = (float*)(*rec_at) + ((u64)slot * rec_rows + i) * (u64)frames + lo;
+            float* r = (float*)(*rec_at) + ((u64)slot * rec_rows + qr) * (u64)frames + lo;
             for (int j = tid; j < keys; j += nt) r[j] = sc[j];
         }
     }
@@ -633,14 +637,14 @@ __device__ void kv_cross_partial_impl(const T* q, const T* xk, const T* xv,
 }
 
 FLOAT_KERNELS(kv_cross_partial,
-    (const float* q, const float* xk, const float* xv, const int* seq_window, float* part,
-     int n, int width, int dh, i64 frames, float scale, int chunk, int slices,
-     const int* rec_slot, const u64* rec_at, int rec_rows),
-    (const bf16_t* q, const bf16_t* xk, const bf16_t* xv, const int* seq_window, float* part,
-     int n, int width, int dh, i64 frames, float scale, int chunk, int slices,
-     const int* rec_slot, const u64* rec_at, int rec_rows),
-    (q, xk, xv, seq_window, part, n, width, dh, frames, scale, chunk, slices, rec_slot, rec_at,
-     rec_rows))
+    (const float* q, const float* xk, const float* xv, const int* seq_window,
+     const int* row_seq, float* part, int n, int width, int dh, i64 frames, float scale,
+     int chunk, int slices, const int* rec_slot, const u64* rec_at, int rec_rows),
+    (const bf16_t* q, const bf16_t* xk, const bf16_t* xv, const int* seq_window,
+     const int* row_seq, float* part, int n, int width, int dh, i64 frames, float scale,
+     int chunk, int slices, const int* rec_slot, const u64* rec_at, int rec_rows),
+    (q, xk, xv, seq_window, row_seq, part, n, width, dh, frames, scale, chunk, slices, rec_slot,
+     rec_at, rec_rows))
 
 // The slices of kv_cross_partial joined: block (head, row, sequence), a
 // thread per output column.

@@ -52,8 +52,12 @@ pub struct DeviceKvCache {
     cross_v: Vec<DeviceBuffer>,
     /// One layer's self rows, for reordering.
     spare: DeviceBuffer,
-    /// `i64`: positions filled.
+    /// `i64 [sequences]`: each sequence's positions filled.
     len: DeviceBuffer,
+    /// `i32 [sequences]`: the sequence each row of a step feeds (rows past
+    /// the host's choice feed the last sequence, which no decoding holds
+    /// when rows are chosen: a captured step pads its rows).
+    row_seq: DeviceBuffer,
     /// `i32 [sequences]`: the window each sequence reads.
     seq_window: DeviceBuffer,
     /// `i32 [sequences]`: a reorder's sources.
@@ -65,8 +69,8 @@ pub struct DeviceKvCache {
     /// `u64`: the address of `rec` (0 before one is made), read by the
     /// captured steps, so that `rec` can be made after them.
     rec_at: DeviceBuffer,
-    /// `f32 [slots, capacity, frames]`: the recorded heads' scores of the
-    /// last step, made at the first recording.
+    /// `f32 [slots, rec_rows, frames]`: the recorded heads' scores of the
+    /// last step's query rows, made at the first recording.
     rec: std::sync::Mutex<Option<(usize, DeviceBuffer)>>,
 }
 
@@ -79,6 +83,11 @@ fn op_err(e: GpuError) -> OpError {
 
 fn i32_bytes(v: &[usize]) -> Vec<u8> {
     v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect()
+}
+
+/// Row `r` feeds sequence `r`.
+fn identity(sequences: usize) -> Vec<u8> {
+    i32_bytes(&(0..sequences).collect::<Vec<_>>())
 }
 
 /// A slot map that records no head.
@@ -118,7 +127,8 @@ impl DeviceKvCache {
             cross_k: many(cross)?,
             cross_v: many(cross)?,
             spare: zeroed(rows)?,
-            len: zeroed(8)?,
+            len: zeroed(shape.sequences * 8)?,
+            row_seq: DeviceBuffer::from_bytes(gpu, &identity(shape.sequences))?,
             seq_window: zeroed(shape.sequences * 4)?,
             index: zeroed(shape.sequences * 4)?,
             gather,
@@ -143,6 +153,12 @@ impl DeviceKvCache {
         Ok(kv)
     }
 
+    /// Query rows a step's recorded scores hold: a prompt's positions, or
+    /// a step's sequences.
+    fn rec_rows(&self) -> usize {
+        self.shape.capacity.max(self.shape.sequences)
+    }
+
     fn check_sequences(&self, n: usize) -> OpResult<()> {
         if n > self.shape.sequences {
             return Err(OpError::Param(format!(
@@ -159,13 +175,16 @@ impl CacheMirror for DeviceKvCache {
         self.check_sequences(windows.len())?;
         let gpu = &self.dev.ctx;
         copy_to_device(gpu, &i32_bytes(windows), self.seq_window.ptr()).map_err(op_err)?;
-        copy_to_device(gpu, &0i64.to_le_bytes(), self.len.ptr()).map_err(op_err)
+        let zeros = vec![0u8; self.shape.sequences * 8];
+        copy_to_device(gpu, &zeros, self.len.ptr()).map_err(op_err)?;
+        copy_to_device(gpu, &identity(self.shape.sequences), self.row_seq.ptr()).map_err(op_err)
     }
 
     fn reorder(&self, src: &[usize], windows: &[usize], len: usize) -> OpResult<()> {
         self.check_sequences(src.len())?;
         let gpu = &self.dev.ctx;
         let s = &self.shape;
+        copy_to_device(gpu, &identity(s.sequences), self.row_seq.ptr()).map_err(op_err)?;
         copy_to_device(gpu, &i32_bytes(src), self.index.ptr()).map_err(op_err)?;
         copy_to_device(gpu, &i32_bytes(windows), self.seq_window.ptr()).map_err(op_err)?;
         let total = src.len() * len * s.width;
@@ -228,23 +247,85 @@ impl CacheMirror for DeviceKvCache {
         Ok(())
     }
 
-    fn set_cross_rows(&self, layer: usize, from: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
+    fn set_cross_rows(
+        &self,
+        layer: usize,
+        window: usize,
+        from: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> OpResult<()> {
         let s = &self.shape;
         let rows = k.shape().get(1).copied().unwrap_or(0);
-        if layer >= s.layers || from + rows > s.frames || s.windows == 0 {
+        if layer >= s.layers || from + rows > s.frames || window >= s.windows {
             return Err(OpError::Param(format!(
-                "layer {layer}: frames {from}..{} of a GPU cache of {} layers of {} frames",
+                "layer {layer}: frames {from}..{} of window {window} of a GPU cache of {} layers of {} windows of {} frames",
                 from + rows,
                 s.layers,
+                s.windows,
                 s.frames
             )));
         }
         let gpu = &self.dev.ctx;
-        let at = (from * s.width * self.dtype.size_of()) as u64;
+        let at = ((window * s.frames + from) * s.width * self.dtype.size_of()) as u64;
         for (t, dst) in [(k, &self.cross_k[layer]), (v, &self.cross_v[layer])] {
             copy_to_device(gpu, &host_bytes(t, self.dtype), dst.ptr() + at).map_err(op_err)?;
         }
         Ok(())
+    }
+
+    fn set_window(&self, layer: usize, window: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
+        let s = &self.shape;
+        if layer >= s.layers || window >= s.windows || k.shape() != [1, s.frames, s.width] {
+            return Err(OpError::Param(format!(
+                "layer {layer}: window {window} {:?}; the GPU cache holds {} layers of {} windows of {} frames of {}",
+                k.shape(),
+                s.layers,
+                s.windows,
+                s.frames,
+                s.width
+            )));
+        }
+        let gpu = &self.dev.ctx;
+        let at = (window * s.frames * s.width * self.dtype.size_of()) as u64;
+        for (t, dst) in [(k, &self.cross_k[layer]), (v, &self.cross_v[layer])] {
+            copy_to_device(gpu, &host_bytes(t, self.dtype), dst.ptr() + at).map_err(op_err)?;
+        }
+        Ok(())
+    }
+
+    fn set_windows(&self, windows: &[usize]) -> OpResult<()> {
+        self.check_sequences(windows.len())?;
+        if let Some(&w) = windows.iter().find(|&&w| w >= self.shape.windows) {
+            return Err(OpError::Param(format!(
+                "window {w}; the GPU cache holds {}",
+                self.shape.windows
+            )));
+        }
+        copy_to_device(&self.dev.ctx, &i32_bytes(windows), self.seq_window.ptr()).map_err(op_err)
+    }
+
+    fn set_rows(&self, rows: Option<&[usize]>) -> OpResult<()> {
+        let n = self.shape.sequences;
+        let map = match rows {
+            None => (0..n).collect::<Vec<_>>(),
+            Some(rows) => {
+                // the last sequence takes the padding rows: a decoding there
+                // would have its rows overwritten
+                if rows.len() >= n || rows.iter().any(|&r| r + 1 >= n) {
+                    return Err(OpError::Param(format!(
+                        "rows {rows:?}: a GPU cache of {n} sequences feeds at most {} chosen, \
+                         sequences 0..{}",
+                        n - 1,
+                        n - 1
+                    )));
+                }
+                let mut m = rows.to_vec();
+                m.resize(n, n - 1);
+                m
+            }
+        };
+        copy_to_device(&self.dev.ctx, &i32_bytes(&map), self.row_seq.ptr()).map_err(op_err)
     }
 
     fn can_record(&self) -> bool {
@@ -268,7 +349,7 @@ impl CacheMirror for DeviceKvCache {
         let mut rec = self.rec.lock().unwrap_or_else(|p| p.into_inner());
         if slots > rec.as_ref().map_or(0, |r| r.0) {
             let buf =
-                DeviceBuffer::alloc(gpu, slots * s.capacity * s.frames * 4).map_err(op_err)?;
+                DeviceBuffer::alloc(gpu, slots * self.rec_rows() * s.frames * 4).map_err(op_err)?;
             copy_to_device(gpu, &buf.ptr().to_le_bytes(), self.rec_at.ptr()).map_err(op_err)?;
             // the old buffer may still be read by queued work: freed after it
             gpu.synchronize().map_err(op_err)?;
@@ -287,17 +368,17 @@ impl CacheMirror for DeviceKvCache {
         let Some((held, buf)) = rec.as_ref() else {
             return Ok(Vec::new());
         };
-        if slots > *held || rows > s.capacity {
+        if slots > *held || rows > self.rec_rows() {
             return Err(OpError::Param(format!(
                 "{slots} heads of {rows} rows recorded; the GPU cache keeps {held} of {}",
-                s.capacity
+                self.rec_rows()
             )));
         }
         let gpu = &self.dev.ctx;
         (0..slots)
             .map(|slot| {
                 let mut out = vec![0f32; rows * s.frames];
-                let at = (slot * s.capacity * s.frames * 4) as u64;
+                let at = (slot * self.rec_rows() * s.frames * 4) as u64;
                 crate::gpu::memory::copy_to_host(
                     gpu,
                     buf.ptr() + at,
@@ -309,8 +390,13 @@ impl CacheMirror for DeviceKvCache {
             .collect()
     }
 
-    fn set_len(&self, len: usize) -> OpResult<()> {
-        copy_to_device(&self.dev.ctx, &(len as i64).to_le_bytes(), self.len.ptr()).map_err(op_err)
+    fn set_lens(&self, lens: &[usize]) -> OpResult<()> {
+        self.check_sequences(lens.len())?;
+        let bytes: Vec<u8> = lens
+            .iter()
+            .flat_map(|&l| (l as i64).to_le_bytes())
+            .collect();
+        copy_to_device(&self.dev.ctx, &bytes, self.len.ptr()).map_err(op_err)
     }
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
@@ -401,6 +487,7 @@ impl GpuOp for CachedSelfGpu {
                 Arg::Ptr(ck),
                 Arg::Ptr(cv),
                 Arg::Ptr(self.kv.len.ptr()),
+                Arg::Ptr(self.kv.row_seq.ptr()),
                 Arg::I32(int("rows", self.n)?),
                 Arg::I32(int("width", s.width)?),
                 Arg::I64(s.capacity as i64),
@@ -423,6 +510,7 @@ impl GpuOp for CachedSelfGpu {
                 Arg::Ptr(cv),
                 Arg::Ptr(io.outs[0].ptr),
                 Arg::Ptr(self.kv.len.ptr()),
+                Arg::Ptr(self.kv.row_seq.ptr()),
                 Arg::I32(self.n as i32),
                 Arg::I32(s.width as i32),
                 Arg::I32(dh as i32),
@@ -494,6 +582,7 @@ impl GpuOp for CrossGpu {
                 Arg::Ptr(self.kv.cross_k[self.layer].ptr()),
                 Arg::Ptr(self.kv.cross_v[self.layer].ptr()),
                 Arg::Ptr(self.kv.seq_window.ptr()),
+                Arg::Ptr(self.kv.row_seq.ptr()),
                 Arg::Ptr(io.scratch),
                 Arg::I32(self.n as i32),
                 Arg::I32(s.width as i32),
@@ -504,7 +593,7 @@ impl GpuOp for CrossGpu {
                 Arg::I32(slices as i32),
                 Arg::Ptr(self.kv.rec_slot.ptr() + (self.layer * MAX_HEADS * 4) as u64),
                 Arg::Ptr(self.kv.rec_at.ptr()),
-                Arg::I32(s.capacity as i32),
+                Arg::I32(self.kv.rec_rows() as i32),
             ],
         )?;
         launch(

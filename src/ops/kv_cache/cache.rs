@@ -113,16 +113,19 @@ impl KvCache {
             st.lens[s] += n;
         }
         let st = &mut *st;
-        if let Some(m) = &st.mirror {
-            m.set_len(st.lens.first().copied().unwrap_or(0))?;
-            if let (Some(heads), Some(kept)) = (&st.record, st.recorded.first_mut()) {
-                // the step kept its scores on the device
-                let raw = m.recorded(heads.len(), n)?;
-                for (kept, mut scores) in kept.iter_mut().zip(raw) {
-                    for row in scores.chunks_mut(st.frames.max(1)) {
-                        softmax(row);
+        if let Some(m) = st.mirror.clone() {
+            m.set_lens(&st.lens)?;
+            if let Some(heads) = &st.record {
+                // the step kept its scores on the device: rows [fed, n]
+                let fed = st.fed_count();
+                let raw = m.recorded(heads.len(), fed * n)?;
+                let frames = st.frames.max(1);
+                for (slot, mut scores) in raw.into_iter().enumerate() {
+                    for (r, rows) in scores.chunks_mut(n * frames).enumerate().take(fed) {
+                        rows.chunks_mut(frames).for_each(softmax);
+                        let s = st.seq_of(r);
+                        st.recorded[s][slot].extend_from_slice(rows);
                     }
-                    kept.extend_from_slice(&scores);
                 }
             }
         }
@@ -135,9 +138,6 @@ impl KvCache {
     pub fn select(&self, rows: Option<&[usize]>) -> OpResult<()> {
         let mut st = self.lock();
         if let Some(rows) = rows {
-            if st.mirror.is_some() {
-                return Err(param("a GPU cache feeds all its sequences at once".into()));
-            }
             if let Some(&s) = rows.iter().find(|&&s| s >= st.batch) {
                 return Err(param(format!("sequence {s} of {}", st.batch)));
             }
@@ -148,18 +148,17 @@ impl KvCache {
             }
         }
         st.rows = rows.map(<[usize]>::to_vec);
+        if let Some(m) = &st.mirror {
+            m.set_rows(st.rows.as_deref())?;
+        }
         Ok(())
     }
 
     /// Starts sequence `seq` again over encoded window `window`, nothing
     /// filled, the other sequences kept; a `seq` past the last adds
-    /// sequences (the ones between empty, reading `window` too). On the
-    /// host only.
+    /// sequences (the ones between empty, reading `window` too).
     pub fn restart(&self, seq: usize, window: usize) -> OpResult<()> {
         let mut st = self.lock();
-        if st.mirror.is_some() {
-            return Err(param("a GPU cache starts its sequences together".into()));
-        }
         if window >= st.windows {
             return Err(param(format!(
                 "window {window} was not encoded ({} windows)",
@@ -173,14 +172,20 @@ impl KvCache {
             st.lens.resize(st.batch, 0);
             st.seq_window.resize(st.batch, window);
             st.recorded.resize(st.batch, vec![Vec::new(); heads]);
-            let n = st.batch * st.capacity * st.width;
-            for buf in st.self_k.iter_mut().chain(st.self_v.iter_mut()) {
-                buf.resize(n, 0.0);
+            if st.mirror.is_none() {
+                let n = st.batch * st.capacity * st.width;
+                for buf in st.self_k.iter_mut().chain(st.self_v.iter_mut()) {
+                    buf.resize(n, 0.0);
+                }
             }
         }
         st.lens[seq] = 0;
         st.seq_window[seq] = window;
         st.recorded[seq].iter_mut().for_each(Vec::clear);
+        if let Some(m) = &st.mirror {
+            m.set_windows(&st.seq_window)?;
+            m.set_lens(&st.lens)?;
+        }
         Ok(())
     }
 
@@ -203,6 +208,11 @@ impl KvCache {
             let v = Tensor::from_vec(shape.clone(), st.cross_v[l].clone())?;
             m.set_cross(l, &k, &v)?;
         }
+        if st.batch > 0 {
+            // sequences started apart: where each is
+            m.set_windows(&st.seq_window)?;
+            m.set_lens(&st.lens)?;
+        }
         Ok(())
     }
 
@@ -219,12 +229,9 @@ impl KvCache {
     /// Sets encoded window `window`'s cross-attention keys and values, a
     /// key and a value `[1, frames, width]` (f32) per layer, the other
     /// windows kept; a `window` past the last adds windows (the ones
-    /// between zero). On the host only.
+    /// between zero).
     pub fn set_window(&self, window: usize, k: &[&Tensor], v: &[&Tensor]) -> OpResult<()> {
         let mut st = self.lock();
-        if st.mirror.is_some() {
-            return Err(param("a GPU cache takes its windows together".into()));
-        }
         if k.len() != st.layers || v.len() != st.layers {
             return Err(param(format!(
                 "{} keys and {} values for {} layers",
@@ -259,6 +266,9 @@ impl KvCache {
                 buf.resize(st.windows * size, 0.0);
                 buf[window * size..(window + 1) * size]
                     .copy_from_slice(contig(t).as_slice::<f32>()?);
+            }
+            if let Some(m) = &st.mirror {
+                m.set_window(l, window, k[l], v[l])?;
             }
         }
         Ok(())
@@ -321,7 +331,6 @@ impl KvCache {
     /// Replaces layer `layer`'s cross-attention keys and values of
     /// `window`'s frames `from..` with `k` and `v` (`[1, rows, width]` f32
     /// each): a streamed encoder's new frames, the rest of the window kept.
-    /// A mirror takes window 0's only.
     pub fn set_cross_rows(
         &self,
         layer: usize,
@@ -339,8 +348,7 @@ impl KvCache {
         let fits = |t: &Tensor| {
             t.rank() == 3 && t.shape() == [1, rows, st.width] && t.dtype() == DType::F32
         };
-        let mirrored = st.mirror.is_some() && window > 0;
-        if !fits(&k) || !fits(&v) || window >= st.windows || from + rows > st.frames || mirrored {
+        if !fits(&k) || !fits(&v) || window >= st.windows || from + rows > st.frames {
             return Err(OpError::Shape(format!(
                 "cross rows {:?} and {:?} from frame {from} do not fit window {window} of {} windows of {} frames x {}",
                 k.shape(),
@@ -355,7 +363,7 @@ impl KvCache {
         st.cross_k[layer][span.clone()].copy_from_slice(k.as_slice::<f32>()?);
         st.cross_v[layer][span].copy_from_slice(v.as_slice::<f32>()?);
         if let Some(m) = &st.mirror {
-            m.set_cross_rows(layer, from, &k, &v)?;
+            m.set_cross_rows(layer, window, from, &k, &v)?;
         }
         Ok(())
     }
@@ -376,7 +384,7 @@ impl KvCache {
             st.lens[s] = len;
         }
         if let Some(m) = &st.mirror {
-            m.set_len(len)?;
+            m.set_lens(&st.lens)?;
         }
         Ok(())
     }
@@ -459,8 +467,10 @@ impl KvCache {
         st.batch = src.len();
         st.rows = None;
         if let Some(m) = &st.mirror {
+            // beams: every sequence as long as the others
+            m.reorder(src, &st.seq_window, lens.first().copied().unwrap_or(0))?;
             st.lens = lens;
-            return m.reorder(src, &st.seq_window, st.lens.first().copied().unwrap_or(0));
+            return m.set_lens(&st.lens);
         }
         let row = st.capacity * st.width;
         for l in 0..st.layers {

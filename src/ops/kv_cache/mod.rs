@@ -49,14 +49,45 @@ pub trait CacheMirror: Debug + Send + Sync {
     /// Layer `layer`'s cross-attention keys and values, `[windows, frames,
     /// width]` f32 contiguous.
     fn set_cross(&self, layer: usize, k: &Tensor, v: &Tensor) -> OpResult<()>;
-    /// Layer `layer`'s cross-attention keys and values of window 0's
-    /// frames `from..` (`[1, rows, width]` f32 each); the rest kept.
-    fn set_cross_rows(&self, layer: usize, from: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
-        let _ = (layer, from, k, v);
+    /// Layer `layer`'s cross-attention keys and values of window
+    /// `window`'s frames `from..` (`[1, rows, width]` f32 each); the rest
+    /// kept.
+    fn set_cross_rows(
+        &self,
+        layer: usize,
+        window: usize,
+        from: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> OpResult<()> {
+        let _ = (layer, window, from, k, v);
         Err(param("this cache's copy takes whole windows".into()))
     }
-    /// Positions filled from now on.
-    fn set_len(&self, len: usize) -> OpResult<()>;
+    /// Layer `layer`'s cross-attention keys and values of window `window`
+    /// alone (`[1, frames, width]` f32 each); the other windows kept.
+    fn set_window(&self, layer: usize, window: usize, k: &Tensor, v: &Tensor) -> OpResult<()> {
+        let _ = (layer, window, k, v);
+        Err(param("this cache's copy takes its windows together".into()))
+    }
+    /// Each sequence's positions filled from now on (`lens[s]`).
+    fn set_lens(&self, lens: &[usize]) -> OpResult<()>;
+    /// The encoder window each sequence reads from now on.
+    fn set_windows(&self, windows: &[usize]) -> OpResult<()> {
+        let _ = windows;
+        Err(param(
+            "this cache's copy starts its sequences together".into(),
+        ))
+    }
+    /// The sequence each row of the next steps feeds (`None`: row `r`
+    /// feeds sequence `r`).
+    fn set_rows(&self, rows: Option<&[usize]>) -> OpResult<()> {
+        match rows {
+            None => Ok(()),
+            Some(_) => Err(param(
+                "this cache's copy feeds its sequences in order".into(),
+            )),
+        }
+    }
     /// Whether the ops over this copy can keep cross-attention scores
     /// ([`CacheMirror::record`]).
     fn can_record(&self) -> bool {
@@ -69,7 +100,8 @@ pub trait CacheMirror: Debug + Send + Sync {
         Err(param("this cache's copy keeps no attention".into()))
     }
     /// The scores the last step kept: for each of `heads` recorded heads,
-    /// `[rows, frames]`, scaled, before the softmax.
+    /// `[rows, frames]` (the step's query rows in order, `[fed, n]`),
+    /// scaled, before the softmax.
     fn recorded(&self, heads: usize, rows: usize) -> OpResult<Vec<Vec<f32>>> {
         let _ = (heads, rows);
         Ok(Vec::new())

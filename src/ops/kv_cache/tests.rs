@@ -224,8 +224,16 @@ impl CacheMirror for Log {
         self.0.lock().unwrap().push(line);
         Ok(())
     }
-    fn set_len(&self, len: usize) -> OpResult<()> {
-        self.0.lock().unwrap().push(format!("len {len}"));
+    fn set_lens(&self, lens: &[usize]) -> OpResult<()> {
+        self.0.lock().unwrap().push(format!("lens {lens:?}"));
+        Ok(())
+    }
+    fn set_rows(&self, rows: Option<&[usize]>) -> OpResult<()> {
+        self.0.lock().unwrap().push(format!("rows {rows:?}"));
+        Ok(())
+    }
+    fn set_windows(&self, windows: &[usize]) -> OpResult<()> {
+        self.0.lock().unwrap().push(format!("windows {windows:?}"));
         Ok(())
     }
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
@@ -250,12 +258,29 @@ fn a_mirror_is_told_every_change_and_host_ops_refuse() {
         [
             "cross 0 [2, 3, 4]",
             "start [1, 0]",
-            "len 2",
+            "lens [2, 2]",
             "reorder [1, 1, 0] [0, 0, 1] 2",
-            "len 3"
+            "lens [2, 2, 2]",
+            "lens [3, 3, 3]"
         ]
     );
     assert_eq!((cache.len(), cache.batch()), (3, 3));
+    // a sequence started again, then a step over two of them
+    log.0.lock().unwrap().clear();
+    cache.restart(1, 1).unwrap();
+    cache.select(Some(&[2, 1])).unwrap();
+    cache.advance(1).unwrap();
+    cache.select(None).unwrap();
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [
+            "windows [0, 1, 1]",
+            "lens [3, 0, 3]",
+            "rows Some([2, 1])",
+            "lens [3, 1, 4]",
+            "rows None"
+        ]
+    );
     // the rows are the mirror's: a host op would read stale ones
     let op = CachedSelfAttention {
         layer: 0,
@@ -299,12 +324,25 @@ impl CacheMirror for Scoring {
     fn set_cross(&self, _: usize, _: &Tensor, _: &Tensor) -> OpResult<()> {
         Ok(())
     }
-    fn set_cross_rows(&self, layer: usize, from: usize, k: &Tensor, _: &Tensor) -> OpResult<()> {
-        let line = format!("rows {layer} {from} {:?}", k.shape());
+    fn set_cross_rows(
+        &self,
+        layer: usize,
+        window: usize,
+        from: usize,
+        k: &Tensor,
+        _: &Tensor,
+    ) -> OpResult<()> {
+        let line = format!("rows {layer} {window} {from} {:?}", k.shape());
         self.0.lock().unwrap().push(line);
         Ok(())
     }
-    fn set_len(&self, _: usize) -> OpResult<()> {
+    fn set_lens(&self, _: &[usize]) -> OpResult<()> {
+        Ok(())
+    }
+    fn set_windows(&self, _: &[usize]) -> OpResult<()> {
+        Ok(())
+    }
+    fn set_rows(&self, _: Option<&[usize]>) -> OpResult<()> {
         Ok(())
     }
     fn can_record(&self) -> bool {
@@ -352,13 +390,22 @@ fn a_mirror_that_keeps_scores_records_their_softmax_per_step() {
             }
         }
     }
+    // a step over two sequences: each keeps its own row
+    cache.restart(1, 0).unwrap();
+    cache.select(Some(&[1, 0])).unwrap();
+    cache.advance(1).unwrap();
+    cache.select(None).unwrap();
+    for seq in [0, 1] {
+        let rows = cache.take_recorded_of(seq);
+        assert!(rows.iter().all(|h| h.len() == 3), "{seq}: {rows:?}");
+    }
     cache.record(None).unwrap();
     cache.advance(1).unwrap();
     assert!(cache.take_recorded().is_empty());
     assert_eq!(
         *mirror.0.lock().unwrap(),
         [
-            "rows 0 1 [1, 2, 4]",
+            "rows 0 0 1 [1, 2, 4]",
             "record Some([(0, 1), (0, 2)])",
             "record None"
         ]

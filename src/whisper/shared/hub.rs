@@ -8,7 +8,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{Counts, WAIT};
-use crate::whisper::{CpuWhisper, WhisperBackend};
+use crate::whisper::{NetRunners, WhisperBackend, WhisperNet};
 use crate::{Error, Result};
 
 /// What a slot asks of the decoder.
@@ -76,8 +76,8 @@ struct SlotState {
     records: bool,
 }
 
-pub(super) struct Hub {
-    net: CpuWhisper,
+pub(super) struct Hub<R: NetRunners> {
+    net: WhisperNet<R>,
     slots: Vec<SlotState>,
     /// The heads the cache records (set by the first slot that asks).
     heads: Option<Vec<(usize, usize)>>,
@@ -89,10 +89,10 @@ pub(super) struct Hub {
     counts: Arc<Counts>,
 }
 
-impl Hub {
+impl<R: NetRunners + 'static> Hub<R> {
     /// Starts the thread over `net`.
     pub(super) fn start(
-        net: CpuWhisper,
+        net: WhisperNet<R>,
         slots: usize,
         inbox: Receiver<Call>,
         free: Arc<Mutex<Vec<usize>>>,
@@ -231,7 +231,11 @@ impl Hub {
     }
 
     /// Runs `f` over the network with slot `slot`'s sequence alone fed.
-    fn alone(&mut self, slot: usize, f: impl FnOnce(&mut CpuWhisper) -> Result<()>) -> Result<()> {
+    fn alone(
+        &mut self,
+        slot: usize,
+        f: impl FnOnce(&mut WhisperNet<R>) -> Result<()>,
+    ) -> Result<()> {
         self.net.select(Some(&[slot]))?;
         let r = f(&mut self.net);
         self.net.select(None).and(r)
