@@ -806,6 +806,7 @@ fn live_streams_through_a_shared_decoder_on_the_gpu_give_what_each_gives_alone()
     use pulsed::engine::Engine;
     use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
     use pulsed::whisper::shared::SharedDecoder;
+    use std::sync::Barrier;
     let Some(d) = dev() else { return };
     let engine = Engine::Gpu {
         device: d,
@@ -828,9 +829,18 @@ fn live_streams_through_a_shared_decoder_on_the_gpu_give_what_each_gives_alone()
         o.paced = true;
         o
     };
-    let run = |mut live: WhisperLive, samples: &[f32]| -> Vec<Update> {
+    // in step (a block each at a time), so that their pulses meet
+    let longest = streams.iter().map(Vec::len).max().unwrap_or(0);
+    let streams = streams.map(|mut s| {
+        s.resize(longest, 0.0);
+        s
+    });
+    let run = |mut live: WhisperLive, samples: &[f32], step: Option<&Barrier>| -> Vec<Update> {
         let mut out = Vec::new();
         for block in samples.chunks(320) {
+            if let Some(b) = step {
+                b.wait();
+            }
             out.extend(live.push(block).unwrap());
         }
         out.extend(live.finish().unwrap());
@@ -845,16 +855,24 @@ fn live_streams_through_a_shared_decoder_on_the_gpu_give_what_each_gives_alone()
     };
     let alone: Vec<String> = streams
         .iter()
-        .map(|s| finals(&run(WhisperLive::new(&m, None, options()).unwrap(), s)))
+        .map(|s| {
+            finals(&run(
+                WhisperLive::new(&m, None, options()).unwrap(),
+                s,
+                None,
+            ))
+        })
         .collect();
     let shared = SharedDecoder::new(&m, &engine, 3).unwrap();
+    let step = Barrier::new(streams.len());
     let together: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = streams
             .iter()
             .map(|s| {
                 let live =
                     WhisperLive::with_shared(&m, shared.slot().unwrap(), None, options()).unwrap();
-                scope.spawn(move || finals(&run(live, s)))
+                let step = &step;
+                scope.spawn(move || finals(&run(live, s, Some(step))))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()

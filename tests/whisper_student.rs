@@ -510,6 +510,7 @@ fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
     use pulsed::engine::Engine;
     use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
     use pulsed::whisper::shared::SharedDecoder;
+    use std::sync::Barrier;
     let m = model(MODEL);
     let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
     let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000)
@@ -528,9 +529,18 @@ fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
         }
         o
     };
-    let run = |mut live: WhisperLive, samples: &[f32]| -> Vec<Update> {
+    // in step (a block each at a time), so that their pulses meet
+    let longest = streams.iter().map(Vec::len).max().unwrap_or(0);
+    let streams = streams.map(|mut s| {
+        s.resize(longest, 0.0);
+        s
+    });
+    let run = |mut live: WhisperLive, samples: &[f32], step: Option<&Barrier>| -> Vec<Update> {
         let mut out = Vec::new();
         for block in samples.chunks(320) {
+            if let Some(b) = step {
+                b.wait();
+            }
             out.extend(live.push(block).unwrap());
         }
         out.extend(live.finish().unwrap());
@@ -539,9 +549,16 @@ fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
     let alone: Vec<Vec<Update>> = streams
         .iter()
         .enumerate()
-        .map(|(k, s)| run(WhisperLive::new(&m, Some(&vad), options(k)).unwrap(), s))
+        .map(|(k, s)| {
+            run(
+                WhisperLive::new(&m, Some(&vad), options(k)).unwrap(),
+                s,
+                None,
+            )
+        })
         .collect();
     let shared = SharedDecoder::new(&m, &Engine::Cpu, 3).unwrap();
+    let step = Barrier::new(streams.len());
     let together: Vec<Vec<Update>> = std::thread::scope(|scope| {
         let handles: Vec<_> = streams
             .iter()
@@ -550,7 +567,8 @@ fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
                 let live =
                     WhisperLive::with_shared(&m, shared.slot().unwrap(), Some(&vad), options(k))
                         .unwrap();
-                scope.spawn(move || run(live, s))
+                let step = &step;
+                scope.spawn(move || run(live, s, Some(step)))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()

@@ -62,10 +62,11 @@ pub struct Args {
     /// Seconds a live session may stay silent (no message) before it is closed.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
-    /// Live Whisper on the CPU: each session decodes on a network of its
-    /// own instead of one decoder shared by all (their steps batched).
+    /// Live Whisper (a chunked checkpoint): sessions decode through one
+    /// decoder, their steps batched, instead of a network each. Memory stays
+    /// flat as sessions grow; latency is worse today (docs/serve.md).
     #[arg(long)]
-    no_shared_decoder: bool,
+    shared_decoder: bool,
 }
 
 pub fn run(mut a: Args) -> Result<ExitCode, String> {
@@ -99,7 +100,7 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
     if let Some(what) = t.describe() {
         eprintln!("pulsed: {what}");
     }
-    if !a.no_shared_decoder
+    if a.shared_decoder
         && t.share_live_decoder(a.max_streams)
             .map_err(|e| e.to_string())?
     {

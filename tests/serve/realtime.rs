@@ -408,3 +408,73 @@ async fn a_stopping_server_finishes_the_line_in_progress() {
         }
     }
 }
+
+/// Two sessions at once through one shared decoder (`pulsed serve
+/// --shared-decoder`) each give the line the library gives the recording
+/// through a network of its own, and /metrics counts the shared steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_through_a_shared_decoder_give_the_librarys_lines() {
+    const STUDENT: &str = "whisper-base-streaming-640ms";
+    let Ok(_) = pulsed::whisper::folder::resolve(STUDENT) else {
+        eprintln!("skipped: {STUDENT} is not fetched (scripts/fetch_whisper.sh {STUDENT})");
+        return;
+    };
+    let file = "fixtures/whisper/librivox_dev00.wav";
+    let samples = pulsed::audio::load(Path::new(file), 16_000)
+        .unwrap()
+        .samples;
+    let settings = || LiveSettings {
+        vad: false,
+        end_silence_s: 24.0 * 3600.0,
+        ..LiveSettings::default()
+    };
+    let s2 = samples.clone();
+    let (t, want) = tokio::task::spawn_blocking(move || {
+        let mut t = pulsed::asr::Transcriber::open(
+            Some(Path::new(STUDENT)),
+            &pulsed::asr::TranscriberOptions::default(),
+            pulsed::engine::Engine::Cpu,
+        )
+        .unwrap();
+        let (mut session, mut input) = t.live(settings()).unwrap().start().unwrap();
+        assert!(input.write_waiting(&s2));
+        session.finish();
+        let want: Vec<String> = session
+            .events()
+            .try_iter()
+            .filter_map(|e| match e {
+                LiveEvent::Final { text, .. } => Some(text),
+                _ => None,
+            })
+            .collect();
+        drop(session);
+        assert!(t.share_live_decoder(2).unwrap());
+        (std::sync::Arc::new(t), want.join(" "))
+    })
+    .await
+    .unwrap();
+    assert!(!want.is_empty());
+    let server = start(t, STUDENT, |_| {}).await;
+    let session = || async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url())
+            .await
+            .unwrap();
+        wait_for(&mut ws, "session.created").await;
+        send(
+            &mut ws,
+            json!({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": 16000},
+            "transcription": {"model": STUDENT, "language": "en"},
+            "turn_detection": null}}}}),
+        )
+        .await;
+        wait_for(&mut ws, "session.updated").await;
+        append_and_commit(&mut ws, &samples).await
+    };
+    let (a, b) = tokio::join!(session(), session());
+    assert_eq!(a["transcript"], want.as_str());
+    assert_eq!(b["transcript"], want.as_str());
+    let metrics = scrape(&server).await;
+    assert!(metrics["pulsed_decoder_steps_total"] > 0.0, "{metrics:?}");
+    assert!(metrics["pulsed_decoder_rows_total"] >= metrics["pulsed_decoder_steps_total"]);
+}
