@@ -829,23 +829,8 @@ fn live_streams_through_a_shared_decoder_on_the_gpu_give_what_each_gives_alone()
         o.paced = true;
         o
     };
-    // in step (a block each at a time), so that their pulses meet
-    let longest = streams.iter().map(Vec::len).max().unwrap_or(0);
-    let streams = streams.map(|mut s| {
-        s.resize(longest, 0.0);
-        s
-    });
-    let run = |mut live: WhisperLive, samples: &[f32], step: Option<&Barrier>| -> Vec<Update> {
-        let mut out = Vec::new();
-        for block in samples.chunks(320) {
-            if let Some(b) = step {
-                b.wait();
-            }
-            out.extend(live.push(block).unwrap());
-        }
-        out.extend(live.finish().unwrap());
-        out
-    };
+    let streams = common::whisper::in_step(streams);
+    let run = common::whisper::run_live;
     let finals = |u: &[Update]| {
         u.iter()
             .filter(|u| u.is_final)

@@ -529,23 +529,8 @@ fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
         }
         o
     };
-    // in step (a block each at a time), so that their pulses meet
-    let longest = streams.iter().map(Vec::len).max().unwrap_or(0);
-    let streams = streams.map(|mut s| {
-        s.resize(longest, 0.0);
-        s
-    });
-    let run = |mut live: WhisperLive, samples: &[f32], step: Option<&Barrier>| -> Vec<Update> {
-        let mut out = Vec::new();
-        for block in samples.chunks(320) {
-            if let Some(b) = step {
-                b.wait();
-            }
-            out.extend(live.push(block).unwrap());
-        }
-        out.extend(live.finish().unwrap());
-        out
-    };
+    let streams = common::whisper::in_step(streams);
+    let run = common::whisper::run_live;
     let alone: Vec<Vec<Update>> = streams
         .iter()
         .enumerate()

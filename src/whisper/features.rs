@@ -24,6 +24,16 @@ pub struct FeatureStream {
     frames: Vec<Vec<f32>>,
 }
 
+/// Log-mel features of a whole recording (see [`FeatureStream`]), fed in
+/// pieces so that no copy of it is made.
+pub fn log_mel(n_mels: usize, audio: &[f32]) -> Result<Vec<f32>> {
+    let mut s = FeatureStream::new(n_mels)?;
+    for piece in audio.chunks(1 << 16) {
+        s.push(piece)?;
+    }
+    s.finish()
+}
+
 impl FeatureStream {
     pub fn new(n_mels: usize) -> Result<FeatureStream> {
         let model = pulsify(&graphs::log_mel_frames(n_mels)?, PULSE)?;

@@ -6,7 +6,7 @@
 
 use super::backend::{AlignmentSource, Chosen, WhisperBackend};
 use super::decode::WindowPadding;
-use super::features::FeatureStream;
+use super::features;
 use super::graphs::DecoderShape;
 use super::projection::Projection;
 use super::WhisperConfig;
@@ -270,11 +270,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        let mut s = FeatureStream::new(self.cfg.num_mel_bins)?;
-        for piece in audio.chunks(1 << 16) {
-            s.push(piece)?;
-        }
-        s.finish()
+        features::log_mel(self.cfg.num_mel_bins, audio)
     }
 
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {

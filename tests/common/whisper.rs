@@ -164,3 +164,32 @@ pub fn chunked_live_run(
     updates.extend(live.finish().unwrap());
     (live, updates)
 }
+
+/// `streams` padded with silence to the longest, so that threads can push
+/// them a block at a time together.
+pub fn in_step(streams: [Vec<f32>; 3]) -> [Vec<f32>; 3] {
+    let longest = streams.iter().map(Vec::len).max().unwrap_or(0);
+    streams.map(|mut s| {
+        s.resize(longest, 0.0);
+        s
+    })
+}
+
+/// Every update of `live` over `samples` in 20 ms blocks, then its end;
+/// with `step`, each block waits for the other streams' (their pulses
+/// then meet in a shared decoder).
+pub fn run_live(
+    mut live: pulsed::live::WhisperLive,
+    samples: &[f32],
+    step: Option<&std::sync::Barrier>,
+) -> Vec<pulsed::live::Update> {
+    let mut out = Vec::new();
+    for block in samples.chunks(320) {
+        if let Some(b) = step {
+            b.wait();
+        }
+        out.extend(live.push(block).unwrap());
+    }
+    out.extend(live.finish().unwrap());
+    out
+}

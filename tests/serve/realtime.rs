@@ -24,6 +24,48 @@ async fn append_and_commit(ws: &mut Ws, samples: &[f32]) -> serde_json::Value {
     wait_for(ws, "conversation.item.input_audio_transcription.completed").await
 }
 
+/// The library's line for `samples` as one utterance (no VAD, no end of
+/// speech until the stream ends): what the server gives with turn
+/// detection off and one append before the commit.
+fn library_line(t: &pulsed::asr::Transcriber, samples: &[f32]) -> String {
+    let settings = LiveSettings {
+        vad: false,
+        end_silence_s: 24.0 * 3600.0,
+        ..LiveSettings::default()
+    };
+    let (mut session, mut input) = t.live(settings).unwrap().start().unwrap();
+    assert!(input.write_waiting(samples));
+    session.finish();
+    let finals: Vec<String> = session
+        .events()
+        .try_iter()
+        .filter_map(|e| match e {
+            LiveEvent::Final { text, .. } => Some(text),
+            _ => None,
+        })
+        .collect();
+    finals.join(" ")
+}
+
+/// A transcription session of `model` at 16 kHz, turn detection off, fed
+/// `samples` and committed: its `completed` event.
+async fn session_line(server: &Server, model: &str, samples: &[f32]) -> Value {
+    let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url())
+        .await
+        .unwrap();
+    wait_for(&mut ws, "session.created").await;
+    send(
+        &mut ws,
+        json!({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+        "format": {"type": "audio/pcm", "rate": 16000},
+        "transcription": {"model": model, "language": "en"},
+        "turn_detection": null}}}}),
+    )
+    .await;
+    wait_for(&mut ws, "session.updated").await;
+    append_and_commit(&mut ws, samples).await
+}
+
 /// Streams `samples` at `rate` in 20 ms appends at twice real time, commits,
 /// and gives the transcripts of the `completed` events (and checks each
 /// item's deltas and events on the way).
@@ -310,46 +352,13 @@ async fn whisper_realtime_line_equals_the_library_live_session() {
     let t = tokio::task::spawn_blocking(|| open("whisper-tiny.en"))
         .await
         .unwrap();
-    // the whole recording at once, one utterance until the end: what the
-    // server does with turn detection off and one append before the commit
     let (t2, s2) = (t.clone(), samples.clone());
-    let want = tokio::task::spawn_blocking(move || {
-        let settings = LiveSettings {
-            vad: false,
-            end_silence_s: 24.0 * 3600.0,
-            ..LiveSettings::default()
-        };
-        let (mut session, mut input) = t2.live(settings).unwrap().start().unwrap();
-        assert!(input.write_waiting(&s2));
-        session.finish();
-        let finals: Vec<String> = session
-            .events()
-            .try_iter()
-            .filter_map(|e| match e {
-                LiveEvent::Final { text, .. } => Some(text),
-                _ => None,
-            })
-            .collect();
-        finals.join(" ")
-    })
-    .await
-    .unwrap();
-    assert!(!want.is_empty());
-    let server = start(t, "whisper-tiny.en", |_| {}).await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url())
+    let want = tokio::task::spawn_blocking(move || library_line(&t2, &s2))
         .await
         .unwrap();
-    wait_for(&mut ws, "session.created").await;
-    send(
-        &mut ws,
-        json!({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
-        "format": {"type": "audio/pcm", "rate": 16000},
-        "transcription": {"model": "whisper-tiny.en", "language": "en"},
-        "turn_detection": null}}}}),
-    )
-    .await;
-    wait_for(&mut ws, "session.updated").await;
-    let done = append_and_commit(&mut ws, &samples).await;
+    assert!(!want.is_empty());
+    let server = start(t, "whisper-tiny.en", |_| {}).await;
+    let done = session_line(&server, "whisper-tiny.en", &samples).await;
     assert_eq!(done["transcript"], want.as_str());
 }
 
@@ -423,54 +432,19 @@ async fn sessions_through_a_shared_decoder_give_the_librarys_lines() {
     let samples = pulsed::audio::load(Path::new(file), 16_000)
         .unwrap()
         .samples;
-    let settings = || LiveSettings {
-        vad: false,
-        end_silence_s: 24.0 * 3600.0,
-        ..LiveSettings::default()
-    };
     let s2 = samples.clone();
     let (t, want) = tokio::task::spawn_blocking(move || {
-        let mut t = pulsed::asr::Transcriber::open(
-            Some(Path::new(STUDENT)),
-            &pulsed::asr::TranscriberOptions::default(),
-            pulsed::engine::Engine::Cpu,
-        )
-        .unwrap();
-        let (mut session, mut input) = t.live(settings()).unwrap().start().unwrap();
-        assert!(input.write_waiting(&s2));
-        session.finish();
-        let want: Vec<String> = session
-            .events()
-            .try_iter()
-            .filter_map(|e| match e {
-                LiveEvent::Final { text, .. } => Some(text),
-                _ => None,
-            })
-            .collect();
-        drop(session);
+        let t = open(STUDENT);
+        let want = library_line(&t, &s2);
+        let mut t = std::sync::Arc::try_unwrap(t).ok().expect("one owner");
         assert!(t.share_live_decoder(2).unwrap());
-        (std::sync::Arc::new(t), want.join(" "))
+        (std::sync::Arc::new(t), want)
     })
     .await
     .unwrap();
     assert!(!want.is_empty());
     let server = start(t, STUDENT, |_| {}).await;
-    let session = || async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url())
-            .await
-            .unwrap();
-        wait_for(&mut ws, "session.created").await;
-        send(
-            &mut ws,
-            json!({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
-            "format": {"type": "audio/pcm", "rate": 16000},
-            "transcription": {"model": STUDENT, "language": "en"},
-            "turn_detection": null}}}}),
-        )
-        .await;
-        wait_for(&mut ws, "session.updated").await;
-        append_and_commit(&mut ws, &samples).await
-    };
+    let session = || session_line(&server, STUDENT, &samples);
     let (a, b) = tokio::join!(session(), session());
     assert_eq!(a["transcript"], want.as_str());
     assert_eq!(b["transcript"], want.as_str());

@@ -8,7 +8,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use super::hub::{Answer, Call};
 use super::Sizes;
 use crate::whisper::decode::WindowPadding;
-use crate::whisper::features::FeatureStream;
+use crate::whisper::features;
 use crate::whisper::{AlignmentSource, WhisperBackend};
 use crate::{Error, Result};
 
@@ -107,11 +107,7 @@ impl WhisperBackend for DecoderSlot {
     }
 
     fn log_mel(&mut self, audio: &[f32]) -> Result<Vec<f32>> {
-        let mut s = FeatureStream::new(self.sizes.n_mels)?;
-        for piece in audio.chunks(1 << 16) {
-            s.push(piece)?;
-        }
-        s.finish()
+        features::log_mel(self.sizes.n_mels, audio)
     }
 
     fn encode(&mut self, _windows: &[&[f32]]) -> Result<()> {
