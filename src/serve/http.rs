@@ -263,8 +263,15 @@ fn shared_steps(state: &AppState) -> String {
          pulsed_decoder_steps_total {}\n\
          # HELP pulsed_decoder_rows_total Rows those steps fed (one per session a step served).\n\
          # TYPE pulsed_decoder_rows_total counter\n\
-         pulsed_decoder_rows_total {}\n",
-        c.steps, c.rows
+         pulsed_decoder_rows_total {}\n\
+         # HELP pulsed_decoder_busy_seconds_total The shared decoder's thread at work, by what it did.\n\
+         # TYPE pulsed_decoder_busy_seconds_total counter\n\
+         pulsed_decoder_busy_seconds_total{{work=\"steps\"}} {:.3}\n\
+         pulsed_decoder_busy_seconds_total{{work=\"prompts\"}} {:.3}\n\
+         pulsed_decoder_busy_seconds_total{{work=\"windows\"}} {:.3}\n\
+         pulsed_decoder_busy_seconds_total{{work=\"alignment\"}} {:.3}\n\
+         pulsed_decoder_busy_seconds_total{{work=\"other\"}} {:.3}\n",
+        c.steps, c.rows, c.step_s, c.prompt_s, c.window_s, c.align_s, c.other_s
     )
 }
 

@@ -158,7 +158,6 @@ impl<R: NetRunners> WhisperNet<R> {
         } else {
             (DecoderShape::Prompt, n, [1, n])
         };
-        let past = self.cache.fed_lens();
         let (ids, positions) = &mut self.inputs;
         ids.ensure(DType::I64, &dims);
         let v = ids.as_slice_mut::<i64>()?;
@@ -168,7 +167,7 @@ impl<R: NetRunners> WhisperNet<R> {
         }
         match shape {
             DecoderShape::Prompt => {
-                let from = past.first().copied().unwrap_or(0) as i64;
+                let from = self.cache.len() as i64;
                 positions.ensure(DType::I64, &[n]);
                 for (i, p) in positions.as_slice_mut::<i64>()?.iter_mut().enumerate() {
                     *p = from + i as i64;
@@ -179,9 +178,7 @@ impl<R: NetRunners> WhisperNet<R> {
                 positions.ensure(DType::I64, &[s, 1]);
                 let v = positions.as_slice_mut::<i64>()?;
                 v.fill(0);
-                for (p, &len) in v.iter_mut().zip(&past) {
-                    *p = len as i64;
-                }
+                self.cache.fed_positions(v);
             }
         }
         self.runners.decoder(shape, s)?.step(&[ids, positions])?;
@@ -398,8 +395,8 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
         }
         self.check_vocabulary(tokens)?;
         let s = self.runners.step_rows(batch);
-        let mut past: Vec<i64> = self.cache.fed_lens().iter().map(|&l| l as i64).collect();
-        past.resize(s, 0);
+        let mut past = vec![0i64; s];
+        self.cache.fed_positions(&mut past);
         let Some(runner) = self.runners.chooser(s) else {
             return Ok(None);
         };

@@ -98,6 +98,16 @@ impl KvCache {
         self.lock().fed_lens().collect()
     }
 
+    /// Writes [`KvCache::fed_lens`] into `positions` (the next step's
+    /// position of each row; rows past the fed ones left as they are),
+    /// allocating nothing.
+    pub fn fed_positions(&self, positions: &mut [i64]) {
+        let st = self.lock();
+        for (p, len) in positions.iter_mut().zip(st.fed_lens()) {
+            *p = len as i64;
+        }
+    }
+
     /// The positions the last step wrote (`n` new tokens of each sequence
     /// it fed) are now filled; called once the whole decoder ran over them.
     pub fn advance(&self, n: usize) -> OpResult<()> {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::{Counts, WAIT};
+use super::{Counts, Work, WAIT};
 use crate::whisper::{NetRunners, WhisperBackend, WhisperNet};
 use crate::{Error, Result};
 
@@ -192,6 +192,26 @@ impl<R: NetRunners + 'static> Hub<R> {
                 }
                 return;
             }
+            call => {
+                let work = match &call {
+                    Call::Prompt { .. } => Work::Prompt,
+                    Call::Window(..) | Call::WindowRows(..) => Work::Window,
+                    Call::Align { .. } => Work::Align,
+                    _ => Work::Other,
+                };
+                let t0 = Instant::now();
+                let (slot, answer) = self.alone_call(call);
+                let ns = t0.elapsed().as_nanos() as u64;
+                self.counts.alone_ns[work as usize].fetch_add(ns, Ordering::Relaxed);
+                (slot, answer)
+            }
+        };
+        self.answer(slot, answer);
+    }
+
+    /// Runs a call of one slot's (not a step).
+    fn alone_call(&mut self, call: Call) -> (usize, Result<Answer>) {
+        match call {
             Call::Start(slot) => (slot, self.net.restart(slot, slot).map(|()| Answer::Done)),
             Call::Prompt {
                 slot,
@@ -226,8 +246,14 @@ impl<R: NetRunners + 'static> Hub<R> {
                 tokens,
                 heads,
             } => (slot, self.align(slot, &tokens, heads).map(Answer::Weights)),
-        };
-        self.answer(slot, answer);
+            Call::Claim(slot, _)
+            | Call::Idle(slot)
+            | Call::Release(slot)
+            | Call::Step { slot, .. } => (
+                slot,
+                Err(Error::Other("shared decoder: a call out of turn".into())),
+            ),
+        }
     }
 
     /// Runs `f` over the network with slot `slot`'s sequence alone fed.
@@ -304,6 +330,7 @@ impl<R: NetRunners + 'static> Hub<R> {
 
     /// Runs every waiting step as one, a row each.
     fn step(&mut self) {
+        let t0 = Instant::now();
         let waiting = std::mem::take(&mut self.waiting);
         self.since = None;
         let rows: Vec<usize> = waiting.iter().map(|w| w.0).collect();
@@ -331,6 +358,8 @@ impl<R: NetRunners + 'static> Hub<R> {
             self.answer(slot, answer);
         }
         self.logits = logits;
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.counts.step_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// Sends slot `slot` its answer; it decides its next call now.

@@ -49,13 +49,42 @@ pub struct SharedDecoder {
 struct Counts {
     steps: AtomicU64,
     rows: AtomicU64,
+    /// Nanoseconds in steps, and in calls run for one slot alone (by
+    /// [`Work`]).
+    step_ns: AtomicU64,
+    alone_ns: [AtomicU64; 4],
 }
 
-/// Steps the shared decoder ran and the rows they fed (all slots').
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a call run for one slot alone does.
+#[derive(Debug, Clone, Copy)]
+enum Work {
+    /// A decoding's prompt fed.
+    Prompt = 0,
+    /// Encoder frames into the slot's window.
+    Window = 1,
+    /// An alignment pass.
+    Align = 2,
+    /// Starts, rewinds, recording.
+    Other = 3,
+}
+
+/// Steps the shared decoder ran, the rows they fed (all slots'), and
+/// where its thread's time went (seconds): the steps, or what it ran for
+/// one slot alone. Times that add up to the run's wall time say the
+/// thread is the bottleneck.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepCounts {
     pub steps: u64,
     pub rows: u64,
+    pub step_s: f64,
+    /// Prompts fed for one decoding.
+    pub prompt_s: f64,
+    /// Encoder frames set into a slot's window.
+    pub window_s: f64,
+    /// Alignment passes (word times at an utterance's end).
+    pub align_s: f64,
+    /// Starts, rewinds and recording.
+    pub other_s: f64,
 }
 
 /// What a slot answers without asking the decoder.
@@ -136,9 +165,15 @@ impl SharedDecoder {
     /// Steps run so far and the rows they fed: rows over steps is how many
     /// streams a step served on average.
     pub fn counts(&self) -> StepCounts {
+        let s = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 * 1e-9;
         StepCounts {
             steps: self.counts.steps.load(Ordering::Relaxed),
             rows: self.counts.rows.load(Ordering::Relaxed),
+            step_s: s(&self.counts.step_ns),
+            prompt_s: s(&self.counts.alone_ns[Work::Prompt as usize]),
+            window_s: s(&self.counts.alone_ns[Work::Window as usize]),
+            align_s: s(&self.counts.alone_ns[Work::Align as usize]),
+            other_s: s(&self.counts.alone_ns[Work::Other as usize]),
         }
     }
 }
