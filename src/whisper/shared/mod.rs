@@ -177,6 +177,3 @@ impl SharedDecoder {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;
