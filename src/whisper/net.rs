@@ -185,9 +185,10 @@ impl<R: NetRunners> WhisperNet<R> {
         Ok(self.cache.advance(n)?)
     }
 
-    /// Replaces window `window`'s frames `from..` with `rows` (`[n, d]`);
-    /// `Ok(false)` where this engine has no graph for rows alone.
-    pub(super) fn frame_rows(&mut self, window: usize, from: usize, rows: &[f32]) -> Result<bool> {
+    /// Replaces window `window`'s frames `from..` with `rows` (`[n, d]`
+    /// row-major); `Ok(false)`, having changed nothing, where this engine
+    /// has no graph for rows alone (it takes whole windows).
+    pub fn set_window_rows(&mut self, window: usize, from: usize, rows: &[f32]) -> Result<bool> {
         let d = self.cfg.d_model;
         if !rows.len().is_multiple_of(d) {
             return Err(Error::Input {
@@ -288,7 +289,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     }
 
     fn encode_frame_rows(&mut self, from: usize, rows: &[f32]) -> Result<bool> {
-        self.frame_rows(0, from, rows)
+        self.set_window_rows(0, from, rows)
     }
 
     fn rewind(&mut self, len: usize) -> Result<bool> {

@@ -37,13 +37,6 @@ impl<R: NetRunners> WhisperNet<R> {
         Ok(self.cache.set_window(window, &k, &v)?)
     }
 
-    /// Replaces window `window`'s frames `from..` with `rows` (`[n, d]`
-    /// row-major); `Ok(false)`, having changed nothing, where this engine
-    /// takes whole windows only.
-    pub fn set_window_rows(&mut self, window: usize, from: usize, rows: &[f32]) -> Result<bool> {
-        self.frame_rows(window, from, rows)
-    }
-
     /// Starts sequence `seq` again over window `window`, the others kept.
     pub fn restart(&mut self, seq: usize, window: usize) -> Result<()> {
         Ok(self.cache.restart(seq, window)?)

@@ -22,33 +22,49 @@ pub(super) enum Call {
         token: u32,
         logits: Vec<f32>,
     },
-    /// The sequence started again over the slot's window.
-    Start(usize),
-    /// `tokens` fed to the slot alone; the logits after `positions`.
-    Prompt {
-        slot: usize,
-        tokens: Vec<u32>,
-        positions: Vec<usize>,
-        logits: Vec<f32>,
-    },
-    Rewind(usize, usize),
-    /// The slot's window from whole encoder frames.
-    Window(usize, Vec<f32>),
-    /// The slot's window's frames from `.1` on.
-    WindowRows(usize, usize, Vec<f32>),
-    /// Keep (or stop keeping) the slot's attention rows of these heads.
-    Record(usize, Option<Vec<(usize, usize)>>),
-    /// An alignment pass: the slot's sequence started again and fed
-    /// `tokens`, the heads' weights answered.
-    Align {
-        slot: usize,
-        tokens: Vec<u32>,
-        heads: Vec<(usize, usize)>,
-    },
+    /// Work for slot `.0` alone, run at once.
+    Alone(usize, Alone),
     /// The slot asks nothing for a while: steps do not wait for it.
     Idle(usize),
     /// The slot was dropped.
     Release(usize),
+}
+
+/// What a slot asks to be run for it alone.
+pub(super) enum Alone {
+    /// The sequence started again over the slot's window.
+    Start,
+    /// `tokens` fed; the logits after `positions`.
+    Prompt {
+        tokens: Vec<u32>,
+        positions: Vec<usize>,
+        logits: Vec<f32>,
+    },
+    /// The sequence keeps its first `.0` positions.
+    Rewind(usize),
+    /// The slot's window from whole encoder frames.
+    Window(Vec<f32>),
+    /// The slot's window's frames from `.0` on.
+    WindowRows(usize, Vec<f32>),
+    /// Keep (or stop keeping) the slot's attention rows of these heads.
+    Record(Option<Vec<(usize, usize)>>),
+    /// An alignment pass: the slot's sequence started again and fed
+    /// `tokens`, the heads' weights answered.
+    Align {
+        tokens: Vec<u32>,
+        heads: Vec<(usize, usize)>,
+    },
+}
+
+impl Alone {
+    fn work(&self) -> Work {
+        match self {
+            Alone::Prompt { .. } => Work::Prompt,
+            Alone::Window(_) | Alone::WindowRows(..) => Work::Window,
+            Alone::Align { .. } => Work::Align,
+            Alone::Start | Alone::Rewind(_) | Alone::Record(_) => Work::Other,
+        }
+    }
 }
 
 /// The decoder's answer to a slot.
@@ -60,9 +76,10 @@ pub(super) enum Answer {
 }
 
 /// Where a slot is, for when a step may run without it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Phase {
     /// Asks nothing (idle, or not taken).
+    #[default]
     Away,
     /// Had an answer: its next call may be a step.
     Deciding,
@@ -70,6 +87,7 @@ enum Phase {
     Waiting,
 }
 
+#[derive(Default)]
 struct SlotState {
     phase: Phase,
     answers: Option<Sender<Result<Answer>>>,
@@ -100,13 +118,7 @@ impl<R: NetRunners + 'static> Hub<R> {
     ) -> Result<()> {
         let hub = Hub {
             net,
-            slots: (0..slots)
-                .map(|_| SlotState {
-                    phase: Phase::Away,
-                    answers: None,
-                    records: false,
-                })
-                .collect(),
+            slots: (0..slots).map(|_| SlotState::default()).collect(),
             heads: None,
             waiting: Vec::new(),
             since: None,
@@ -152,16 +164,14 @@ impl<R: NetRunners + 'static> Hub<R> {
 
     /// Takes one call: a step waits, anything else runs now.
     fn take(&mut self, call: Call) {
-        let (slot, answer) = match call {
+        match call {
             Call::Claim(slot, answers) => {
                 if let Some(s) = self.slots.get_mut(slot) {
                     *s = SlotState {
-                        phase: Phase::Away,
                         answers: Some(answers),
-                        records: false,
+                        ..SlotState::default()
                     };
                 }
-                return;
             }
             Call::Step {
                 slot,
@@ -173,48 +183,36 @@ impl<R: NetRunners + 'static> Hub<R> {
                 }
                 self.waiting.push((slot, token, logits));
                 self.since.get_or_insert_with(Instant::now);
-                return;
             }
             Call::Idle(slot) => {
                 if let Some(s) = self.slots.get_mut(slot) {
                     s.phase = Phase::Away;
                 }
-                return;
             }
             Call::Release(slot) => {
                 if let Some(s) = self.slots.get_mut(slot) {
-                    s.phase = Phase::Away;
-                    s.answers = None;
-                    s.records = false;
+                    *s = SlotState::default();
                 }
                 if let Ok(mut f) = self.free.lock() {
                     f.push(slot);
                 }
-                return;
             }
-            call => {
-                let work = match &call {
-                    Call::Prompt { .. } => Work::Prompt,
-                    Call::Window(..) | Call::WindowRows(..) => Work::Window,
-                    Call::Align { .. } => Work::Align,
-                    _ => Work::Other,
-                };
+            Call::Alone(slot, work) => {
+                let kind = work.work();
                 let t0 = Instant::now();
-                let (slot, answer) = self.alone_call(call);
+                let answer = self.run_alone(slot, work);
                 let ns = t0.elapsed().as_nanos() as u64;
-                self.counts.alone_ns[work as usize].fetch_add(ns, Ordering::Relaxed);
-                (slot, answer)
+                self.counts.alone_ns[kind as usize].fetch_add(ns, Ordering::Relaxed);
+                self.answer(slot, answer);
             }
-        };
-        self.answer(slot, answer);
+        }
     }
 
-    /// Runs a call of one slot's (not a step).
-    fn alone_call(&mut self, call: Call) -> (usize, Result<Answer>) {
-        match call {
-            Call::Start(slot) => (slot, self.net.restart(slot, slot).map(|()| Answer::Done)),
-            Call::Prompt {
-                slot,
+    /// Runs slot `slot`'s work.
+    fn run_alone(&mut self, slot: usize, work: Alone) -> Result<Answer> {
+        match work {
+            Alone::Start => self.net.restart(slot, slot).map(|()| Answer::Done),
+            Alone::Prompt {
                 tokens,
                 positions,
                 mut logits,
@@ -223,36 +221,18 @@ impl<R: NetRunners + 'static> Hub<R> {
                     net.feed(&tokens, tokens.len(), &positions, &mut logits)
                 });
                 let attention = self.attention_of(slot);
-                (slot, r.map(|()| Answer::Logits(logits, attention)))
+                r.map(|()| Answer::Logits(logits, attention))
             }
-            Call::Rewind(slot, len) => (
-                slot,
-                self.alone(slot, |net| net.rewind(len).map(|_| ()))
-                    .map(|()| Answer::Done),
-            ),
-            Call::Window(slot, frames) => (
-                slot,
-                self.net.set_window(slot, &frames).map(|()| Answer::Done),
-            ),
-            Call::WindowRows(slot, from, rows) => (
-                slot,
-                self.net
-                    .set_window_rows(slot, from, &rows)
-                    .map(Answer::Kept),
-            ),
-            Call::Record(slot, heads) => (slot, self.record(slot, heads).map(Answer::Kept)),
-            Call::Align {
-                slot,
-                tokens,
-                heads,
-            } => (slot, self.align(slot, &tokens, heads).map(Answer::Weights)),
-            Call::Claim(slot, _)
-            | Call::Idle(slot)
-            | Call::Release(slot)
-            | Call::Step { slot, .. } => (
-                slot,
-                Err(Error::Other("shared decoder: a call out of turn".into())),
-            ),
+            Alone::Rewind(len) => self
+                .alone(slot, |net| net.rewind(len).map(|_| ()))
+                .map(|()| Answer::Done),
+            Alone::Window(frames) => self.net.set_window(slot, &frames).map(|()| Answer::Done),
+            Alone::WindowRows(from, rows) => self
+                .net
+                .set_window_rows(slot, from, &rows)
+                .map(Answer::Kept),
+            Alone::Record(heads) => self.record(slot, heads).map(Answer::Kept),
+            Alone::Align { tokens, heads } => self.align(slot, &tokens, heads).map(Answer::Weights),
         }
     }
 

@@ -5,7 +5,7 @@
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::hub::{Answer, Call};
+use super::hub::{Alone, Answer, Call};
 use super::Sizes;
 use crate::whisper::decode::WindowPadding;
 use crate::whisper::features;
@@ -58,6 +58,12 @@ impl DecoderSlot {
     fn ask(&mut self, call: Call) -> Result<Answer> {
         self.calls.send(call).map_err(|_| stopped())?;
         self.answers.recv().map_err(|_| stopped())?
+    }
+
+    /// Asks for `work` for this slot alone.
+    fn alone(&mut self, work: Alone) -> Result<Answer> {
+        let slot = self.slot;
+        self.ask(Call::Alone(slot, work))
     }
 
     /// Keeps a step's or a prompt's attention rows; gives its logits.
@@ -118,21 +124,18 @@ impl WhisperBackend for DecoderSlot {
         let [frames] = frames else {
             return Err(whole_only("more than one window"));
         };
-        let slot = self.slot;
-        self.ask(Call::Window(slot, frames.to_vec())).map(|_| ())
+        self.alone(Alone::Window(frames.to_vec())).map(|_| ())
     }
 
     fn encode_frame_rows(&mut self, from: usize, rows: &[f32]) -> Result<bool> {
-        let slot = self.slot;
-        match self.ask(Call::WindowRows(slot, from, rows.to_vec()))? {
+        match self.alone(Alone::WindowRows(from, rows.to_vec()))? {
             Answer::Kept(k) => Ok(k),
             _ => Err(Error::Other("shared decoder: an answer out of turn".into())),
         }
     }
 
     fn rewind(&mut self, len: usize) -> Result<bool> {
-        let slot = self.slot;
-        self.ask(Call::Rewind(slot, len)).map(|_| true)
+        self.alone(Alone::Rewind(len)).map(|_| true)
     }
 
     fn reserve(&mut self, sequences: usize) -> Result<()> {
@@ -146,8 +149,7 @@ impl WhisperBackend for DecoderSlot {
         if windows != [0] {
             return Err(whole_only("decoding several sequences"));
         }
-        let slot = self.slot;
-        self.ask(Call::Start(slot)).map(|_| ())
+        self.alone(Alone::Start).map(|_| ())
     }
 
     fn feed(
@@ -168,12 +170,14 @@ impl WhisperBackend for DecoderSlot {
                 token: tokens[0],
                 logits: buffer,
             },
-            _ => Call::Prompt {
+            _ => Call::Alone(
                 slot,
-                tokens: tokens.to_vec(),
-                positions: positions.to_vec(),
-                logits: buffer,
-            },
+                Alone::Prompt {
+                    tokens: tokens.to_vec(),
+                    positions: positions.to_vec(),
+                    logits: buffer,
+                },
+            ),
         };
         let answer = self.ask(call)?;
         *logits = self.logits(answer)?;
@@ -205,9 +209,7 @@ impl AlignmentSource for DecoderSlot {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        let slot = self.slot;
-        match self.ask(Call::Align {
-            slot,
+        match self.alone(Alone::Align {
             tokens: tokens.to_vec(),
             heads: heads.to_vec(),
         })? {
@@ -217,10 +219,9 @@ impl AlignmentSource for DecoderSlot {
     }
 
     fn record_attention(&mut self, heads: Option<&[(usize, usize)]>) -> bool {
-        let slot = self.slot;
         let on = heads.is_some();
         let kept = matches!(
-            self.ask(Call::Record(slot, heads.map(<[_]>::to_vec))),
+            self.alone(Alone::Record(heads.map(<[_]>::to_vec))),
             Ok(Answer::Kept(true))
         );
         self.records = on && kept;
