@@ -87,7 +87,7 @@ impl<'a> LiveSetup<'a> {
             if settings.vad {
                 vad = Some(Vad::load_default().map_err(|e| {
                     Error::Other(format!(
-                        "live Whisper needs Silero VAD (bash scripts/fetch_silero.sh): {e}"
+                        "live Whisper needs Silero VAD (`pulsed fetch silero-vad`): {e}"
                     ))
                 })?);
             }

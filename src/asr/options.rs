@@ -125,7 +125,7 @@ pub struct WhisperOptions {
     /// No text where Silero VAD hears no speech: a recording without
     /// speech is not decoded, and a segment over none of its speech is
     /// dropped (Whisper writes "You" on silence). Needs Silero VAD's
-    /// weights (`scripts/fetch_silero.sh`); `vad` decodes VAD speech only
+    /// weights (`pulsed fetch silero-vad`); `vad` decodes VAD speech only
     /// and needs no gate.
     pub speech_gate: bool,
 }

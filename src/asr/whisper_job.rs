@@ -84,7 +84,7 @@ impl WhisperJob {
             true => {
                 let vad = Vad::load_default().map_err(|e| {
                     Error::Other(format!(
-                        "--vad needs Silero VAD (bash scripts/fetch_silero.sh): {e}"
+                        "--vad needs Silero VAD (`pulsed fetch silero-vad`): {e}"
                     ))
                 })?;
                 let b = BatchedOptions {
@@ -99,7 +99,7 @@ impl WhisperJob {
             true => Some(SpeechGate::new(Vad::load_default().map_err(|e| {
                 Error::Other(format!(
                     "the speech gate (no text on silence) needs Silero VAD: bash \
-                     scripts/fetch_silero.sh, or turn the gate off (--no-speech-gate): {e}"
+                     `pulsed fetch silero-vad`, or turn the gate off (--no-speech-gate): {e}"
                 ))
             })?)),
             false => None,

@@ -10,6 +10,7 @@ mod lm;
 #[cfg(feature = "serve")]
 mod load;
 mod mic;
+mod models;
 #[cfg(feature = "serve")]
 mod serve;
 mod text_policy;
@@ -47,6 +48,10 @@ enum Command {
     Mic(mic::Args),
     /// Speech segments (or probabilities) of WAV files with Silero VAD v6.
     Vad(vad::Args),
+    /// The models pulsed knows by short name: which are cached, their sizes.
+    Models(models::ModelsArgs),
+    /// Fetch models into the model cache (checked, rebuilt when damaged).
+    Fetch(models::FetchArgs),
     /// Serve the model over HTTP and WebSocket: OpenAI's transcription and Realtime APIs.
     #[cfg(feature = "serve")]
     Serve(serve::Args),
@@ -65,6 +70,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Eval(a) => eval::run(a),
         Command::Mic(a) => mic::run(a),
         Command::Vad(a) => vad::run(a),
+        Command::Models(a) => models::models(a),
+        Command::Fetch(a) => models::run(a),
         #[cfg(feature = "serve")]
         Command::Serve(a) => serve::run(a),
         #[cfg(feature = "serve")]
@@ -94,9 +101,18 @@ fn chosen_model(
         return Ok(None);
     }
     let choice = ModelChoice::of(arg.as_deref());
-    if let ModelChoice::Default(name) = choice {
-        fetch::fetch(name, "no --model given", vad).map_err(|e| e.to_string())?;
-        language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
+    match &choice {
+        ModelChoice::Default(name) => {
+            fetch::fetch(name, "no --model given", vad).map_err(|e| e.to_string())?;
+            language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
+        }
+        // a known short name is fetched on first use too
+        ModelChoice::Given(p) if !p.is_dir() => {
+            if let Some(name) = p.to_str().filter(|n| fetch::known(n).is_ok()) {
+                fetch::fetch(name, &format!("--model {name}"), vad).map_err(|e| e.to_string())?;
+            }
+        }
+        _ => {}
     }
     Ok(Some(choice.spec()))
 }

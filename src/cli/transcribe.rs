@@ -40,8 +40,8 @@ pub struct Args {
     #[arg(long)]
     manifest: Vec<PathBuf>,
     /// A short name (`whisper-base-streaming-640ms`, `whisper-tiny.en`,
-    /// `whisper-base`: Whisper checkpoints in the model cache, `bash
-    /// scripts/fetch_whisper.sh NAME`; `pulsed-en-ctc`: the shipped model,
+    /// `whisper-base`: Whisper checkpoints in the model cache, `pulsed
+    /// fetch NAME`; `pulsed-en-ctc`: the shipped model,
     /// synthetic voices, nothing to fetch) or a folder. Default:
     /// whisper-base-streaming-640ms with `--language en`, fetched on first use.
     #[arg(long)]

@@ -33,7 +33,7 @@ pub struct Args {
     /// Run each file as a whole utterance instead of streaming it chunk by chunk.
     #[arg(long)]
     whole: bool,
-    /// Weights (default: $PULSED_SILERO_WEIGHTS or third_party/silero/, see scripts/fetch_silero.sh).
+    /// Weights (default: $PULSED_SILERO_WEIGHTS, else the model cache's, `pulsed fetch silero-vad`).
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Print the real-time factor (one thread) instead of results.

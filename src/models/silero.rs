@@ -46,24 +46,30 @@ const BINS: usize = N_FFT / 2 + 1;
 /// Where `scripts/fetch_silero.sh` puts the weights, relative to the crate.
 pub const DEFAULT_WEIGHTS: &str = "third_party/silero/silero_vad_16k_onnx.safetensors";
 
-/// The default weights file: `$PULSED_SILERO_WEIGHTS`, else
-/// [`DEFAULT_WEIGHTS`] under the current directory or the crate's root.
+/// The default weights file: `$PULSED_SILERO_WEIGHTS`; else the one
+/// `pulsed fetch silero-vad` puts in the model cache; else
+/// [`DEFAULT_WEIGHTS`] under the current directory or the crate's root
+/// (where the reference scripts' fetch puts it); else the model cache's
+/// path, where fetching puts it.
 pub fn default_weights_path() -> PathBuf {
     if let Some(p) = std::env::var_os("PULSED_SILERO_WEIGHTS") {
         return PathBuf::from(p);
     }
+    use crate::models::fetch::{models_dir, SILERO, SILERO_FILE};
+    let cached = models_dir().join(SILERO).join(SILERO_FILE);
     let here = PathBuf::from(DEFAULT_WEIGHTS);
-    if here.exists() {
-        return here;
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_WEIGHTS);
+    if let Some(p) = [&cached, &here, &built].into_iter().find(|p| p.is_file()) {
+        return p.clone();
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_WEIGHTS)
+    cached
 }
 
 /// Loads the weights, saying how to get them when the file is missing.
 pub fn load_weights(path: &Path) -> Result<Weights> {
     if !path.exists() {
         return Err(Error::Other(format!(
-            "Silero VAD weights not found at {}: run scripts/fetch_silero.sh (needs pip and network access)",
+            "Silero VAD weights not found at {}: run `pulsed fetch silero-vad` (needs network access)",
             path.display()
         )));
     }

@@ -58,7 +58,7 @@ impl Vad {
         })
     }
 
-    /// Loads the weights file (see `scripts/fetch_silero.sh`).
+    /// Loads the weights file (`pulsed fetch silero-vad` puts it in the model cache).
     pub fn load(path: &Path) -> Result<Vad> {
         Vad::new(&silero::load_weights(path)?)
     }

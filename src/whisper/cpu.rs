@@ -251,7 +251,7 @@ fn refetch_hint(e: crate::Error, dir: &Path) -> crate::Error {
             crate::Error::File {
                 path,
                 reason: format!(
-                    "{reason}: the file is damaged or cut short; fetch it again with `bash scripts/fetch_whisper.sh {name}` (it checks the cache and rebuilds it)"
+                    "{reason}: the file is damaged or cut short; fetch it again with `pulsed fetch {name}` (it checks the cache and rebuilds it)"
                 ),
             }
         }
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn networks_of_one_model_share_its_weights() {
         let Ok(model) = WhisperModel::open("whisper-tiny.en") else {
-            panic!("whisper-tiny.en is not in the model cache: bash scripts/fetch_whisper.sh whisper-tiny.en");
+            panic!("whisper-tiny.en is not in the model cache: pulsed fetch whisper-tiny.en");
         };
         for model in [model.clone(), model.with_int8().unwrap()] {
             let (a, b) = (

@@ -12,7 +12,7 @@ use super::WhisperConfigError;
 /// Why a Whisper model folder cannot be used.
 #[derive(Debug, Error)]
 pub enum LoadError {
-    #[error("model `{name}` is not in the model cache ({}): fetch it with `bash scripts/fetch_whisper.sh {name}`", .dir.display())]
+    #[error("model `{name}` is not in the model cache ({}): fetch it with `pulsed fetch {name}`", .dir.display())]
     NotFetched { name: String, dir: PathBuf },
     #[error("{}: no such model folder (give a Hugging Face Whisper folder or a short name such as whisper-tiny.en)", .path.display())]
     NoFolder { path: PathBuf },
@@ -110,10 +110,7 @@ mod tests {
     #[test]
     fn missing_things_are_named() {
         let e = resolve("whisper-nonexistent-size").unwrap_err().to_string();
-        assert!(
-            e.contains("fetch_whisper.sh whisper-nonexistent-size"),
-            "{e}"
-        );
+        assert!(e.contains("pulsed fetch whisper-nonexistent-size"), "{e}");
         let e = resolve("/no/such/folder").unwrap_err();
         assert!(matches!(e, LoadError::NoFolder { .. }), "{e}");
         let dir = std::env::temp_dir().join(format!("pulsed-folder-{}", std::process::id()));
