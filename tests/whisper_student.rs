@@ -1,5 +1,5 @@
 //! The streaming student a user fetches, `whisper-base-streaming-640ms`
-//! (`bash scripts/fetch_whisper.sh whisper-base-streaming-640ms`: whisper-base
+//! (`pulsed fetch whisper-base-streaming-640ms`: whisper-base
 //! and the delta committed in `models/`, rebuilt and checked against its
 //! checksum), run as a user runs it: its encoder streams exactly at
 //! 632.5 ms, and it transcribes a person reading, offline and live; the
@@ -25,9 +25,8 @@ const CLIP: &str = "fixtures/whisper/librivox_dev00.wav";
 const SAID: &str = "he was not an ill disposed young man";
 
 fn model(name: &str) -> WhisperModel {
-    WhisperModel::open(name).unwrap_or_else(|e| {
-        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh {name})")
-    })
+    WhisperModel::open(name)
+        .unwrap_or_else(|e| panic!("{e}\n(the test command fetches it: pulsed fetch {name})"))
 }
 
 fn clip() -> String {

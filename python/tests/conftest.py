@@ -73,7 +73,7 @@ def tiny():
     try:
         return pulsed.Model("whisper-tiny.en", device="cpu")
     except pulsed.PulsedError as e:
-        pytest.fail(f"whisper-tiny.en: {e} (bash scripts/fetch_whisper.sh whisper-tiny.en)")
+        pytest.fail(f"whisper-tiny.en: {e} (pulsed fetch whisper-tiny.en)")
 
 
 @pytest.fixture

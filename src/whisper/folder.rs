@@ -12,7 +12,7 @@ use super::WhisperConfigError;
 /// Why a Whisper model folder cannot be used.
 #[derive(Debug, Error)]
 pub enum LoadError {
-    #[error("model `{name}` is not in the model cache ({}): fetch it with `pulsed fetch {name}`", .dir.display())]
+    #[error("model `{name}` is not in the model cache ({}): `pulsed fetch {name}` fetches it if `pulsed models` lists it; else give a model folder", .dir.display())]
     NotFetched { name: String, dir: PathBuf },
     #[error("{}: no such model folder (give a Hugging Face Whisper folder or a short name such as whisper-tiny.en)", .path.display())]
     NoFolder { path: PathBuf },

@@ -14,9 +14,8 @@ pub fn fixtures() -> PathBuf {
 }
 
 pub fn model() -> WhisperModel {
-    WhisperModel::open(MODEL).unwrap_or_else(|e| {
-        panic!("{e}\n(the test command fetches it: bash scripts/fetch_whisper.sh {MODEL})")
-    })
+    WhisperModel::open(MODEL)
+        .unwrap_or_else(|e| panic!("{e}\n(the test command fetches it: pulsed fetch {MODEL})"))
 }
 
 pub struct Golden {

@@ -747,7 +747,13 @@ fn configs(
             ));
         }
     }
-    let rows = |name: &str| m.var(name).map(|v| v.shape[0]);
+    let rows = |name: &str| {
+        m.var(name)?
+            .shape
+            .first()
+            .copied()
+            .ok_or_else(|| format!("model.bin: {name} is a scalar"))
+    };
     let config = json!({
         "_name_or_path": "",
         "activation_dropout": 0.0,

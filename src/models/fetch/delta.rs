@@ -399,4 +399,11 @@ mod tests {
         assert!(err.contains("damaged"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_are_read_or_refused(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = read_safetensors(&b);
+        }
+    }
 }

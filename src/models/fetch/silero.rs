@@ -219,4 +219,13 @@ mod tests {
         assert!(extract(&[0x3a, 0], &dst).unwrap_err().contains("16 kHz"));
         assert!(!dst.exists());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let dst = std::env::temp_dir().join(format!("pulsed-silero-any-{}", std::process::id()));
+            let _ = extract(&b, &dst);
+            let _ = std::fs::remove_file(&dst);
+        }
+    }
 }

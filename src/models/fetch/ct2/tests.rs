@@ -297,3 +297,21 @@ fn parts_are_joined_in_order() {
     assert_eq!(part_number("model.bin.partx"), None);
     assert_eq!(part_number("vocabulary.txt"), None);
 }
+
+proptest::proptest! {
+    /// A spec with bytes changed anywhere is converted or refused with a
+    /// reason, never a panic.
+    #[test]
+    fn a_spec_with_changed_bytes_never_panics(
+        changes in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..6)
+    ) {
+        let mut b = spec(0.0).bytes();
+        let n = b.len();
+        for (at, v) in changes {
+            b[at % n] = v;
+        }
+        let out = temp("mutated");
+        let _ = convert(&unpacked(b), &out);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}

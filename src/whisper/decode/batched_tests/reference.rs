@@ -11,10 +11,7 @@ fn checkpoint(name: &str) -> Option<Checkpoint> {
         .unwrap_or_default();
     let dir = home.join(".cache/pulsed/models").join(name);
     if !dir.join("model.safetensors").exists() {
-        eprintln!(
-            "skipped: no {} (bash scripts/fetch_whisper.sh {name})",
-            dir.display()
-        );
+        eprintln!("skipped: no {} (pulsed fetch {name})", dir.display());
         return None;
     }
     let model = WhisperModel::open_dir(&dir).unwrap();

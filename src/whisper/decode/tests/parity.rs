@@ -21,7 +21,7 @@ fn parity_with_faster_whisper_on_the_librivox_clip() {
         let dir = home.join(".cache/pulsed/models").join(name);
         if !dir.join("model.safetensors").exists() {
             eprintln!(
-                "skipped {name}: no checkpoint at {} (bash scripts/fetch_whisper.sh {name})",
+                "skipped {name}: no checkpoint at {} (pulsed fetch {name})",
                 dir.display()
             );
             continue;
@@ -147,10 +147,7 @@ fn checkpoint(name: &str) -> Option<Checkpoint> {
         .unwrap_or_default();
     let dir = home.join(".cache/pulsed/models").join(name);
     if !dir.join("model.safetensors").exists() {
-        eprintln!(
-            "skipped: no {} (bash scripts/fetch_whisper.sh {name})",
-            dir.display()
-        );
+        eprintln!("skipped: no {} (pulsed fetch {name})", dir.display());
         return None;
     }
     let model = crate::whisper::WhisperModel::open_dir(&dir).unwrap();
