@@ -175,7 +175,7 @@ fn numel(shape: &[usize]) -> usize {
 
 fn quantizable(dtype: &str, shape: &[usize]) -> bool {
     let n = numel(shape);
-    dtype == "F16" && n % GROUP == 0 && n >= GROUP * GROUP
+    dtype == "F16" && n.is_multiple_of(GROUP) && n >= GROUP * GROUP
 }
 
 /// `f16(base + q * scale)` for each value, one scale per [`GROUP`].

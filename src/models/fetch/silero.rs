@@ -88,8 +88,11 @@ fn fields(b: &[u8]) -> Result<Vec<(u64, Field<'_>)>, String> {
     Ok(out)
 }
 
-/// A float tensor's dims and little-endian bytes; `None` for other dtypes.
-fn tensor(b: &[u8]) -> Result<Option<(Vec<usize>, Vec<u8>)>, String> {
+/// A float tensor's dims and little-endian bytes.
+type Floats = (Vec<usize>, Vec<u8>);
+
+/// A float tensor; `None` for other dtypes.
+fn tensor(b: &[u8]) -> Result<Option<Floats>, String> {
     const FLOAT: u64 = 1;
     let (mut dims, mut dtype, mut raw, mut floats) = (Vec::new(), None, None, Vec::new());
     for (f, v) in fields(b)? {
@@ -113,7 +116,7 @@ fn tensor(b: &[u8]) -> Result<Option<(Vec<usize>, Vec<u8>)>, String> {
     Ok(Some((dims, raw.unwrap_or(floats))))
 }
 
-type Constants = Vec<(String, (Vec<usize>, Vec<u8>))>;
+type Constants = Vec<(String, Floats)>;
 
 /// The float `Constant` nodes of a graph and of each of its subgraphs
 /// (the `If` branches), one list per graph.
