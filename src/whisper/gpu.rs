@@ -248,6 +248,12 @@ impl NetRunners for GpuRunners {
         }
     }
 
+    /// Powers of two: a prompt's runner is planned once per size, and the
+    /// eight kept cover every length up to the decoder's 448 positions.
+    fn prompt_len(&self, n: usize) -> usize {
+        n.next_power_of_two()
+    }
+
     fn reserve_windows(&mut self, windows: usize) -> Result<()> {
         self.ensure_windows(windows)
     }

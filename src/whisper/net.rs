@@ -67,6 +67,14 @@ pub trait NetRunners: Send {
     fn step_rows(&self, batch: usize) -> usize {
         batch
     }
+    /// Positions the prompt graph runs for a prompt of `n` tokens: a GPU
+    /// runner is planned per length, and prompts (the previous text and
+    /// the committed tokens) come in every length, so the GPU pads to a few
+    /// (the extra positions are written past the sequence's end, never
+    /// read, and written again by the next tokens); a CPU runner takes any.
+    fn prompt_len(&self, n: usize) -> usize {
+        n
+    }
     /// Room for `sequences` decoded at once (see [`WhisperBackend::reserve`]).
     fn reserve_sequences(&mut self, sequences: usize) -> Result<()> {
         let _ = sequences;
@@ -156,7 +164,13 @@ impl<R: NetRunners> WhisperNet<R> {
             let rows = self.runners.step_rows(batch);
             (DecoderShape::Step, rows, [rows, 1])
         } else {
-            (DecoderShape::Prompt, n, [1, n])
+            let padded = self.runners.prompt_len(n);
+            // the padding must fit the positions left
+            let s = match self.cache.len() + padded <= self.cache.capacity() {
+                true => padded,
+                false => n,
+            };
+            (DecoderShape::Prompt, s, [1, s])
         };
         let (ids, positions) = &mut self.inputs;
         ids.ensure(DType::I64, &dims);
@@ -168,7 +182,7 @@ impl<R: NetRunners> WhisperNet<R> {
         match shape {
             DecoderShape::Prompt => {
                 let from = self.cache.len() as i64;
-                positions.ensure(DType::I64, &[n]);
+                positions.ensure(DType::I64, &[s]);
                 for (i, p) in positions.as_slice_mut::<i64>()?.iter_mut().enumerate() {
                     *p = from + i as i64;
                 }
