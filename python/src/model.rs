@@ -113,10 +113,9 @@ impl Model {
                 (None, None)
             } else {
                 let choice = ModelChoice::of(name_or_dir.as_deref());
+                choice.fetch(!no_speech_gate).map_err(|e| e.to_string())?;
                 let default = match choice {
                     ModelChoice::Default(name) => {
-                        fetch::fetch(name, "no model named", !no_speech_gate)
-                            .map_err(|e| e.to_string())?;
                         language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
                         Some(name)
                     }

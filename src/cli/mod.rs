@@ -96,23 +96,14 @@ fn chosen_model(
     vad: bool,
     language: &mut Option<String>,
 ) -> Result<Option<PathBuf>, String> {
-    use pulsed::models::fetch::{self, ModelChoice, DEFAULT_LANGUAGE};
+    use pulsed::models::fetch::{ModelChoice, DEFAULT_LANGUAGE};
     if ctc && arg.is_none() {
         return Ok(None);
     }
     let choice = ModelChoice::of(arg.as_deref());
-    match &choice {
-        ModelChoice::Default(name) => {
-            fetch::fetch(name, "no --model given", vad).map_err(|e| e.to_string())?;
-            language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
-        }
-        // a known short name is fetched on first use too
-        ModelChoice::Given(p) if !p.is_dir() => {
-            if let Some(name) = p.to_str().filter(|n| fetch::known(n).is_ok()) {
-                fetch::fetch(name, &format!("--model {name}"), vad).map_err(|e| e.to_string())?;
-            }
-        }
-        _ => {}
+    choice.fetch(vad).map_err(|e| e.to_string())?;
+    if choice.is_default() {
+        language.get_or_insert_with(|| DEFAULT_LANGUAGE.to_string());
     }
     Ok(Some(choice.spec()))
 }

@@ -289,7 +289,16 @@ impl CacheMirror for DeviceKvCache {
         let gpu = &self.dev.ctx;
         let at = (window * s.frames * s.width * self.dtype.size_of()) as u64;
         for (t, dst) in [(k, &self.cross_k[layer]), (v, &self.cross_v[layer])] {
-            copy_to_device(gpu, &host_bytes(t, self.dtype), dst.ptr() + at).map_err(op_err)?;
+            // as set_cross: f32 goes as it is, not through a copy of the window
+            match (self.dtype, t.is_contiguous()) {
+                (DType::F32, true) => copy_to_device(
+                    gpu,
+                    bytemuck::cast_slice(t.as_slice::<f32>()?),
+                    dst.ptr() + at,
+                ),
+                _ => copy_to_device(gpu, &host_bytes(t, self.dtype), dst.ptr() + at),
+            }
+            .map_err(op_err)?;
         }
         Ok(())
     }

@@ -70,6 +70,20 @@ impl ModelChoice {
         }
     }
 
+    /// Fetches what this choice needs on first use: the default, or a
+    /// short name [`KNOWN`] lists (`vad`: with Silero VAD). A folder, or a
+    /// name that is neither, needs nothing (its load error says why).
+    pub fn fetch(&self, vad: bool) -> Result<(), FetchError> {
+        match self {
+            ModelChoice::Default(name) => fetch(name, "no model named", vad),
+            ModelChoice::Given(p) if !p.is_dir() => match p.to_str().filter(|n| known(n).is_ok()) {
+                Some(name) => fetch(name, &format!("first use of {name}"), vad),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
     /// Whether this is the default (which fetches, and speaks English).
     pub fn is_default(&self) -> bool {
         matches!(self, ModelChoice::Default(_))
