@@ -254,10 +254,11 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// The shared live decoder's counters, where live sessions share one.
 fn shared_steps(state: &AppState) -> String {
+    use crate::whisper::shared::WORK;
     let Some(c) = state.transcriber.shared_steps() else {
         return String::new();
     };
-    format!(
+    let mut out = format!(
         "# HELP pulsed_decoder_steps_total Decoder steps the live sessions' shared decoder ran.\n\
          # TYPE pulsed_decoder_steps_total counter\n\
          pulsed_decoder_steps_total {}\n\
@@ -266,13 +267,24 @@ fn shared_steps(state: &AppState) -> String {
          pulsed_decoder_rows_total {}\n\
          # HELP pulsed_decoder_busy_seconds_total The shared decoder's thread at work, by what it did.\n\
          # TYPE pulsed_decoder_busy_seconds_total counter\n\
-         pulsed_decoder_busy_seconds_total{{work=\"steps\"}} {:.3}\n\
-         pulsed_decoder_busy_seconds_total{{work=\"prompts\"}} {:.3}\n\
-         pulsed_decoder_busy_seconds_total{{work=\"windows\"}} {:.3}\n\
-         pulsed_decoder_busy_seconds_total{{work=\"alignment\"}} {:.3}\n\
-         pulsed_decoder_busy_seconds_total{{work=\"other\"}} {:.3}\n",
-        c.steps, c.rows, c.step_s, c.prompt_s, c.window_s, c.align_s, c.other_s
-    )
+         pulsed_decoder_busy_seconds_total{{work=\"steps\"}} {:.3}\n",
+        c.steps, c.rows, c.step_s
+    );
+    for (work, s) in WORK.iter().zip(c.alone_s) {
+        out.push_str(&format!(
+            "pulsed_decoder_busy_seconds_total{{work=\"{work}\"}} {s:.3}\n"
+        ));
+    }
+    out.push_str(
+        "# HELP pulsed_decoder_calls_total Calls the shared decoder ran for one session alone, by what they did.\n\
+         # TYPE pulsed_decoder_calls_total counter\n",
+    );
+    for (work, n) in WORK.iter().zip(c.alone_calls) {
+        out.push_str(&format!(
+            "pulsed_decoder_calls_total{{work=\"{work}\"}} {n}\n"
+        ));
+    }
+    out
 }
 
 /// Any other path.

@@ -60,7 +60,8 @@ impl Alone {
     fn work(&self) -> Work {
         match self {
             Alone::Prompt { .. } => Work::Prompt,
-            Alone::Window(_) | Alone::WindowRows(..) => Work::Window,
+            Alone::Window(_) => Work::Window,
+            Alone::WindowRows(..) => Work::Rows,
             Alone::Align { .. } => Work::Align,
             Alone::Start | Alone::Rewind(_) | Alone::Record(_) => Work::Other,
         }
@@ -203,6 +204,7 @@ impl<R: NetRunners + 'static> Hub<R> {
                 let answer = self.run_alone(slot, work);
                 let ns = t0.elapsed().as_nanos() as u64;
                 self.counts.alone_ns[kind as usize].fetch_add(ns, Ordering::Relaxed);
+                self.counts.alone_calls[kind as usize].fetch_add(1, Ordering::Relaxed);
                 self.answer(slot, answer);
             }
         }

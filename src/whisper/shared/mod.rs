@@ -50,9 +50,10 @@ struct Counts {
     steps: AtomicU64,
     rows: AtomicU64,
     /// Nanoseconds in steps, and in calls run for one slot alone (by
-    /// [`Work`]).
+    /// [`Work`]), and how many of those calls.
     step_ns: AtomicU64,
-    alone_ns: [AtomicU64; 4],
+    alone_ns: [AtomicU64; WORK.len()],
+    alone_calls: [AtomicU64; WORK.len()],
 }
 
 /// What a call run for one slot alone does.
@@ -60,13 +61,19 @@ struct Counts {
 enum Work {
     /// A decoding's prompt fed.
     Prompt = 0,
-    /// Encoder frames into the slot's window.
+    /// A whole window of encoder frames into the slot's window.
     Window = 1,
+    /// A pulse's new encoder frames into the slot's window.
+    Rows = 2,
     /// An alignment pass.
-    Align = 2,
+    Align = 3,
     /// Starts, rewinds, recording.
-    Other = 3,
+    Other = 4,
 }
+
+/// The names of [`Work`]'s kinds, in its order (the `work` label of the
+/// server's metrics).
+pub const WORK: [&str; 5] = ["prompts", "windows", "rows", "alignment", "other"];
 
 /// Steps the shared decoder ran, the rows they fed (all slots'), and
 /// where its thread's time went (seconds): the steps, or what it ran for
@@ -77,14 +84,13 @@ pub struct StepCounts {
     pub steps: u64,
     pub rows: u64,
     pub step_s: f64,
-    /// Prompts fed for one decoding.
-    pub prompt_s: f64,
-    /// Encoder frames set into a slot's window.
-    pub window_s: f64,
-    /// Alignment passes (word times at an utterance's end).
-    pub align_s: f64,
-    /// Starts, rewinds and recording.
-    pub other_s: f64,
+    /// Seconds in calls run for one slot alone, by kind ([`WORK`]):
+    /// prompts fed for one decoding, whole windows and a pulse's new
+    /// frames set into a slot's window, alignment passes (word times at
+    /// an utterance's end), starts, rewinds and recording.
+    pub alone_s: [f64; WORK.len()],
+    /// How many of those calls, by kind.
+    pub alone_calls: [u64; WORK.len()],
 }
 
 /// What a slot answers without asking the decoder.
@@ -170,10 +176,12 @@ impl SharedDecoder {
             steps: self.counts.steps.load(Ordering::Relaxed),
             rows: self.counts.rows.load(Ordering::Relaxed),
             step_s: s(&self.counts.step_ns),
-            prompt_s: s(&self.counts.alone_ns[Work::Prompt as usize]),
-            window_s: s(&self.counts.alone_ns[Work::Window as usize]),
-            align_s: s(&self.counts.alone_ns[Work::Align as usize]),
-            other_s: s(&self.counts.alone_ns[Work::Other as usize]),
+            alone_s: self.counts.alone_ns.each_ref().map(s),
+            alone_calls: self
+                .counts
+                .alone_calls
+                .each_ref()
+                .map(|c| c.load(Ordering::Relaxed)),
         }
     }
 }
