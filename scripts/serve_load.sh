@@ -26,14 +26,13 @@ for n in $COUNTS; do
         curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
         sleep 0.2
     done
-    t0=$(date +%s.%N)
+    t0=$SECONDS
     "$BIN" load --url "ws://127.0.0.1:$PORT/v1/realtime" --clients "$n" --ramp 5 \
         --duration "${DURATION:-120}" "${WAVS[@]}" >"$LOGS/load-$n.txt" 2>&1
-    t1=$(date +%s.%N)
     curl -s "http://127.0.0.1:$PORT/metrics" >"$LOGS/metrics-$n.txt"
     kill -INT $server; wait $server 2>/dev/null
-    echo "== $n clients ($(echo "$t1 - $t0" | bc) s)"
+    echo "== $n clients ($((SECONDS - t0)) s)"
     cat "$LOGS/load-$n.txt"
-    grep -E '^pulsed_decoder_(busy_seconds_total|steps_total|rows_total)' "$LOGS/metrics-$n.txt"
+    grep -E '^pulsed_decoder_' "$LOGS/metrics-$n.txt"
     awk '/runner for .* planned/ { n[$4]++; ms[$4] += $(NF-1) } END { for (k in n) printf "%s runners planned: %d, %.0f ms\n", k, n[k], ms[k] }' "$LOGS/serve-$n.log"
 done
