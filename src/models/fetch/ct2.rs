@@ -288,6 +288,33 @@ fn plan(m: &ModelBin, n_enc: usize, n_dec: usize) -> Result<Plan, String> {
     let projs = |h: &str, which: &str| -> Vec<String> {
         which.chars().map(|c| format!("{h}.{c}_proj")).collect()
     };
+    // a layer's self-attention (q, k, v fused in CT2), and its feed-forward block
+    let self_attention = |p: &mut Plan, h: &str, c: &str| {
+        fused(
+            p,
+            &projs(&format!("{h}.self_attn"), "qkv"),
+            &format!("{c}/self_attention/linear_0"),
+        );
+        linear(
+            p,
+            &format!("{h}.self_attn.out_proj"),
+            &format!("{c}/self_attention/linear_1"),
+        );
+        norm(
+            p,
+            &format!("{h}.self_attn_layer_norm"),
+            &format!("{c}/self_attention/layer_norm"),
+        );
+    };
+    let feed_forward = |p: &mut Plan, h: &str, c: &str| {
+        linear(p, &format!("{h}.fc1"), &format!("{c}/ffn/linear_0"));
+        linear(p, &format!("{h}.fc2"), &format!("{c}/ffn/linear_1"));
+        norm(
+            p,
+            &format!("{h}.final_layer_norm"),
+            &format!("{c}/ffn/layer_norm"),
+        );
+    };
     let (e, d) = ("model.encoder", "model.decoder");
     linear(&mut p, &format!("{e}.conv1"), "encoder/conv1");
     linear(&mut p, &format!("{e}.conv2"), "encoder/conv2");
@@ -298,28 +325,8 @@ fn plan(m: &ModelBin, n_enc: usize, n_dec: usize) -> Result<Plan, String> {
     );
     for i in 0..n_enc {
         let (h, c) = (format!("{e}.layers.{i}"), format!("encoder/layer_{i}"));
-        fused(
-            &mut p,
-            &projs(&format!("{h}.self_attn"), "qkv"),
-            &format!("{c}/self_attention/linear_0"),
-        );
-        linear(
-            &mut p,
-            &format!("{h}.self_attn.out_proj"),
-            &format!("{c}/self_attention/linear_1"),
-        );
-        norm(
-            &mut p,
-            &format!("{h}.self_attn_layer_norm"),
-            &format!("{c}/self_attention/layer_norm"),
-        );
-        linear(&mut p, &format!("{h}.fc1"), &format!("{c}/ffn/linear_0"));
-        linear(&mut p, &format!("{h}.fc2"), &format!("{c}/ffn/linear_1"));
-        norm(
-            &mut p,
-            &format!("{h}.final_layer_norm"),
-            &format!("{c}/ffn/layer_norm"),
-        );
+        self_attention(&mut p, &h, &c);
+        feed_forward(&mut p, &h, &c);
     }
     norm(&mut p, &format!("{e}.layer_norm"), "encoder/layer_norm");
     one(
@@ -334,21 +341,7 @@ fn plan(m: &ModelBin, n_enc: usize, n_dec: usize) -> Result<Plan, String> {
     );
     for i in 0..n_dec {
         let (h, c) = (format!("{d}.layers.{i}"), format!("decoder/layer_{i}"));
-        fused(
-            &mut p,
-            &projs(&format!("{h}.self_attn"), "qkv"),
-            &format!("{c}/self_attention/linear_0"),
-        );
-        linear(
-            &mut p,
-            &format!("{h}.self_attn.out_proj"),
-            &format!("{c}/self_attention/linear_1"),
-        );
-        norm(
-            &mut p,
-            &format!("{h}.self_attn_layer_norm"),
-            &format!("{c}/self_attention/layer_norm"),
-        );
+        self_attention(&mut p, &h, &c);
         linear(
             &mut p,
             &format!("{h}.encoder_attn.q_proj"),
@@ -369,13 +362,7 @@ fn plan(m: &ModelBin, n_enc: usize, n_dec: usize) -> Result<Plan, String> {
             &format!("{h}.encoder_attn_layer_norm"),
             &format!("{c}/attention/layer_norm"),
         );
-        linear(&mut p, &format!("{h}.fc1"), &format!("{c}/ffn/linear_0"));
-        linear(&mut p, &format!("{h}.fc2"), &format!("{c}/ffn/linear_1"));
-        norm(
-            &mut p,
-            &format!("{h}.final_layer_norm"),
-            &format!("{c}/ffn/layer_norm"),
-        );
+        feed_forward(&mut p, &h, &c);
     }
     norm(&mut p, &format!("{d}.layer_norm"), "decoder/layer_norm");
     // proj_out is tied to embed_tokens in HF: CT2 writes it as an alias
@@ -665,6 +652,16 @@ struct Configs {
     vocab: usize,
 }
 
+/// The added tokens a Whisper tokenizer must have.
+const SPECIAL_TOKENS: [&str; 6] = [
+    "<|endoftext|>",
+    "<|startoftranscript|>",
+    "<|translate|>",
+    "<|transcribe|>",
+    "<|startofprev|>",
+    "<|notimestamps|>",
+];
+
 fn token_ids(tokenizer: &Value) -> Result<BTreeMap<String, i64>, String> {
     let ids: BTreeMap<String, i64> = tokenizer["added_tokens"]
         .as_array()
@@ -672,14 +669,7 @@ fn token_ids(tokenizer: &Value) -> Result<BTreeMap<String, i64>, String> {
         .flatten()
         .filter_map(|t| Some((t["content"].as_str()?.to_string(), t["id"].as_i64()?)))
         .collect();
-    for name in [
-        "<|endoftext|>",
-        "<|startoftranscript|>",
-        "<|translate|>",
-        "<|transcribe|>",
-        "<|startofprev|>",
-        "<|notimestamps|>",
-    ] {
+    for name in SPECIAL_TOKENS {
         if !ids.contains_key(name) {
             return Err(format!("tokenizer.json has no added token {name}"));
         }

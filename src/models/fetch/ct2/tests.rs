@@ -150,15 +150,7 @@ fn spec(k_bias: f32) -> Writer {
 }
 
 fn unpacked(model_bin: Vec<u8>) -> Unpacked {
-    let tokens = [
-        "<|endoftext|>",
-        "<|startoftranscript|>",
-        "<|translate|>",
-        "<|transcribe|>",
-        "<|startofprev|>",
-        "<|notimestamps|>",
-    ];
-    let added: Vec<Value> = tokens
+    let added: Vec<Value> = SPECIAL_TOKENS
         .iter()
         .enumerate()
         .map(|(i, t)| json!({"id": 2 + i, "content": t}))
