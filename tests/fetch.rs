@@ -105,6 +105,18 @@ fn a_model_that_cannot_be_fetched_says_why_in_one_line() {
     let (code, _, err) = pulsed(&cache, &["fetch", "whisper-huge"]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown model `whisper-huge`"), "{err}");
+    // an installed binary whose clone moved: the delta is not found
+    let out = Command::new(env!("CARGO_BIN_EXE_pulsed"))
+        .args(["fetch", "whisper-base-streaming-320ms"])
+        .env("XDG_CACHE_HOME", &cache)
+        .env("PIP_INDEX_URL", OFFLINE)
+        .env("PULSED_MODEL_DIR", "/nonexistent/pulsed-en-ctc")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("PULSED_MODEL_DIR"), "{err}");
     // no network: the offline choice is named
     let (code, _, err) = pulsed(&cache, &["fetch", TINY]);
     assert_eq!(code, 2, "{err}");

@@ -102,6 +102,8 @@ pub enum FetchError {
     Download { name: String, why: String },
     #[error("could not build {name}: {why}; `pulsed fetch {name}` again rebuilds it")]
     Build { name: String, why: String },
+    #[error("{name} is rebuilt from the delta in the repository's models/{name}, which is not at {}: set PULSED_MODEL_DIR to the clone's models/pulsed-en-ctc", .dir.display())]
+    NoDelta { name: String, dir: PathBuf },
 }
 
 /// Where a known model comes from.
@@ -301,6 +303,12 @@ pub fn fetch_known(k: &Known, full: bool) -> Result<bool, FetchError> {
         }
         Source::Delta => {
             let from = delta_dir(k.name);
+            if !from.join("delta.json").is_file() {
+                return Err(FetchError::NoDelta {
+                    name: k.name.to_string(),
+                    dir: from,
+                });
+            }
             let meta = delta::read_meta(&from).map_err(build)?;
             let base = known(&meta.base).map_err(|e| build(e.to_string()))?;
             if base.name == k.name {
