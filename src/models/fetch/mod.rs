@@ -314,7 +314,10 @@ pub fn fetch_known(k: &Known, full: bool) -> Result<bool, FetchError> {
             if base.name == k.name {
                 return Err(build("its delta names itself as its base".into()));
             }
-            fetch_known(base, full)?;
+            fetch_known(base, full).map_err(|e| match e {
+                FetchError::Download { name, why } => download(format!("{name}: {why}")),
+                e => e,
+            })?;
             let _ = std::fs::remove_file(dir.join("delta.json"));
             let _ = std::fs::remove_file(dir.join(seal::SUMS));
             delta::apply(&folder(base), &from, &dir).map_err(build)?;
