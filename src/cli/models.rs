@@ -58,7 +58,7 @@ pub fn run(a: FetchArgs) -> Result<ExitCode, String> {
             match fetch::check(k, true) {
                 Ok(()) => eprintln!("pulsed: {name}: whole ({})", fetch::folder(k).display()),
                 Err(d) => {
-                    eprintln!("pulsed: {name}: missing or damaged ({d:?}): `pulsed fetch {name}` rebuilds it");
+                    eprintln!("pulsed: {name}: {d}: `pulsed fetch {name}` rebuilds it");
                     whole = false;
                 }
             }

@@ -186,13 +186,30 @@ fn rebuild(base: &[u8], q: &[u8], scale: &[u8]) -> Result<Vec<u8>, String> {
         let s = 2 * (i / GROUP);
         let s = f16::from_le_bytes([scale[s], scale[s + 1]]).to_f64();
         let v = b + (q[i] as i8) as f64 * s;
-        let r = f16::from_f64(v);
+        let r = f16_nearest(v);
         if r.is_infinite() && v.is_finite() {
             return Err("a rebuilt value is out of float16's range".into());
         }
         out.extend(r.to_le_bytes());
     }
     Ok(out)
+}
+
+/// `v` rounded once to the nearest f16 (ties to even), as Python's
+/// `struct.pack("<e")`: through an f32 rounded to odd, whose 13 bits more
+/// than f16's keep the second rounding from moving a value the first one
+/// put on a tie (a plain f64 -> f32 -> f16 can).
+fn f16_nearest(v: f64) -> f16 {
+    let t = v as f32;
+    if !v.is_finite() || t as f64 == v {
+        return f16::from_f32(t);
+    }
+    // toward zero, then the last bit set: an inexact value is never a tie
+    let mut bits = t.to_bits();
+    if (t as f64).abs() > v.abs() {
+        bits -= 1;
+    }
+    f16::from_f32(f32::from_bits(bits | 1))
 }
 
 /// The bytes of the model.safetensors that `base_dir`'s weights and the
@@ -262,9 +279,9 @@ pub fn apply(base_dir: &Path, delta_dir: &Path, out: &Path) -> Result<(), String
     let got = hex(&Sha256::digest(&blob));
     if got != meta.model_sha256 {
         return Err(format!(
-            "the rebuilt weights do not match the ones the delta was made from (sha256 {}, want {}): is {} the {} it was made against?",
+            "the rebuilt weights do not match the ones the delta was made from (sha256 {}, want {}): check the base at {} with `pulsed fetch --check {}`",
             &got[..12],
-            &meta.model_sha256[..meta.model_sha256.len().min(12)],
+            meta.model_sha256.get(..12).unwrap_or(&meta.model_sha256),
             base_dir.display(),
             meta.base
         ));
@@ -320,6 +337,31 @@ mod tests {
         v.iter()
             .flat_map(|x| f16::from_f32(*x).to_le_bytes())
             .collect()
+    }
+
+    #[test]
+    fn a_rebuilt_value_is_rounded_once() {
+        // 16 + 29 * 565 * 2^-21 lies just above the tie between 16 and its
+        // f16 successor; through a rounded f32 it lands on the tie and goes
+        // down (Python's struct.pack gives 0x4c01)
+        let v = 16.0 + 29.0 * (565.0 * 2f64.powi(-21));
+        assert_eq!(f16::from_f32(v as f32).to_bits(), 0x4c00);
+        assert_eq!(f16_nearest(v).to_bits(), 0x4c01);
+        for (v, want) in [
+            (16.0, 0x4c00),
+            (-16.0 - 2f64.powi(-7), 0xcc00),
+            (1e9, 0x7c00),
+        ] {
+            assert_eq!(f16_nearest(v).to_bits(), want, "{v}");
+        }
+        // every value an f16 step and a half-step apart: exact, then ties to even
+        for i in 0..2000u16 {
+            let a = f16::from_bits(0x3c00 + i).to_f64();
+            let b = f16::from_bits(0x3c01 + i).to_f64();
+            assert_eq!(f16_nearest(a).to_bits(), 0x3c00 + i);
+            let even = if i % 2 == 0 { 0x3c00 + i } else { 0x3c01 + i };
+            assert_eq!(f16_nearest((a + b) / 2.0).to_bits(), even);
+        }
     }
 
     #[test]

@@ -224,8 +224,8 @@ fn delta_dir(name: &str) -> PathBuf {
 /// The files whose checksums say a fetched folder is whole.
 fn sealed_files(k: &Known) -> &'static [&'static str] {
     match k.source {
-        Source::Wheels(_) => &ct2::FILES,
-        Source::Delta => &["model.safetensors"],
+        // a student's folder holds its base's files, its config changed
+        Source::Wheels(_) | Source::Delta => &ct2::FILES,
         Source::Silero => &[SILERO_FILE],
         Source::Shipped | Source::Unavailable(_) => &[],
     }
@@ -262,7 +262,7 @@ pub fn fetch_known(k: &Known, full: bool) -> Result<bool, FetchError> {
     let dir = folder(k);
     if damage != Damage::Missing || dir.join(seal::SUMS).exists() {
         eprintln!(
-            "pulsed: {} is incomplete or damaged ({damage:?}); rebuilding it",
+            "pulsed: {} is incomplete or damaged ({damage}); rebuilding it",
             dir.display()
         );
     }

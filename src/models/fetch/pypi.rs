@@ -76,7 +76,11 @@ fn wheel_from(cache: &Path, w: &Wheel, index: &str) -> Result<PathBuf, String> {
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let url = find(w, index)?;
-    download(&url, &path, w)?;
+    if let Err(e) = download(&url, &path, w) {
+        // nothing half-written is left for the next run to find
+        let _ = std::fs::remove_file(part_path(&path));
+        return Err(e);
+    }
     Ok(path)
 }
 

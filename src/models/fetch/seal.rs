@@ -68,6 +68,16 @@ pub enum Damage {
     Changed(String),
 }
 
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Damage::Missing => write!(f, "not fetched, or never finished"),
+            Damage::NoFile(name) => write!(f, "{name} is missing"),
+            Damage::Changed(name) => write!(f, "{name} differs from its recorded checksum"),
+        }
+    }
+}
+
 /// Checks `files` against `dir/SHA256SUMS`. `full`: every byte hashed;
 /// otherwise only that each file is there and listed (cheap enough for
 /// every start).

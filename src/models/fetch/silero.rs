@@ -182,17 +182,17 @@ pub fn extract(onnx: &[u8], dst: &Path) -> Result<(), String> {
     let mut header = String::from("{");
     let mut off = 0;
     for (name, (dims, raw)) in &picked {
-        let n = 4 * dims.iter().product::<usize>();
-        if raw.len() != n {
+        let n = dims.iter().try_fold(4usize, |n, &d| n.checked_mul(d));
+        if n != Some(raw.len()) {
             return Err(format!("{name} has {} bytes for shape {dims:?}", raw.len()));
         }
         let d: Vec<String> = dims.iter().map(usize::to_string).collect();
         header.push_str(&format!(
             "\"{name}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{off},{}]}},",
             d.join(","),
-            off + n
+            off + raw.len()
         ));
-        off += n;
+        off += raw.len();
     }
     header.push_str("\"__metadata__\":{\"source\":\"silero_vad.onnx\",\"format\":\"pt\"}}");
     while header.len() % 8 != 0 {
