@@ -21,6 +21,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
+use super::header::{self, header};
 use super::pypi::read_member;
 use super::seal::{part_path, write_atomic};
 
@@ -593,10 +594,7 @@ fn write_safetensors(
     p: &Plan,
     dtype: &str,
 ) -> Result<(), String> {
-    // the header written by hand, in the plan's order, as json.dumps with
-    // compact separators writes it (so both converters give the same bytes)
-    let mut h = String::from("{");
-    let mut off = 0usize;
+    let mut shapes = Vec::with_capacity(p.entries.len());
     for e in &p.entries {
         let v = &m.vars[&e.ct2];
         if v.shape.first().is_none_or(|r| r % e.parts != 0) {
@@ -607,29 +605,35 @@ fn write_safetensors(
         }
         let mut shape = v.shape.clone();
         shape[0] /= e.parts;
-        let n = v.nbytes / e.parts;
-        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-        h.push_str(&format!(
-            "\"{}\":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{off},{}]}},",
-            e.hf,
-            v.dtype.float().map_or("?", |f| f.0),
-            dims.join(","),
-            off + n
-        ));
-        off += n;
+        shapes.push(shape);
     }
-    h.push_str(&format!(
-        "\"__metadata__\":{{\"format\":\"pt\",\"source\":\"CTranslate2 WhisperSpec model.bin\",\"dtype\":\"{dtype}\"}}}}"
-    ));
-    while h.len() % 8 != 0 {
-        h.push(' ');
-    }
+    let entries: Vec<header::Entry> = p
+        .entries
+        .iter()
+        .zip(&shapes)
+        .map(|(e, shape)| {
+            let v = &m.vars[&e.ct2];
+            header::Entry {
+                name: &e.hf,
+                dtype: v.dtype.float().map_or("?", |f| f.0),
+                shape,
+                bytes: v.nbytes / e.parts,
+            }
+        })
+        .collect();
+    let h = header(
+        &entries,
+        &[
+            ("format", "pt"),
+            ("source", "CTranslate2 WhisperSpec model.bin"),
+            ("dtype", dtype),
+        ],
+    );
     let tmp = part_path(path);
     let io = |e: std::io::Error| format!("{}: {e}", tmp.display());
     let mut f =
         std::io::BufWriter::with_capacity(1 << 22, std::fs::File::create(&tmp).map_err(io)?);
-    f.write_all(&(h.len() as u64).to_le_bytes()).map_err(io)?;
-    f.write_all(h.as_bytes()).map_err(io)?;
+    f.write_all(&h).map_err(io)?;
     for e in &p.entries {
         let v = &m.vars[&e.ct2];
         let n = v.nbytes / e.parts;

@@ -19,6 +19,7 @@ use half::f16;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::header::{header, Entry};
 use super::seal::{hex, write_atomic};
 
 const GROUP: usize = 64;
@@ -141,28 +142,16 @@ fn read_safetensors(blob: &[u8]) -> Result<BTreeMap<String, Tensor>, String> {
 /// The tensors in name order, as `weight_delta.py` writes them (the
 /// recorded checksum is of these bytes).
 fn safetensors_bytes(tensors: &BTreeMap<String, Tensor>) -> Vec<u8> {
-    let mut h = String::from("{");
-    let mut off = 0;
-    for (i, (k, (dtype, shape, b))) in tensors.iter().enumerate() {
-        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-        if i > 0 {
-            h.push(',');
-        }
-        h.push_str(&format!(
-            "{}:{{\"dtype\":\"{dtype}\",\"shape\":[{}],\"data_offsets\":[{off},{}]}}",
-            serde_json::to_string(k).unwrap_or_default(),
-            dims.join(","),
-            off + b.len()
-        ));
-        off += b.len();
-    }
-    h.push('}');
-    while h.len() % 8 != 0 {
-        h.push(' ');
-    }
-    let mut out = Vec::with_capacity(8 + h.len() + off);
-    out.extend((h.len() as u64).to_le_bytes());
-    out.extend(h.as_bytes());
+    let entries: Vec<Entry> = tensors
+        .iter()
+        .map(|(name, (dtype, shape, b))| Entry {
+            name,
+            dtype,
+            shape,
+            bytes: b.len(),
+        })
+        .collect();
+    let mut out = header(&entries, &[]);
     for (_, _, b) in tensors.values() {
         out.extend(b);
     }

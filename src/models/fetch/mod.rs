@@ -16,6 +16,7 @@
 
 pub mod ct2;
 pub mod delta;
+mod header;
 pub mod pypi;
 pub mod seal;
 pub mod silero;

@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use super::header::{header, Entry};
 use super::seal::write_atomic;
 
 /// Where the ONNX model is inside the wheel.
@@ -179,27 +180,20 @@ pub fn extract(onnx: &[u8], dst: &Path) -> Result<(), String> {
         (by_ours[0].1 .0 == [258, 1, 256]).then_some(by_ours)
     });
     let picked = picked.ok_or("the ONNX model has no subgraph with the 16 kHz weights")?;
-    let mut header = String::from("{");
-    let mut off = 0;
+    let mut entries = Vec::with_capacity(picked.len());
     for (name, (dims, raw)) in &picked {
         let n = dims.iter().try_fold(4usize, |n, &d| n.checked_mul(d));
         if n != Some(raw.len()) {
             return Err(format!("{name} has {} bytes for shape {dims:?}", raw.len()));
         }
-        let d: Vec<String> = dims.iter().map(usize::to_string).collect();
-        header.push_str(&format!(
-            "\"{name}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{off},{}]}},",
-            d.join(","),
-            off + raw.len()
-        ));
-        off += raw.len();
+        entries.push(Entry {
+            name,
+            dtype: "F32",
+            shape: dims,
+            bytes: raw.len(),
+        });
     }
-    header.push_str("\"__metadata__\":{\"source\":\"silero_vad.onnx\",\"format\":\"pt\"}}");
-    while header.len() % 8 != 0 {
-        header.push(' ');
-    }
-    let mut out = (header.len() as u64).to_le_bytes().to_vec();
-    out.extend(header.as_bytes());
+    let mut out = header(&entries, &[("source", "silero_vad.onnx"), ("format", "pt")]);
     for (_, (_, raw)) in &picked {
         out.extend(raw);
     }
