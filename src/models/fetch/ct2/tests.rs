@@ -2,7 +2,9 @@
 //! side, d_model 4): names, shapes and split rows, and typed errors for a
 //! model.bin cut anywhere or not Whisper's.
 
+use super::configs::SPECIAL_TOKENS;
 use super::*;
+use serde_json::json;
 
 const D: usize = 4;
 const VOCAB: usize = 8;
