@@ -234,6 +234,49 @@ impl<R: NetRunners> WhisperNet<R> {
         Ok(true)
     }
 
+    /// [`WhisperNet::set_window_rows`] for several windows at once, the
+    /// rows of all in one pass of the rows graph (a row's keys and values
+    /// are its own: the pass is row by row); `Ok(false)` as there.
+    pub fn set_windows_rows(&mut self, parts: &[(usize, usize, &[f32])]) -> Result<bool> {
+        let d = self.cfg.d_model;
+        if let Some((_, _, rows)) = parts.iter().find(|p| !p.2.len().is_multiple_of(d)) {
+            return Err(Error::Input {
+                name: "encoder".into(),
+                reason: format!("{} values are not rows of {d}", rows.len()),
+            });
+        }
+        let total: usize = parts.iter().map(|p| p.2.len() / d).sum();
+        let Some(size) = self.runners.cross_rows_size(total) else {
+            return Ok(false);
+        };
+        if total == 0 {
+            return Ok(true);
+        }
+        let mut stacked = Vec::with_capacity(size * d);
+        for (_, _, rows) in parts {
+            stacked.extend_from_slice(rows);
+        }
+        stacked.resize(size * d, 0.0);
+        let runner = self.runners.cross_rows(size)?;
+        runner.step(&[&Tensor::from_vec(vec![1, size, d], stacked)?])?;
+        let layers = self.cfg.decoder_layers;
+        let outputs: Vec<Vec<f32>> = (0..2 * layers)
+            .map(|i| runner.output(i).to_f32_vec())
+            .collect();
+        let mut at = 0;
+        for &(window, from, rows) in parts {
+            let n = rows.len() / d;
+            let part =
+                |o: &[f32]| Tensor::from_vec(vec![1, n, d], o[at * d..(at + n) * d].to_vec());
+            for l in 0..layers {
+                let (k, v) = (part(&outputs[2 * l])?, part(&outputs[2 * l + 1])?);
+                self.cache.set_cross_rows(l, window, from, &k, &v)?;
+            }
+            at += n;
+        }
+        Ok(true)
+    }
+
     /// Refuses a token id outside the vocabulary.
     fn check_vocabulary(&self, tokens: &[u32]) -> Result<()> {
         let vocab = self.cfg.vocab_size;

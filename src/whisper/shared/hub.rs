@@ -106,6 +106,9 @@ pub(super) struct Hub<R: NetRunners> {
     free: Arc<Mutex<Vec<usize>>>,
     logits: Vec<f32>,
     counts: Arc<Counts>,
+    /// A pulse's new frames asked for, run together once the calls in
+    /// hand are taken (slot, first frame, rows).
+    rows: Vec<(usize, usize, Vec<f32>)>,
 }
 
 impl<R: NetRunners + 'static> Hub<R> {
@@ -126,6 +129,7 @@ impl<R: NetRunners + 'static> Hub<R> {
             free,
             logits: Vec::new(),
             counts,
+            rows: Vec::new(),
         };
         std::thread::Builder::new()
             .name("shared-decoder".into())
@@ -154,6 +158,7 @@ impl<R: NetRunners + 'static> Hub<R> {
                 while let Ok(c) = inbox.try_recv() {
                     self.take(c);
                 }
+                self.set_rows();
             }
             let deciding = self.slots.iter().any(|s| s.phase == Phase::Deciding);
             let late = self.since.is_some_and(|s| s.elapsed() >= WAIT);
@@ -198,6 +203,9 @@ impl<R: NetRunners + 'static> Hub<R> {
                     f.push(slot);
                 }
             }
+            // a slot waits for its answer: nothing of its own can come
+            // after its rows before they are set
+            Call::Alone(slot, Alone::WindowRows(from, rows)) => self.rows.push((slot, from, rows)),
             Call::Alone(slot, work) => {
                 let kind = work.work();
                 let t0 = Instant::now();
@@ -231,10 +239,37 @@ impl<R: NetRunners + 'static> Hub<R> {
             Alone::Window(frames) => self.net.set_window(slot, &frames).map(|()| Answer::Done),
             Alone::WindowRows(from, rows) => self
                 .net
-                .set_window_rows(slot, from, &rows)
+                .set_windows_rows(&[(slot, from, &rows)])
                 .map(Answer::Kept),
             Alone::Record(heads) => self.record(slot, heads).map(Answer::Kept),
             Alone::Align { tokens, heads } => self.align(slot, &tokens, heads).map(Answer::Weights),
+        }
+    }
+
+    /// Sets every slot's new frames asked for, in one pass.
+    fn set_rows(&mut self) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let t0 = Instant::now();
+        let rows = std::mem::take(&mut self.rows);
+        let parts: Vec<(usize, usize, &[f32])> = rows
+            .iter()
+            .map(|(slot, from, r)| (*slot, *from, r.as_slice()))
+            .collect();
+        let r = self.net.set_windows_rows(&parts);
+        let ns = t0.elapsed().as_nanos() as u64;
+        let kind = Work::Rows as usize;
+        self.counts.alone_ns[kind].fetch_add(ns, Ordering::Relaxed);
+        self.counts.alone_calls[kind].fetch_add(rows.len() as u64, Ordering::Relaxed);
+        for (slot, _, _) in rows {
+            let answer = match &r {
+                Ok(kept) => Ok(Answer::Kept(*kept)),
+                Err(e) => Err(Error::Other(format!(
+                    "shared decoder: a window's frames: {e}"
+                ))),
+            };
+            self.answer(slot, answer);
         }
     }
 
