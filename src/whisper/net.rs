@@ -398,6 +398,14 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
                 }
             }
             self.rows = kept;
+        } else if batch == 1 && positions == [n - 1] && self.runners.step_logits() {
+            // a prompt whose last token's logits are asked for: its last
+            // token runs as a step, whose graph projects onto the
+            // vocabulary on the device (the host's projection of one row
+            // reads the whole embedding matrix)
+            let head = &tokens[..n - 1];
+            self.run_decoder(head, 1, head.len())?;
+            return self.feed(&tokens[n - 1..], 1, &[0], logits);
         } else if n == 1 && self.runners.step_logits() {
             self.run_decoder(tokens, batch, n)?;
             let step = self.runners.last_decoder(DecoderShape::Step);
