@@ -21,12 +21,13 @@
 use std::sync::Arc;
 
 use super::graphs::{self, DecoderShape};
-use super::net::{NetRunners, WhisperNet};
+use super::net::{CrossFrom, NetRunners, WhisperNet};
 use super::WhisperModel;
 use crate::gpu::ops::kv_cache::{DeviceKvCache, DeviceKvShape};
 use crate::gpu::{timing, GpuDevice, GpuRunner, GpuRunnerOptions, Launches};
 use crate::graph::{Graph, StepRunner};
 use crate::ops::kv_cache::KvCache;
+use crate::ops::DType;
 use crate::Result;
 
 /// Prompt runners kept: beyond this, the least recently used is dropped.
@@ -61,6 +62,10 @@ struct Sized {
     options: GpuRunnerOptions,
     runners: Vec<(usize, GpuRunner)>,
     keep: usize,
+    /// Outputs from this one on that stay on the device where they are
+    /// made there in this dtype (cross-attention keys and values, which
+    /// go from the runner to the device cache).
+    on_device: Option<(usize, DType)>,
 }
 
 impl Sized {
@@ -71,7 +76,15 @@ impl Sized {
             options,
             runners: Vec::new(),
             keep,
+            on_device: None,
         }
+    }
+
+    /// Its runners leave outputs `first..` on the device where each is
+    /// made there in `dtype`.
+    fn keeping(mut self, first: usize, dtype: DType) -> Sized {
+        self.on_device = Some((first, dtype));
+        self
     }
 
     /// The runner for size `s`, planned on first use, now the most recent.
@@ -89,6 +102,13 @@ impl Sized {
                     Some(s as i64),
                     &self.options,
                 )?;
+                let mut r = r;
+                if let Some((first, dtype)) = self.on_device {
+                    let n = r.graph().outputs.len();
+                    if (first..n).all(|i| r.device_output(i).is_some_and(|t| t.dtype == dtype)) {
+                        r.keep_on_device(first..n);
+                    }
+                }
                 timing::report(|| format!("{} runner for {s} planned", self.name), t0);
                 if self.runners.len() >= self.keep {
                     self.runners.remove(0);
@@ -131,8 +151,9 @@ pub struct GpuRunners {
     /// Cross-attention keys and values of a streamed encoder's new frames,
     /// by row count.
     rows: Sized,
-    /// The decoder graphs' cache and its device copy's shape.
+    /// The decoder graphs' cache, its device copy and that copy's shape.
     cache: KvCache,
+    device: Arc<DeviceKvCache>,
     kv: DeviceKvShape,
     kv_dtype: crate::ops::DType,
 }
@@ -148,7 +169,7 @@ impl GpuRunners {
         let t0 = std::time::Instant::now();
         self.kv.windows = windows;
         self.clear_decoders();
-        DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
+        self.device = DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
         timing::report(|| format!("cache for {windows} windows made"), t0);
         Ok(())
     }
@@ -173,9 +194,11 @@ impl GpuRunners {
         let t0 = std::time::Instant::now();
         self.kv.sequences = sequences.next_power_of_two();
         self.clear_decoders();
-        DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
+        let old = self.device.clone();
+        self.device = DeviceKvCache::attach(&self.cache, self.dev.clone(), self.kv, self.kv_dtype)?;
         // the windows encoded already, into the new cache
-        self.cache.replay_cross()?;
+        self.device.copy_cross_from(&old)?;
+        self.cache.replay_positions()?;
         timing::report(
             || format!("cache for {} sequences made", self.kv.sequences),
             t0,
@@ -257,6 +280,64 @@ impl NetRunners for GpuRunners {
     fn reserve_windows(&mut self, windows: usize) -> Result<()> {
         self.ensure_windows(windows)
     }
+
+    fn cross_on_device(&mut self, from: CrossFrom, window: Option<usize>) -> Result<bool> {
+        let (sized, first) = match from {
+            CrossFrom::Encoder => (&self.encoder, 1),
+            CrossFrom::Frames => (&self.cross, 0),
+        };
+        let Some(r) = sized.last() else {
+            return Ok(false);
+        };
+        if !r.kept_on_device(first) {
+            return Ok(false);
+        }
+        let (mut windows, mut frames) = (0, 0);
+        for l in 0..self.kv.layers {
+            let (Some(k), Some(v)) = (
+                r.device_output(first + 2 * l),
+                r.device_output(first + 2 * l + 1),
+            ) else {
+                return Err(crate::Error::Other(format!(
+                    "{}: layer {l}'s cross keys are not on the device",
+                    sized.name
+                )));
+            };
+            (windows, frames) = (k.shape[0], k.shape[1]);
+            self.device.set_cross_on_device(l, window, k, v)?;
+        }
+        match window {
+            Some(w) => self.cache.hold_window(w, frames)?,
+            None => self.cache.hold_cross(windows, frames)?,
+        }
+        Ok(true)
+    }
+
+    fn rows_on_device(&mut self, parts: &[(usize, usize, usize)]) -> Result<bool> {
+        let Some(r) = self.rows.last() else {
+            return Ok(false);
+        };
+        if !r.kept_on_device(0) {
+            return Ok(false);
+        }
+        for l in 0..self.kv.layers {
+            let (Some(k), Some(v)) = (r.device_output(2 * l), r.device_output(2 * l + 1)) else {
+                return Err(crate::Error::Other(format!(
+                    "cross rows: layer {l}'s keys are not on the device"
+                )));
+            };
+            let mut at = 0;
+            for &(window, from, n) in parts {
+                self.device
+                    .set_rows_on_device(l, window, from, k, v, at, n)?;
+                at += n;
+            }
+        }
+        for &(window, _, _) in parts {
+            self.cache.hold_window(window, self.kv.frames)?;
+        }
+        Ok(true)
+    }
 }
 
 /// The GPU backend of one model; one per thread of work (it holds the
@@ -294,29 +375,47 @@ impl WhisperNet<GpuRunners> {
             frames: cfg.max_source_positions,
         };
         let kv_dtype = options.translate.precision.storage(crate::ops::DType::F32);
-        DeviceKvCache::attach(&cache, dev.clone(), kv, kv_dtype)?;
+        let device = DeviceKvCache::attach(&cache, dev.clone(), kv, kv_dtype)?;
+        // PULSED_HOST_CROSS=1: the encoders' keys and values go to the
+        // device cache through the host (the path before, kept for
+        // side-by-side timing)
+        let on_device = std::env::var_os("PULSED_HOST_CROSS").is_none();
+        let keeping = |s: Sized, first: usize| match on_device {
+            true => s.keeping(first, kv_dtype),
+            false => s,
+        };
         let runners = GpuRunners {
             cache: cache.clone(),
+            device,
             kv,
             kv_dtype,
             dev,
-            encoder: Sized::new(
-                "encoder",
-                graphs::encoder(cfg, w)?,
-                options.clone(),
-                ENCODER_RUNNERS,
+            encoder: keeping(
+                Sized::new(
+                    "encoder",
+                    graphs::encoder(cfg, w)?,
+                    options.clone(),
+                    ENCODER_RUNNERS,
+                ),
+                1,
             ),
-            cross: Sized::new(
-                "cross",
-                graphs::cross_kv(cfg, w)?,
-                options.clone(),
-                ENCODER_RUNNERS,
+            cross: keeping(
+                Sized::new(
+                    "cross",
+                    graphs::cross_kv(cfg, w)?,
+                    options.clone(),
+                    ENCODER_RUNNERS,
+                ),
+                0,
             ),
-            rows: Sized::new(
-                "cross rows",
-                graphs::cross_kv_rows(cfg, w)?,
-                options.clone(),
-                ROWS_RUNNERS,
+            rows: keeping(
+                Sized::new(
+                    "cross rows",
+                    graphs::cross_kv_rows(cfg, w)?,
+                    options.clone(),
+                    ROWS_RUNNERS,
+                ),
+                0,
             ),
             prompt: Sized::new(
                 "prompt",

@@ -35,5 +35,5 @@ pub use folder::LoadError;
 pub use generation::GenerationConfig;
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuRunners, GpuWhisper, NodeTime};
-pub use net::{network, NetRunners, WhisperNet};
+pub use net::{network, CrossFrom, NetRunners, WhisperNet};
 pub use tokenizer::{SpecialTokens, Task, WhisperTokenizer};

@@ -75,6 +75,22 @@ pub trait NetRunners: Send {
     fn prompt_len(&self, n: usize) -> usize {
         n
     }
+    /// Gives the cache the cross-attention keys and values that the last
+    /// run of [`NetRunners::encoder`] or [`NetRunners::cross`] (`from`)
+    /// left on the device, for window `window` alone or every window
+    /// (`None`); false where they came to the host instead (the caller
+    /// reads them from the runner's outputs).
+    fn cross_on_device(&mut self, from: CrossFrom, window: Option<usize>) -> Result<bool> {
+        let _ = (from, window);
+        Ok(false)
+    }
+    /// [`NetRunners::cross_on_device`] for the last run of
+    /// [`NetRunners::cross_rows`]: its rows in order, `n` of them into
+    /// window `window` from frame `from` for each `(window, from, n)`.
+    fn rows_on_device(&mut self, parts: &[(usize, usize, usize)]) -> Result<bool> {
+        let _ = parts;
+        Ok(false)
+    }
     /// Room for `sequences` decoded at once (see [`WhisperBackend::reserve`]).
     fn reserve_sequences(&mut self, sequences: usize) -> Result<()> {
         let _ = sequences;
@@ -86,6 +102,16 @@ pub trait NetRunners: Send {
         let _ = windows;
         Ok(())
     }
+}
+
+/// Which graph made the cross-attention keys and values
+/// [`NetRunners::cross_on_device`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrossFrom {
+    /// The encoder (from mel windows).
+    Encoder,
+    /// The cross graph (from encoder frames).
+    Frames,
 }
 
 /// A Whisper network on one engine; one per thread of work (it holds the
@@ -203,35 +229,7 @@ impl<R: NetRunners> WhisperNet<R> {
     /// row-major); `Ok(false)`, having changed nothing, where this engine
     /// has no graph for rows alone (it takes whole windows).
     pub fn set_window_rows(&mut self, window: usize, from: usize, rows: &[f32]) -> Result<bool> {
-        let d = self.cfg.d_model;
-        if !rows.len().is_multiple_of(d) {
-            return Err(Error::Input {
-                name: "encoder".into(),
-                reason: format!("{} values are not rows of {d}", rows.len()),
-            });
-        }
-        let n = rows.len() / d;
-        let Some(size) = self.runners.cross_rows_size(n) else {
-            return Ok(false);
-        };
-        if n == 0 {
-            return Ok(true);
-        }
-        let runner = self.runners.cross_rows(size)?;
-        let mut padded = rows.to_vec();
-        padded.resize(size * d, 0.0);
-        runner.step(&[&Tensor::from_vec(vec![1, size, d], padded)?])?;
-        let first = |t: &Tensor| Tensor::from_vec(vec![1, n, d], t.to_f32_vec()[..n * d].to_vec());
-        for l in 0..self.cfg.decoder_layers {
-            let (k, v) = (runner.output(2 * l), runner.output(2 * l + 1));
-            if size == n {
-                self.cache.set_cross_rows(l, window, from, k, v)?;
-            } else {
-                self.cache
-                    .set_cross_rows(l, window, from, &first(k)?, &first(v)?)?;
-            }
-        }
-        Ok(true)
+        self.set_windows_rows(&[(window, from, rows)])
     }
 
     /// [`WhisperNet::set_window_rows`] for several windows at once, the
@@ -257,8 +255,17 @@ impl<R: NetRunners> WhisperNet<R> {
             stacked.extend_from_slice(rows);
         }
         stacked.resize(size * d, 0.0);
+        self.runners
+            .cross_rows(size)?
+            .step(&[&Tensor::from_vec(vec![1, size, d], stacked)?])?;
+        let places: Vec<(usize, usize, usize)> = parts
+            .iter()
+            .map(|&(w, from, r)| (w, from, r.len() / d))
+            .collect();
+        if self.runners.rows_on_device(&places)? {
+            return Ok(true);
+        }
         let runner = self.runners.cross_rows(size)?;
-        runner.step(&[&Tensor::from_vec(vec![1, size, d], stacked)?])?;
         let layers = self.cfg.decoder_layers;
         let outputs: Vec<Vec<f32>> = (0..2 * layers)
             .map(|i| runner.output(i).to_f32_vec())
@@ -331,8 +338,11 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     fn encode(&mut self, windows: &[&[f32]]) -> Result<()> {
         let size = (self.cfg.num_mel_bins, self.cfg.window_frames());
         let mel = stack(windows, "mel", size)?;
+        self.runners.encoder(windows.len())?.step(&[&mel])?;
+        if self.runners.cross_on_device(CrossFrom::Encoder, None)? {
+            return Ok(());
+        }
         let encoder = self.runners.encoder(windows.len())?;
-        encoder.step(&[&mel])?;
         // output 0 is the encoder's frames, then each layer's keys and values
         keep_cross(&self.cache, self.cfg.decoder_layers, encoder, 1)
     }
@@ -340,8 +350,11 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
     fn encode_frames(&mut self, frames: &[&[f32]]) -> Result<()> {
         let size = (self.cfg.max_source_positions, self.cfg.d_model);
         let enc = stack(frames, "encoder", size)?;
+        self.runners.cross(frames.len())?.step(&[&enc])?;
+        if self.runners.cross_on_device(CrossFrom::Frames, None)? {
+            return Ok(());
+        }
         let cross = self.runners.cross(frames.len())?;
-        cross.step(&[&enc])?;
         keep_cross(&self.cache, self.cfg.decoder_layers, cross, 0)
     }
 

@@ -4,7 +4,7 @@
 //! of a server: a decoder step costs about the same for one row as for
 //! several, its weights read once).
 
-use super::net::{NetRunners, WhisperNet};
+use super::net::{CrossFrom, NetRunners, WhisperNet};
 use crate::ops::Tensor;
 use crate::{Error, Result};
 
@@ -29,8 +29,14 @@ impl<R: NetRunners> WhisperNet<R> {
             });
         }
         let enc = Tensor::from_vec(vec![1, rows, d], frames.to_vec())?;
+        self.runners.cross(1)?.step(&[&enc])?;
+        if self
+            .runners
+            .cross_on_device(CrossFrom::Frames, Some(window))?
+        {
+            return Ok(());
+        }
         let cross = self.runners.cross(1)?;
-        cross.step(&[&enc])?;
         let layers = self.cfg.decoder_layers;
         let k: Vec<&Tensor> = (0..layers).map(|l| cross.output(2 * l)).collect();
         let v: Vec<&Tensor> = (0..layers).map(|l| cross.output(2 * l + 1)).collect();

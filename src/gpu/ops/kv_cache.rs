@@ -17,7 +17,7 @@ use cudarc::driver::CudaFunction;
 use crate::gpu::memory::{copy_device, copy_to_device, DeviceBuffer};
 use crate::gpu::op::{expect_io, int, launch, Arg, BuildCx, GpuOp, Grid, Io, LaunchCx};
 use crate::gpu::ops::Builders;
-use crate::gpu::tensor::{float_suffix, host_bytes};
+use crate::gpu::tensor::{float_suffix, host_bytes, DevTensor};
 use crate::gpu::{GpuDevice, GpuError};
 use crate::ops::kv_cache::{CacheMirror, CachedSelfAttention, CrossAttention, KvCache};
 use crate::ops::{DType, OpError, OpResult, Tensor};
@@ -157,6 +157,113 @@ impl DeviceKvCache {
     /// a step's sequences.
     fn rec_rows(&self) -> usize {
         self.shape.capacity.max(self.shape.sequences)
+    }
+
+    /// Sizes it was made for.
+    pub fn shape(&self) -> DeviceKvShape {
+        self.shape
+    }
+
+    /// Sets layer `layer`'s cross-attention keys and values from device
+    /// tensors in this cache's dtype: `[windows, frames, width]` from
+    /// window 0 (`window` `None`), or one window's `[1, frames, width]`
+    /// (the others kept); stream-ordered, no copy through the host. The
+    /// host's [`KvCache`] is told with [`KvCache::hold_cross`] or
+    /// [`KvCache::hold_window`].
+    pub fn set_cross_on_device(
+        &self,
+        layer: usize,
+        window: Option<usize>,
+        k: &DevTensor,
+        v: &DevTensor,
+    ) -> OpResult<()> {
+        let s = &self.shape;
+        let windows = k.shape.first().copied().unwrap_or(0);
+        let at = window.unwrap_or(0);
+        let fits = |t: &DevTensor| {
+            t.dtype == self.dtype && t.shape.len() == 3 && t.shape[1..] == [s.frames, s.width]
+        };
+        if layer >= s.layers
+            || !fits(k)
+            || k.shape != v.shape
+            || (window.is_some() && windows != 1)
+            || at + windows > s.windows
+        {
+            return Err(OpError::Param(format!(
+                "layer {layer}: {:?} {} keys into window {at}; the GPU cache holds {} layers of {} windows of {} frames of {} ({})",
+                k.shape, k.dtype, s.layers, s.windows, s.frames, s.width, self.dtype
+            )));
+        }
+        let gpu = &self.dev.ctx;
+        let bytes = windows * s.frames * s.width * self.dtype.size_of();
+        let offset = (at * s.frames * s.width * self.dtype.size_of()) as u64;
+        for (t, dst) in [(k, &self.cross_k[layer]), (v, &self.cross_v[layer])] {
+            copy_device(gpu, t.ptr, dst.ptr() + offset, bytes).map_err(op_err)?;
+        }
+        Ok(())
+    }
+
+    /// Sets layer `layer`'s cross-attention keys and values of window
+    /// `window`'s frames `from..from + n` from rows `at..at + n` of `k`
+    /// and `v` (`[1, rows, width]` device tensors in this cache's dtype),
+    /// stream-ordered; the host's [`KvCache`] is told with
+    /// [`KvCache::hold_window`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_rows_on_device(
+        &self,
+        layer: usize,
+        window: usize,
+        from: usize,
+        k: &DevTensor,
+        v: &DevTensor,
+        at: usize,
+        n: usize,
+    ) -> OpResult<()> {
+        let s = &self.shape;
+        let rows = k.shape.get(1).copied().unwrap_or(0);
+        let fits = |t: &DevTensor| t.dtype == self.dtype && t.shape == [1, rows, s.width];
+        if layer >= s.layers
+            || !fits(k)
+            || !fits(v)
+            || at + n > rows
+            || window >= s.windows
+            || from + n > s.frames
+        {
+            return Err(OpError::Param(format!(
+                "layer {layer}: rows {at}..{} of {:?} {} keys into frames {from}.. of window {window}; the GPU cache holds {} layers of {} windows of {} frames of {} ({})",
+                at + n, k.shape, k.dtype, s.layers, s.windows, s.frames, s.width, self.dtype
+            )));
+        }
+        let e = self.dtype.size_of();
+        let (src, dst) = (
+            (at * s.width * e) as u64,
+            ((window * s.frames + from) * s.width * e) as u64,
+        );
+        let gpu = &self.dev.ctx;
+        for (t, buf) in [(k, &self.cross_k[layer]), (v, &self.cross_v[layer])] {
+            copy_device(gpu, t.ptr + src, buf.ptr() + dst, n * s.width * e).map_err(op_err)?;
+        }
+        Ok(())
+    }
+
+    /// Takes `old`'s cross-attention keys and values, device to device
+    /// (a larger cache made for more sequences, whose windows are the
+    /// old one's).
+    pub fn copy_cross_from(&self, old: &DeviceKvCache) -> OpResult<()> {
+        let (s, o) = (&self.shape, &old.shape);
+        if (s.layers, s.frames, s.width, self.dtype) != (o.layers, o.frames, o.width, old.dtype) {
+            return Err(OpError::Param(format!(
+                "a GPU cache of {} layers of {} frames of {} ({}) takes the windows of one of {} of {} of {} ({})",
+                s.layers, s.frames, s.width, self.dtype, o.layers, o.frames, o.width, old.dtype
+            )));
+        }
+        let bytes = s.windows.min(o.windows) * s.frames * s.width * self.dtype.size_of();
+        let gpu = &self.dev.ctx;
+        for l in 0..s.layers {
+            copy_device(gpu, old.cross_k[l].ptr(), self.cross_k[l].ptr(), bytes).map_err(op_err)?;
+            copy_device(gpu, old.cross_v[l].ptr(), self.cross_v[l].ptr(), bytes).map_err(op_err)?;
+        }
+        Ok(())
     }
 
     fn check_sequences(&self, n: usize) -> OpResult<()> {

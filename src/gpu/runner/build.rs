@@ -346,6 +346,7 @@ impl GpuRunner {
             advance,
             launches: opts.launches,
             capture_failed: false,
+            on_device: Vec::new(),
             steps: 0,
             stream_len: None,
             staging,

@@ -91,6 +91,9 @@ pub struct GpuRunner {
     advance: CudaFunction,
     launches: Launches,
     capture_failed: bool,
+    /// Per graph output: left on the device after a step (its host copy
+    /// is not refreshed; [`GpuRunner::device_output`] reads it there).
+    on_device: Vec<bool>,
     steps: u64,
     stream_len: Option<i64>,
     staging: PinnedBuffer,
@@ -162,6 +165,37 @@ impl GpuRunner {
     /// Whether a capture failed and the runner fell back to eager launches.
     pub fn capture_failed(&self) -> bool {
         self.capture_failed
+    }
+
+    /// Graph output `i` on the device: `None` where it is made on the
+    /// host.
+    pub fn device_output(&self, i: usize) -> Option<&DevTensor> {
+        let o = self.graph.outputs.get(i)?.1;
+        if !self.tr.placements[o.node].is_gpu() {
+            return None;
+        }
+        self.dev_values[o.node][o.slot].as_ref()
+    }
+
+    /// Leaves graph outputs `outputs` on the device after each step, for a
+    /// reader there ([`GpuRunner::device_output`]): their host copies
+    /// ([`StepRunner::output`]) are no longer refreshed. False, having
+    /// changed nothing, where one of them is made on the host.
+    pub fn keep_on_device(&mut self, outputs: std::ops::Range<usize>) -> bool {
+        if outputs.clone().any(|i| self.device_output(i).is_none()) {
+            return false;
+        }
+        self.on_device.resize(self.graph.outputs.len(), false);
+        for i in outputs {
+            self.on_device[i] = true;
+        }
+        true
+    }
+
+    /// Whether graph output `i` is left on the device after a step
+    /// ([`GpuRunner::keep_on_device`]).
+    pub fn kept_on_device(&self, i: usize) -> bool {
+        self.on_device.get(i) == Some(&true)
     }
 
     /// Steps run since the start or the last reset.
@@ -329,8 +363,8 @@ impl GpuRunner {
         let graph = self.graph.clone();
         let mut staged = Vec::with_capacity(graph.outputs.len());
         let mut offset = 0;
-        for (_, o) in graph.outputs.iter() {
-            if !self.tr.placements[o.node].is_gpu() {
+        for (i, (_, o)) in graph.outputs.iter().enumerate() {
+            if !self.tr.placements[o.node].is_gpu() || self.on_device.get(i) == Some(&true) {
                 continue;
             }
             if let Some(t) = self.dev_values[o.node][o.slot].clone() {

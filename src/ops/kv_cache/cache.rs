@@ -32,6 +32,9 @@ pub(super) struct CacheState {
     pub(super) cross_v: Vec<Vec<f32>>,
     pub(super) windows: usize,
     pub(super) frames: usize,
+    /// Per window: set on the mirror alone ([`KvCache::hold_window`]), so
+    /// the host's copy of it is stale.
+    pub(super) held: Vec<bool>,
     /// The encoder window each sequence reads.
     pub(super) seq_window: Vec<usize>,
     /// Spare buffer for reordering.
@@ -65,6 +68,7 @@ impl KvCache {
                 cross_v: vec![Vec::new(); layers],
                 windows: 0,
                 frames: 0,
+                held: Vec::new(),
                 seq_window: Vec::new(),
                 spare: Vec::new(),
                 record: None,
@@ -204,25 +208,51 @@ impl KvCache {
         self.lock().mirror = Some(mirror);
     }
 
-    /// Tells the mirror again of every layer's cross-attention keys and
-    /// values (a mirror attached after they were set: a larger one).
-    pub fn replay_cross(&self) -> OpResult<()> {
+    /// Tells the mirror again where each sequence is: the window it reads
+    /// and its positions filled (a mirror attached after they were set: a
+    /// larger one, which took the windows from the old one).
+    pub fn replay_positions(&self) -> OpResult<()> {
         let st = self.lock();
         let Some(m) = &st.mirror else { return Ok(()) };
-        if st.windows == 0 {
-            return Ok(());
-        }
-        let shape = vec![st.windows, st.frames, st.width];
-        for l in 0..st.layers {
-            let k = Tensor::from_vec(shape.clone(), st.cross_k[l].clone())?;
-            let v = Tensor::from_vec(shape.clone(), st.cross_v[l].clone())?;
-            m.set_cross(l, &k, &v)?;
-        }
         if st.batch > 0 {
-            // sequences started apart: where each is
             m.set_windows(&st.seq_window)?;
             m.set_lens(&st.lens)?;
         }
+        Ok(())
+    }
+
+    /// Every window's keys and values were set on the mirror alone (`[windows,
+    /// frames, width]` a layer, as [`KvCache::set_cross`] takes them),
+    /// without the host's copy: a GPU encoder's outputs, which need not come
+    /// to the host, since host ops refuse to run beside a mirror.
+    pub fn hold_cross(&self, windows: usize, frames: usize) -> OpResult<()> {
+        let mut st = self.lock();
+        if st.mirror.is_none() || windows == 0 || frames == 0 {
+            return Err(param(format!(
+                "{windows} windows of {frames} frames held by a cache's copy it does not have"
+            )));
+        }
+        (st.windows, st.frames) = (windows, frames);
+        st.held = vec![true; windows];
+        Ok(())
+    }
+
+    /// Window `window`'s keys and values were set on the mirror alone, as
+    /// [`KvCache::set_window`] takes them (see [`KvCache::hold_cross`]).
+    pub fn hold_window(&self, window: usize, frames: usize) -> OpResult<()> {
+        let mut st = self.lock();
+        if st.mirror.is_none() || frames == 0 || (st.windows > 0 && frames != st.frames) {
+            return Err(param(format!(
+                "window {window} of {frames} frames held by a cache's copy beside windows of {} (a copy: {})",
+                st.frames,
+                st.mirror.is_some()
+            )));
+        }
+        st.frames = frames;
+        st.windows = st.windows.max(window + 1);
+        let windows = st.windows;
+        st.held.resize(windows, false);
+        st.held[window] = true;
         Ok(())
     }
 
@@ -270,6 +300,8 @@ impl KvCache {
         let st = &mut *st;
         st.frames = frames;
         st.windows = st.windows.max(window + 1);
+        st.held.resize(st.windows, false);
+        st.held[window] = false;
         let size = frames * width;
         for l in 0..st.layers {
             for (buf, t) in [(&mut st.cross_k[l], k[l]), (&mut st.cross_v[l], v[l])] {
@@ -328,6 +360,7 @@ impl KvCache {
             )));
         }
         (st.windows, st.frames) = (w, f);
+        st.held = vec![false; w];
         st.cross_k[layer].clear();
         st.cross_k[layer].extend_from_slice(k.as_slice::<f32>()?);
         st.cross_v[layer].clear();
@@ -536,9 +569,15 @@ impl KvCache {
                 st.layers, st.width, src.layers, src.width
             )));
         }
+        if src.held.contains(&true) {
+            return Err(param(
+                "the windows to take are held on the device alone".into(),
+            ));
+        }
         st.cross_k.clone_from(&src.cross_k);
         st.cross_v.clone_from(&src.cross_v);
         (st.windows, st.frames) = (src.windows, src.frames);
+        st.held = vec![false; src.windows];
         Ok(())
     }
 

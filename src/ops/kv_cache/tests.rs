@@ -224,6 +224,11 @@ impl CacheMirror for Log {
         self.0.lock().unwrap().push(line);
         Ok(())
     }
+    fn set_window(&self, layer: usize, window: usize, _k: &Tensor, _v: &Tensor) -> OpResult<()> {
+        let line = format!("window {layer} {window}");
+        self.0.lock().unwrap().push(line);
+        Ok(())
+    }
     fn set_lens(&self, lens: &[usize]) -> OpResult<()> {
         self.0.lock().unwrap().push(format!("lens {lens:?}"));
         Ok(())
@@ -307,6 +312,39 @@ fn a_mirror_is_told_every_change_and_host_ops_refuse() {
         cache: own,
     };
     assert!(eval_op(&own_cross, &[&one]).is_ok());
+}
+
+#[test]
+fn windows_held_on_the_mirror_alone_are_not_taken_from_the_host() {
+    let width = 4;
+    let cache = KvCache::new(1, width, 8);
+    // without a mirror nothing can hold them
+    assert!(cache.hold_cross(2, 3).is_err());
+    let log = Arc::new(Log::default());
+    cache.attach(log.clone());
+    cache.hold_cross(2, 3).unwrap();
+    assert_eq!((cache.frames(), log.0.lock().unwrap().len()), (3, 0));
+    // a window of other frames cannot sit beside them
+    assert!(cache.hold_window(2, 4).is_err());
+    // the host's copy is stale: an alignment pass may not copy it
+    let own = KvCache::new(1, width, 8);
+    assert!(own.copy_cross_from(&cache).is_err());
+    // set again through the host, the windows are the host's again
+    let x = t(&[2, 3, width], 1);
+    cache.set_cross(0, &x, &x).unwrap();
+    own.copy_cross_from(&cache).unwrap();
+    // one window held again: a third one, the host's two kept
+    cache.hold_window(2, 3).unwrap();
+    assert!(own.copy_cross_from(&cache).is_err());
+    let w = t(&[1, 3, width], 2);
+    cache.set_window(2, &[&w], &[&w]).unwrap();
+    own.copy_cross_from(&cache).unwrap();
+    // a larger mirror is told where each sequence is, not the windows
+    cache.start(&[1, 2]).unwrap();
+    cache.advance(2).unwrap();
+    log.0.lock().unwrap().clear();
+    cache.replay_positions().unwrap();
+    assert_eq!(*log.0.lock().unwrap(), ["windows [1, 2]", "lens [2, 2]"]);
 }
 
 /// A mirror whose ops keep scores: each step's rows score frame `f` as
