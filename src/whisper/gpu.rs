@@ -397,7 +397,8 @@ impl WhisperNet<GpuRunners> {
                     options.clone(),
                     ENCODER_RUNNERS,
                 ),
-                1,
+                // the frames too: nothing on the host reads them
+                0,
             ),
             cross: keeping(
                 Sized::new(
