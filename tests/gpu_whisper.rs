@@ -103,6 +103,30 @@ fn gpu_logits_match_ctranslate2() {
     assert!(on_cpu <= 2, "{on_cpu} nodes of the bf16 step on the CPU");
 }
 
+/// The encoder's keys and values go from its runner to the device cache
+/// without the host; a cache made larger afterwards (more sequences) takes
+/// them device to device: the logits after it are the same numbers.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_larger_device_cache_keeps_the_windows_encoded_before() {
+    let Some(dev) = dev() else { return };
+    let (g, model) = (Golden::load(), model());
+    let mut w = gpu(&model, &dev, Precision::F32);
+    let (prompt, _) = golden_logits(&mut w, &g);
+    let prefix = g.ids(&["logits", "prefix"]);
+    let tokens = g.ids(&["logits", "tokens"]);
+    let seq: Vec<u32> = prefix.iter().chain(&tokens).copied().collect();
+    let positions: Vec<usize> = (prefix.len() - 1..seq.len()).collect();
+    // a cache for 64 sequences replaces the one for 32
+    w.reserve(64).unwrap();
+    w.start(&[0]).unwrap();
+    let mut again = Vec::new();
+    w.feed(&seq, seq.len(), &positions, &mut again).unwrap();
+    let d = max_abs_diff(&prompt, &again);
+    println!("logits before and after the larger cache: max abs diff {d:e}");
+    assert_eq!(d, 0.0);
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn gpu_beams_share_a_window() {
