@@ -411,7 +411,7 @@ impl<R: NetRunners> WhisperBackend for WhisperNet<R> {
                 }
             }
             self.rows = kept;
-        } else if batch == 1 && positions == [n - 1] && self.runners.step_logits() {
+        } else if n > 1 && batch == 1 && positions == [n - 1] && self.runners.step_logits() {
             // a prompt whose last token's logits are asked for: its last
             // token runs as a step, whose graph projects onto the
             // vocabulary on the device (the host's projection of one row
