@@ -22,10 +22,17 @@ PORT=18433
 for n in $COUNTS; do
     "$BIN" serve "${ARGS[@]}" --port $PORT --max-streams $((n + 16)) >"$LOGS/serve-$n.log" 2>&1 &
     server=$!
+    # a server that exits (a model it cannot load) ends the run at once
     for _ in $(seq 600); do
         curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+        kill -0 $server 2>/dev/null || break
         sleep 0.2
     done
+    if ! kill -0 $server 2>/dev/null; then
+        echo "== $n clients: the server exited before it was ready:" >&2
+        tail -3 "$LOGS/serve-$n.log" >&2
+        exit 1
+    fi
     t0=$SECONDS
     "$BIN" load --url "ws://127.0.0.1:$PORT/v1/realtime" --clients "$n" --ramp 5 \
         --duration "${DURATION:-120}" "${WAVS[@]}" >"$LOGS/load-$n.txt" 2>&1
