@@ -42,6 +42,13 @@ pub struct Args {
     allow_remote: bool,
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Clients beside --clients that misbehave, in turn: malformed
+    /// messages among their appends, a stall (neither sending nor reading
+    /// from halfway), a drop without a close frame, a message over the
+    /// server's size limit. They start between the others, which keep the
+    /// start times of a run without them, and are left out of the figures.
+    #[arg(long, default_value_t = 0)]
+    misbehaving: usize,
     /// WAV files, replayed round-robin (client i sends file i mod n).
     #[arg(required = true)]
     files: Vec<PathBuf>,
@@ -52,7 +59,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         Duration::try_from_secs_f64(s)
             .map_err(|_| format!("{name} must be a number of seconds, 0 or more"))
     };
-    if a.clients > MAX_CLIENTS {
+    if a.clients > MAX_CLIENTS || a.misbehaving > MAX_CLIENTS {
         return Err(format!("--clients must be 1 to {MAX_CLIENTS}"));
     }
     let options = LoadOptions {
@@ -63,6 +70,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         final_timeout: seconds("--final-timeout", a.final_timeout)?,
         allow_remote: a.allow_remote,
         progress: true,
+        misbehaving: a.misbehaving,
         ..LoadOptions::new(a.url, a.clients)
     };
     // refused before the runtime starts or any file is read

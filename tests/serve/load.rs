@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pulsed::serve::load::{self, LoadOptions, Outcome};
+use pulsed::serve::load::{self, LoadOptions, Outcome, Role};
 
 use super::harness::*;
 
@@ -90,6 +90,69 @@ async fn load_clients_get_the_library_lines_and_word_latencies() {
     // the server counted the same streams
     let metrics = scrape(&server).await;
     assert_eq!(metrics["pulsed_streams_total"], 3.0);
+}
+
+/// Beside two clients, one of each misbehaving kind: the two get the
+/// library's lines, each misbehaving one is told off or closed as it asks
+/// for, and the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misbehaving_clients_leave_the_others_their_lines() {
+    let t = open(CTC);
+    let samples = pulsed::audio::load(Path::new(HELLO), 16_000)
+        .unwrap()
+        .samples;
+    let want = library_finals(&t, &samples).join(" ");
+    let server = start(t, CTC, |_| {}).await;
+    let files = vec![PathBuf::from(HELLO)];
+    let run = LoadOptions {
+        misbehaving: 4,
+        final_timeout: Duration::from_secs(6),
+        ..options(&server, 2)
+    };
+    let report = within("the load run", load::run(&run, &files))
+        .await
+        .unwrap();
+    let text = report.text();
+    // the figures are the two well-behaved streams'
+    assert_eq!((report.clients, report.streams_completed), (2, 2), "{text}");
+    assert!(
+        report.failures.is_empty() && report.error_events.is_empty(),
+        "{text}"
+    );
+    for s in report.streams.iter().filter(|s| s.role == Role::Normal) {
+        assert_eq!(s.lines.join(" "), want);
+    }
+    let role = |r: Role| report.streams.iter().find(|s| s.role == r).unwrap();
+    // malformed messages are answered with error events, not a close
+    let garbage = role(Role::Garbage);
+    assert!(
+        garbage.errors.iter().any(|c| c == "invalid_json") && garbage.errors.len() >= 2,
+        "{:?}",
+        garbage.errors
+    );
+    assert!(
+        garbage.audio_s > 0.9 * report.streams[0].audio_s,
+        "it streamed to its end"
+    );
+    assert_eq!(role(Role::Stall).outcome, Outcome::Failed("stalled".into()));
+    assert_eq!(role(Role::Drop).outcome, Outcome::Failed("dropped".into()));
+    assert_eq!(
+        role(Role::Huge).outcome,
+        Outcome::Failed("closed by the server".into())
+    );
+    assert_eq!(report.misbehaving.values().sum::<usize>(), 4, "{text}");
+    assert!(
+        text.contains("misbehaving clients (not in the figures above): 4"),
+        "{text}"
+    );
+
+    // the server still serves, and holds no stream of theirs
+    let again = within("the load run", load::run(&options(&server, 1), &files))
+        .await
+        .unwrap();
+    assert_eq!(again.streams_completed, 1, "{}", again.text());
+    let metrics = scrape(&server).await;
+    assert_eq!(metrics["pulsed_streams_active"], 0.0, "{metrics:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

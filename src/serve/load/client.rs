@@ -16,6 +16,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use super::misbehave::{Role, HUGE_BYTES};
 use super::stats::{Outcome, StreamResult, WordLatency};
 use super::{Counters, Recording, RATE};
 
@@ -27,6 +28,8 @@ const DELTA: &str = "conversation.item.input_audio_transcription.delta";
 const COMPLETED: &str = "conversation.item.input_audio_transcription.completed";
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Tx = futures_util::stream::SplitSink<Ws, Message>;
+type Rx = futures_util::stream::SplitStream<Ws>;
 
 /// What one client does.
 pub struct Plan {
@@ -37,6 +40,7 @@ pub struct Plan {
     pub final_timeout: Duration,
     /// `--duration`'s end.
     pub deadline: Option<Instant>,
+    pub role: Role,
 }
 
 /// The words of an open item as deltas showed them, with when each came.
@@ -64,6 +68,7 @@ impl Shown {
 /// Runs one stream to its end, `--duration`'s end or its failure.
 pub async fn run(plan: Plan, counters: &Counters) -> StreamResult {
     let mut r = StreamResult::new(&plan.recording.name);
+    r.role = plan.role;
     let outcome = match plan.deadline {
         // dropping the stream at the deadline closes its connection
         Some(d) => timeout_at(d, stream(&plan, counters, &mut r))
@@ -150,6 +155,14 @@ async fn stream(plan: &Plan, counters: &Counters, r: &mut StreamResult) -> Outco
                 if end_by.is_some() {
                     return Outcome::Failed("timeout".into());
                 }
+                if let Some(bad) = plan.role.garbage(sent) {
+                    if tx.send(Message::text(bad)).await.is_err() {
+                        return Outcome::Failed("disconnected".into());
+                    }
+                }
+                if plan.role.turns_at(sent, rec.blocks.len()) {
+                    return misbehave(plan, tx, rx).await;
+                }
                 let append = json!({"type": "input_audio_buffer.append", "audio": rec.blocks[sent]});
                 if tx.send(Message::text(append.to_string())).await.is_err() {
                     return Outcome::Failed("disconnected".into());
@@ -175,6 +188,40 @@ async fn stream(plan: &Plan, counters: &Counters, r: &mut StreamResult) -> Outco
     };
     let _ = timeout(Duration::from_secs(1), tx.send(Message::Close(None))).await;
     outcome
+}
+
+/// What a misbehaving client does halfway through its recording.
+async fn misbehave(plan: &Plan, mut tx: Tx, mut rx: Rx) -> Outcome {
+    match plan.role {
+        Role::Stall => {
+            // holds the socket open, reading nothing, for as long as a
+            // line may take (or to the run's end)
+            let until = Instant::now() + plan.final_timeout;
+            let until = plan.deadline.map_or(until, |d| d.min(until));
+            sleep_until(until).await;
+            Outcome::Failed("stalled".into())
+        }
+        Role::Huge => {
+            let audio = "A".repeat(HUGE_BYTES);
+            let m = json!({"type": "input_audio_buffer.append", "audio": audio});
+            let _ = tx.send(Message::text(m.to_string())).await;
+            // the server closes the connection; wait for it a while
+            let closed = timeout(plan.final_timeout, async {
+                while let Some(Ok(m)) = rx.next().await {
+                    if matches!(m, Message::Close(_)) {
+                        break;
+                    }
+                }
+            })
+            .await;
+            match closed {
+                Ok(()) => Outcome::Failed("closed by the server".into()),
+                Err(_) => Outcome::Failed("not closed by the server".into()),
+            }
+        }
+        // dropping both halves closes the socket with no close frame
+        _ => Outcome::Failed("dropped".into()),
+    }
 }
 
 async fn connect(plan: &Plan) -> Result<Ws, String> {

@@ -7,6 +7,7 @@
 //! thousands of them; [`client`] is one stream, [`stats`] the report.
 
 mod client;
+pub mod misbehave;
 pub mod stats;
 
 use std::io::{IsTerminal as _, Write as _};
@@ -20,6 +21,7 @@ use base64::Engine as _;
 use tokio::time::{sleep_until, Instant};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, Uri};
 
+pub use misbehave::Role;
 pub use stats::{LoadReport, Outcome, Quantiles, StreamResult, WordLatency};
 
 /// The most clients one run may start: past it a run is more likely to be
@@ -48,6 +50,9 @@ pub struct LoadOptions {
     pub allow_remote: bool,
     /// A progress line on standard error, once a second.
     pub progress: bool,
+    /// Clients beside `clients` that misbehave ([`misbehave`]), started
+    /// between them and left out of the report's figures.
+    pub misbehaving: usize,
 }
 
 impl LoadOptions {
@@ -62,6 +67,7 @@ impl LoadOptions {
             final_timeout: Duration::from_secs(30),
             allow_remote: false,
             progress: false,
+            misbehaving: 0,
         }
     }
 
@@ -69,6 +75,11 @@ impl LoadOptions {
     pub fn check(&self) -> Result<(), String> {
         if !(1..=MAX_CLIENTS).contains(&self.clients) {
             return Err(format!("--clients must be 1 to {MAX_CLIENTS}"));
+        }
+        if self.clients + self.misbehaving > MAX_CLIENTS {
+            return Err(format!(
+                "--clients and --misbehaving make more than {MAX_CLIENTS} clients"
+            ));
         }
         if !(20..=100).contains(&self.block_ms) {
             return Err("--block-ms must be 20 to 100".into());
@@ -179,15 +190,25 @@ pub async fn run(options: &LoadOptions, files: &[PathBuf]) -> Result<LoadReport,
     let begin = Instant::now();
     let deadline = options.duration.map(|d| begin + d);
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..options.clients {
-        let recording = recordings[i % recordings.len()].clone();
-        let start_at = begin + options.ramp.mul_f64(i as f64 / options.clients as f64);
+    let (clients, bad) = (options.clients, options.misbehaving);
+    for i in 0..clients + bad {
+        // the well-behaved first, then the misbehaving
+        let (role, k) = match i < clients {
+            true => (Role::Normal, i),
+            false => (Role::misbehaving(i - clients), i - clients),
+        };
+        let recording = recordings[k % recordings.len()].clone();
+        let start_at = begin
+            + options
+                .ramp
+                .mul_f64(misbehave::start_fraction(role, k, clients, bad));
         let plan = client::Plan {
             url: options.url.clone(),
             api_key: options.api_key.clone(),
             recording,
             final_timeout: options.final_timeout,
             deadline,
+            role,
         };
         let counters = counters.clone();
         tasks.spawn(async move {
@@ -196,18 +217,19 @@ pub async fn run(options: &LoadOptions, files: &[PathBuf]) -> Result<LoadReport,
             }
             sleep_until(start_at).await;
             let r = client::run(plan, &counters).await;
-            match r.outcome {
-                Outcome::Completed => counters.completed.fetch_add(1, Ordering::Relaxed),
-                Outcome::Failed(_) => counters.failed.fetch_add(1, Ordering::Relaxed),
-                Outcome::Unfinished => 0,
+            match (&r.outcome, role.is_normal()) {
+                (_, false) => 0,
+                (Outcome::Completed, _) => counters.completed.fetch_add(1, Ordering::Relaxed),
+                (Outcome::Failed(_), _) => counters.failed.fetch_add(1, Ordering::Relaxed),
+                (Outcome::Unfinished, _) => 0,
             };
             (i, r)
         });
     }
     let progress = options
         .progress
-        .then(|| tokio::spawn(progress_line(counters.clone(), options.clients, begin)));
-    let mut results: Vec<Option<StreamResult>> = vec![None; options.clients];
+        .then(|| tokio::spawn(progress_line(counters.clone(), clients + bad, begin)));
+    let mut results: Vec<Option<StreamResult>> = vec![None; clients + bad];
     while let Some(joined) = tasks.join_next().await {
         // a client task that panicked leaves its slot empty: counted below
         if let Ok((i, r)) = joined {
@@ -225,9 +247,13 @@ pub async fn run(options: &LoadOptions, files: &[PathBuf]) -> Result<LoadReport,
         .enumerate()
         .map(|(i, r)| {
             r.unwrap_or_else(|| {
-                let mut lost = StreamResult::new(&recordings[i % recordings.len()].name);
+                let k = if i < clients { i } else { i - clients };
+                let mut lost = StreamResult::new(&recordings[k % recordings.len()].name);
                 lost.started = true;
                 lost.outcome = Outcome::Failed("client task panicked".into());
+                if i >= clients {
+                    lost.role = Role::misbehaving(k);
+                }
                 lost
             })
         })

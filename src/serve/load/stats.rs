@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::misbehave::Role;
+
 /// How one stream ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -48,6 +50,8 @@ pub struct StreamResult {
     pub words_first_in_completed: usize,
     /// `error` events' codes, in order.
     pub errors: Vec<String>,
+    /// What the client did ([`Role::Normal`] unless it misbehaved).
+    pub role: Role,
 }
 
 impl StreamResult {
@@ -62,6 +66,7 @@ impl StreamResult {
             words_without_times: 0,
             words_first_in_completed: 0,
             errors: Vec::new(),
+            role: Role::Normal,
         }
     }
 }
@@ -112,6 +117,9 @@ pub struct LoadReport {
     pub words_first_in_completed: usize,
     pub first_shown: Option<Quantiles>,
     pub committed: Option<Quantiles>,
+    /// Misbehaving clients by role and how their streams ended (`stall:
+    /// stalled`), left out of every figure above.
+    pub misbehaving: BTreeMap<String, usize>,
     /// Every stream, in client order (not in the JSON: thousands of them).
     #[serde(skip)]
     pub streams: Vec<StreamResult>,
@@ -121,8 +129,20 @@ impl LoadReport {
     pub fn new(url: &str, wall_seconds: f64, streams: Vec<StreamResult>) -> LoadReport {
         let mut failures = BTreeMap::new();
         let mut error_events = BTreeMap::new();
+        let mut misbehaving = BTreeMap::new();
         let (mut shown, mut committed) = (Vec::new(), Vec::new());
-        for s in &streams {
+        for s in streams.iter().filter(|s| !s.role.is_normal()) {
+            let ended = match &s.outcome {
+                Outcome::Completed => "completed",
+                Outcome::Failed(why) => why.as_str(),
+                Outcome::Unfinished => "unfinished",
+            };
+            *misbehaving
+                .entry(format!("{}: {ended}", s.role))
+                .or_insert(0) += 1;
+        }
+        let normal: Vec<&StreamResult> = streams.iter().filter(|s| s.role.is_normal()).collect();
+        for s in &normal {
             if let Outcome::Failed(why) = &s.outcome {
                 *failures.entry(why.clone()).or_insert(0) += 1;
             }
@@ -132,12 +152,12 @@ impl LoadReport {
             shown.extend(s.words.iter().map(|w| w.first_shown_s));
             committed.extend(s.words.iter().map(|w| w.committed_s));
         }
-        let count = |f: fn(&StreamResult) -> bool| streams.iter().filter(|s| f(s)).count();
+        let count = |f: fn(&StreamResult) -> bool| normal.iter().filter(|s| f(s)).count();
         LoadReport {
             url: url.to_string(),
-            clients: streams.len(),
+            clients: normal.len(),
             wall_seconds,
-            audio_seconds_sent: streams.iter().map(|s| s.audio_s).sum(),
+            audio_seconds_sent: normal.iter().map(|s| s.audio_s).sum(),
             streams_started: count(|s| s.started),
             streams_completed: count(|s| s.outcome == Outcome::Completed),
             streams_failed: count(|s| matches!(s.outcome, Outcome::Failed(_))),
@@ -145,10 +165,11 @@ impl LoadReport {
             failures,
             error_events,
             words: committed.len(),
-            words_without_times: streams.iter().map(|s| s.words_without_times).sum(),
-            words_first_in_completed: streams.iter().map(|s| s.words_first_in_completed).sum(),
+            words_without_times: normal.iter().map(|s| s.words_without_times).sum(),
+            words_first_in_completed: normal.iter().map(|s| s.words_first_in_completed).sum(),
             first_shown: Quantiles::of(shown),
             committed: Quantiles::of(committed),
+            misbehaving,
             streams,
         }
     }
@@ -196,6 +217,13 @@ impl LoadReport {
                 ),
                 None => writeln!(out, "word end -> {name}: no words"),
             };
+        }
+        if !self.misbehaving.is_empty() {
+            let n: usize = self.misbehaving.values().sum();
+            let _ = writeln!(out, "misbehaving clients (not in the figures above): {n}");
+            for (how, n) in &self.misbehaving {
+                let _ = writeln!(out, "  {how}: {n}");
+            }
         }
         out
     }
