@@ -96,13 +96,12 @@ impl Sized {
             }
             None => {
                 let t0 = std::time::Instant::now();
-                let r = GpuRunner::new(
+                let mut r = GpuRunner::new(
                     dev.clone(),
                     self.graph.clone(),
                     Some(s as i64),
                     &self.options,
                 )?;
-                let mut r = r;
                 if let Some((first, dtype)) = self.on_device {
                     let n = r.graph().outputs.len();
                     if (first..n).all(|i| r.device_output(i).is_some_and(|t| t.dtype == dtype)) {
@@ -155,7 +154,7 @@ pub struct GpuRunners {
     cache: KvCache,
     device: Arc<DeviceKvCache>,
     kv: DeviceKvShape,
-    kv_dtype: crate::ops::DType,
+    kv_dtype: DType,
 }
 
 impl GpuRunners {
@@ -374,7 +373,7 @@ impl WhisperNet<GpuRunners> {
             windows: 1,
             frames: cfg.max_source_positions,
         };
-        let kv_dtype = options.translate.precision.storage(crate::ops::DType::F32);
+        let kv_dtype = options.translate.precision.storage(DType::F32);
         let device = DeviceKvCache::attach(&cache, dev.clone(), kv, kv_dtype)?;
         // PULSED_HOST_CROSS=1: the encoders' keys and values go to the
         // device cache through the host (the path before, kept for
