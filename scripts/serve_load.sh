@@ -8,7 +8,8 @@
 #
 # SERVE_ARGS default: --model whisper-base-streaming-640ms --language en
 # --device cuda --shared-decoder. PULSED_GPU_TIMING=1 in the environment
-# logs each runner planned, with its time, into serve-N.log.
+# logs each runner planned, with its time, into serve-N.log; MISBEHAVING=M
+# adds M misbehaving clients to each run (`pulsed load --misbehaving`).
 set -uo pipefail
 BIN=${1:?pulsed binary}; LOGS=${2:?log folder}; COUNTS=${3:?client counts}
 shift 3
@@ -20,7 +21,7 @@ ARGS=("$@")
 mkdir -p "$LOGS"
 PORT=18433
 for n in $COUNTS; do
-    "$BIN" serve "${ARGS[@]}" --port $PORT --max-streams $((n + 16)) >"$LOGS/serve-$n.log" 2>&1 &
+    "$BIN" serve "${ARGS[@]}" --port $PORT --max-streams $((n + ${MISBEHAVING:-0} + 16)) >"$LOGS/serve-$n.log" 2>&1 &
     server=$!
     # a server that exits (a model it cannot load) ends the run at once
     for _ in $(seq 600); do
@@ -35,7 +36,8 @@ for n in $COUNTS; do
     fi
     t0=$SECONDS
     "$BIN" load --url "ws://127.0.0.1:$PORT/v1/realtime" --clients "$n" --ramp 5 \
-        --duration "${DURATION:-120}" "${WAVS[@]}" >"$LOGS/load-$n.txt" 2>&1
+        --duration "${DURATION:-120}" ${MISBEHAVING:+--misbehaving "$MISBEHAVING"} \
+        "${WAVS[@]}" >"$LOGS/load-$n.txt" 2>&1
     curl -s "http://127.0.0.1:$PORT/metrics" >"$LOGS/metrics-$n.txt"
     kill -INT $server; wait $server 2>/dev/null
     echo "== $n clients ($((SECONDS - t0)) s)"
