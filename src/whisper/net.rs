@@ -266,17 +266,17 @@ impl<R: NetRunners> WhisperNet<R> {
             return Ok(true);
         }
         let runner = self.runners.cross_rows(size)?;
-        let layers = self.cfg.decoder_layers;
-        let outputs: Vec<Vec<f32>> = (0..2 * layers)
-            .map(|i| runner.output(i).to_f32_vec())
-            .collect();
         let mut at = 0;
         for &(window, from, rows) in parts {
             let n = rows.len() / d;
-            let part =
-                |o: &[f32]| Tensor::from_vec(vec![1, n, d], o[at * d..(at + n) * d].to_vec());
-            for l in 0..layers {
-                let (k, v) = (part(&outputs[2 * l])?, part(&outputs[2 * l + 1])?);
+            // this part's rows of output `i`
+            let part = |i: usize| -> Result<Tensor> {
+                let o = crate::ops::contig(runner.output(i));
+                let rows = &o.as_slice::<f32>()?[at * d..(at + n) * d];
+                Ok(Tensor::from_vec(vec![1, n, d], rows.to_vec())?)
+            };
+            for l in 0..self.cfg.decoder_layers {
+                let (k, v) = (part(2 * l)?, part(2 * l + 1)?);
                 self.cache.set_cross_rows(l, window, from, &k, &v)?;
             }
             at += n;

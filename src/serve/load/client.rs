@@ -156,7 +156,7 @@ async fn stream(plan: &Plan, counters: &Counters, r: &mut StreamResult) -> Outco
                     return Outcome::Failed("timeout".into());
                 }
                 if let Some(bad) = plan.role.garbage(sent) {
-                    if tx.send(Message::text(bad)).await.is_err() {
+                    if tx.send(Message::text(bad.to_string())).await.is_err() {
                         return Outcome::Failed("disconnected".into());
                     }
                 }

@@ -36,6 +36,18 @@ pub const HUGE_BYTES: usize = 2 << 20;
 /// A malformed message every this many appends ([`Role::Garbage`]).
 pub const GARBAGE_EVERY: usize = 8;
 
+/// [`Role::Garbage`]'s messages: text that is not JSON, bad base64, an
+/// unknown event, a sample rate of 7 Hz, an append without audio, control
+/// characters.
+const GARBAGE: [&str; 6] = [
+    r#"{"type": "input_audio_buffer.append", "audio": "#,
+    r#"{"type": "input_audio_buffer.append", "audio": "%%% not base64 %%%"}"#,
+    r#"{"type": "no.such.event"}"#,
+    r#"{"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 7}}}}}"#,
+    r#"{"type": "input_audio_buffer.append"}"#,
+    "\u{0}\u{1}binary-ish text",
+];
+
 impl Role {
     /// The role of misbehaving client `j`.
     pub fn misbehaving(j: usize) -> Role {
@@ -48,19 +60,11 @@ impl Role {
 
     /// The malformed message a [`Role::Garbage`] client sends before append
     /// `sent` (after every [`GARBAGE_EVERY`]), if any: each kind in turn.
-    pub fn garbage(self, sent: usize) -> Option<String> {
+    pub fn garbage(self, sent: usize) -> Option<&'static str> {
         if self != Role::Garbage || sent % GARBAGE_EVERY != GARBAGE_EVERY / 2 {
             return None;
         }
-        let kinds = [
-            "{\"type\": \"input_audio_buffer.append\", \"audio\": ".to_string(),
-            r#"{"type": "input_audio_buffer.append", "audio": "%%% not base64 %%%"}"#.to_string(),
-            r#"{"type": "no.such.event"}"#.to_string(),
-            r#"{"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 7}}}}}"#.to_string(),
-            r#"{"type": "input_audio_buffer.append"}"#.to_string(),
-            "\u{0}\u{1}binary-ish text".to_string(),
-        ];
-        Some(kinds[(sent / GARBAGE_EVERY) % kinds.len()].clone())
+        Some(GARBAGE[(sent / GARBAGE_EVERY) % GARBAGE.len()])
     }
 
     /// Whether the client stops behaving once it has sent `sent` of
@@ -119,10 +123,10 @@ mod tests {
 
     #[test]
     fn a_garbage_client_sends_every_kind_of_bad_message_and_the_others_none() {
-        let sent: Vec<String> = (0..100).filter_map(|s| Role::Garbage.garbage(s)).collect();
+        let sent: Vec<&str> = (0..100).filter_map(|s| Role::Garbage.garbage(s)).collect();
         // appends 4, 12, ..., 92
         assert_eq!(sent.len(), 12);
-        let kinds: std::collections::BTreeSet<&String> = sent.iter().collect();
+        let kinds: std::collections::BTreeSet<&&str> = sent.iter().collect();
         assert_eq!(kinds.len(), 6);
         // none of them is a well-formed append
         for m in &sent {
