@@ -57,9 +57,9 @@ pub enum Error {
     #[error(transparent)]
     Resample(#[from] crate::audio::ResampleError),
     #[error(transparent)]
-    Whisper(#[from] crate::whisper::WhisperError),
+    Whisper(#[from] crate::models::whisper::WhisperError),
     #[error(transparent)]
-    WhisperLoad(#[from] crate::whisper::LoadError),
+    WhisperLoad(#[from] crate::models::whisper::LoadError),
     #[cfg(feature = "cuda")]
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),

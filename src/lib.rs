@@ -27,7 +27,6 @@ pub mod pulse;
 pub mod serve;
 pub mod vad;
 pub mod weights;
-pub mod whisper;
 
 pub use error::{Error, Result};
 

@@ -175,7 +175,7 @@ fn copies_step_allocs(chunk: usize, left: usize, right: usize) -> usize {
 /// prompt and a few steps, a step over one new token allocates nothing.
 #[test]
 fn whisper_decoder_step_allocates_nothing() {
-    use pulsed::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
+    use pulsed::models::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
     let Ok(model) = WhisperModel::open("whisper-tiny.en") else {
         panic!("whisper-tiny.en is not in the model cache: pulsed fetch whisper-tiny.en");
     };

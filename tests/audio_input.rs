@@ -127,7 +127,7 @@ fn a_cut_wav_is_transcribed_with_a_warning_and_refused_with_strict() {
 
 #[test]
 fn compressed_files_give_the_wavs_text() {
-    let Ok(_) = pulsed::whisper::folder::resolve("whisper-tiny.en") else {
+    let Ok(_) = pulsed::models::whisper::folder::resolve("whisper-tiny.en") else {
         eprintln!("skipped: whisper-tiny.en is not fetched (pulsed fetch whisper-tiny.en)");
         return;
     };

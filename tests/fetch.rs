@@ -180,7 +180,7 @@ fn a_fetched_checkpoint_is_the_reference_conversion_and_a_damaged_one_is_rebuilt
     // cut: found offline, the load error says what to run, fetching again repairs it
     cut(&d.join("model.safetensors"));
     assert_eq!(pulsed(&cache, &["fetch", "--check", TINY]).0, 1);
-    let e = pulsed::whisper::WhisperModel::open_dir(&d)
+    let e = pulsed::models::whisper::WhisperModel::open_dir(&d)
         .err()
         .unwrap()
         .to_string();
@@ -189,7 +189,7 @@ fn a_fetched_checkpoint_is_the_reference_conversion_and_a_damaged_one_is_rebuilt
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("rebuilding"), "{err}");
     assert_eq!(pulsed(&cache, &["fetch", "--check", TINY]).0, 0);
-    assert!(pulsed::whisper::WhisperModel::open_dir(&d).is_ok());
+    assert!(pulsed::models::whisper::WhisperModel::open_dir(&d).is_ok());
     let _ = std::fs::remove_dir_all(&cache);
 }
 
@@ -213,7 +213,7 @@ fn a_student_is_rebuilt_from_its_delta_and_silero_from_its_onnx_model() {
     let cfg = json(&d.join("config.json"));
     assert!(cfg["pulsed_encoder_context"]["chunk"].is_number(), "{cfg}");
     assert_eq!(pulsed(&cache, &["fetch", "--check", student]).0, 0);
-    assert!(pulsed::whisper::WhisperModel::open_dir(&d).is_ok());
+    assert!(pulsed::models::whisper::WhisperModel::open_dir(&d).is_ok());
 
     // Silero: the same weights as the reference script's extraction
     lend_wheel(&cache, &pypi::SILERO);

@@ -19,8 +19,10 @@ use common::whisper::{
 use pulsed::asr::metrics::{edit_distance, normalize};
 use pulsed::gpu::memory::capture_allocations;
 use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Precision};
-use pulsed::whisper::decode::{transcribe_features, AlignedBackend, DecodeOptions, Network};
-use pulsed::whisper::{
+use pulsed::models::whisper::decode::{
+    transcribe_features, AlignedBackend, DecodeOptions, Network,
+};
+use pulsed::models::whisper::{
     CpuWhisper, GenerationConfig, GpuWhisper, WhisperBackend, WhisperModel, WhisperTokenizer,
 };
 
@@ -239,7 +241,7 @@ fn faulty(d: &Arc<GpuDevice>, p: Precision) -> GpuRunnerOptions {
 
 /// The planted fault ([`faulty`]) caught in the decoder, at its layer
 /// (the node, or the node a fusion made of it) and step; the encoder clean.
-fn assert_fault_pinned(c: &pulsed::whisper::compare::WhisperComparison) {
+fn assert_fault_pinned(c: &pulsed::models::whisper::compare::WhisperComparison) {
     assert!(c.encoder.failures().is_empty());
     assert!(c.streamed.is_none(), "tiny.en does not stream");
     let bad = c.decoder.failures();
@@ -260,7 +262,7 @@ fn assert_fault_pinned(c: &pulsed::whisper::compare::WhisperComparison) {
 #[ignore]
 fn compare_pins_a_wrong_decoder_kernel() {
     use pulsed::gpu::compare::CompareMode;
-    use pulsed::whisper::compare::{compare, WhisperCompare};
+    use pulsed::models::whisper::compare::{compare, WhisperCompare};
     let Some(d) = dev() else { return };
     let m = model();
     let (win, frames, prompt, eot) = compare_input(&m);
@@ -312,7 +314,7 @@ fn compare_pins_a_wrong_decoder_kernel() {
 #[ignore]
 fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
     use pulsed::gpu::compare::CompareMode;
-    use pulsed::whisper::compare::{compare, WhisperCompare};
+    use pulsed::models::whisper::compare::{compare, WhisperCompare};
     let Some(d) = dev() else { return };
     let m = model();
     let (win, frames, prompt, eot) = compare_input(&m);
@@ -363,7 +365,7 @@ fn bf16_compare_passes_within_its_budget_and_pins_a_fault() {
 #[test]
 #[ignore = "needs a GPU"]
 fn batched_chunks_decode_together_as_on_the_cpu() {
-    use pulsed::whisper::decode::{transcribe_batched, BatchedOptions};
+    use pulsed::models::whisper::decode::{transcribe_batched, BatchedOptions};
     let Some(d) = dev() else { return };
     let m = model();
     let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
@@ -412,7 +414,7 @@ fn batched_chunks_decode_together_as_on_the_cpu() {
 #[test]
 #[ignore = "needs a GPU"]
 fn recordings_decode_together_as_each_alone_on_the_cpu() {
-    use pulsed::whisper::decode::{transcribe_many, Recording};
+    use pulsed::models::whisper::decode::{transcribe_many, Recording};
     let Some(d) = dev() else { return };
     let m = model();
     let tok = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
@@ -488,7 +490,7 @@ fn recordings_decode_together_as_each_alone_on_the_cpu() {
 #[test]
 #[ignore = "needs a GPU"]
 fn streamed_encoder_runs_captured_on_the_gpu() {
-    use pulsed::whisper::EncoderContext;
+    use pulsed::models::whisper::EncoderContext;
     let Some(d) = dev() else { return };
     // the first layer's look-ahead; every layer's through right-context
     // copies
@@ -506,16 +508,16 @@ fn streamed_encoder_runs_captured_on_the_gpu() {
 
 fn streamed_encoder_on_the_gpu(
     d: &Arc<GpuDevice>,
-    ctx: pulsed::whisper::EncoderContext,
+    ctx: pulsed::models::whisper::EncoderContext,
     cpu_nodes: usize,
 ) {
     use pulsed::gpu::compare::CompareMode;
     use pulsed::gpu::memory::allocations;
     use pulsed::gpu::GpuRunner;
     use pulsed::graph::{Runner, StepRunner};
+    use pulsed::models::whisper::compare::{compare, WhisperCompare};
+    use pulsed::models::whisper::streaming;
     use pulsed::ops::Tensor;
-    use pulsed::whisper::compare::{compare, WhisperCompare};
-    use pulsed::whisper::streaming;
     let d = d.clone();
     let mut m = model();
     m.config.encoder_context = Some(ctx);
@@ -733,7 +735,7 @@ fn live_streams_on_threads_share_one_gpu_engine() {
 #[test]
 #[ignore = "needs a GPU"]
 fn gpu_records_the_attention_the_cpu_computes() {
-    use pulsed::whisper::AlignmentSource;
+    use pulsed::models::whisper::AlignmentSource;
     let Some(dev) = dev() else { return };
     let (g, model) = (Golden::load(), model());
     let heads: Vec<(usize, usize)> = (0..model.config.decoder_layers)
@@ -829,7 +831,7 @@ fn gpu_cache_rewinds_to_a_shorter_prefix() {
 fn live_streams_through_a_shared_decoder_on_the_gpu_give_what_each_gives_alone() {
     use pulsed::engine::Engine;
     use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
-    use pulsed::whisper::shared::SharedDecoder;
+    use pulsed::models::whisper::shared::SharedDecoder;
     use std::sync::Barrier;
     let Some(d) = dev() else { return };
     let engine = Engine::Gpu {

@@ -42,7 +42,7 @@ fn golden(path: &str) -> String {
 
 /// whisper-tiny.en, or `None` (with a line saying so) when the cache lacks it.
 fn tiny(opts: &TranscriberOptions) -> Option<Transcriber> {
-    if pulsed::whisper::WhisperModel::open(TINY).is_err() {
+    if pulsed::models::whisper::WhisperModel::open(TINY).is_err() {
         eprintln!("skipped: {TINY} is not in the model cache (pulsed fetch {TINY})");
         return None;
     }

@@ -27,7 +27,7 @@ fn clip() -> String {
 
 /// The cached checkpoint's folder (fails with the fetch command when absent).
 fn tiny_dir() -> PathBuf {
-    pulsed::whisper::folder::resolve("whisper-tiny.en").unwrap_or_else(|e| panic!("{e}"))
+    pulsed::models::whisper::folder::resolve("whisper-tiny.en").unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

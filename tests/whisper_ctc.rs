@@ -1,5 +1,5 @@
 //! A CTC head over a chunked checkpoint's streamed encoder
-//! (`pulsed::whisper::ctc`, `--ctc`): text from each frame as the streamed
+//! (`pulsed::models::whisper::ctc`, `--ctc`): text from each frame as the streamed
 //! encoder gives it, the same whatever pieces the audio comes in, going on
 //! past a window, and the CLI's refusals. tiny.en's weights (fetched by the
 //! test command) with chunk 8 +6 copies and a random head: exactness needs
@@ -13,11 +13,11 @@ use common::{pulsed, temp_dir, Rng};
 use pulsed::decode::{FrameTiming, GreedyDecoder};
 use pulsed::engine::Engine;
 use pulsed::graph::Runner;
+use pulsed::models::whisper::ctc::{self, CtcDecoding, CtcHead, CtcStream};
+use pulsed::models::whisper::decode::WindowPadding;
+use pulsed::models::whisper::encoder_stream::EncoderStream;
+use pulsed::models::whisper::WhisperModel;
 use pulsed::ops::Tensor;
-use pulsed::whisper::ctc::{self, CtcDecoding, CtcHead, CtcStream};
-use pulsed::whisper::decode::WindowPadding;
-use pulsed::whisper::encoder_stream::EncoderStream;
-use pulsed::whisper::WhisperModel;
 
 const VOCAB: usize = 29;
 
@@ -28,7 +28,7 @@ fn root() -> &'static Path {
 /// tiny.en's folder made chunked (chunk 8 +6, copies), with a random head
 /// (a hidden layer when `hidden`), or none.
 fn folder(name: &str, head: Option<bool>) -> PathBuf {
-    let src = pulsed::whisper::folder::resolve("whisper-tiny.en").unwrap_or_else(|e| {
+    let src = pulsed::models::whisper::folder::resolve("whisper-tiny.en").unwrap_or_else(|e| {
         panic!("{e}\n(the test command fetches it: pulsed fetch whisper-tiny.en)")
     });
     let d = temp_dir(name);

@@ -7,7 +7,7 @@
 mod common;
 
 use common::whisper::{check_beams_share_a_window, clip, max_abs_diff, model, window, Golden};
-use pulsed::whisper::{CpuWhisper, WhisperBackend};
+use pulsed::models::whisper::{CpuWhisper, WhisperBackend};
 
 #[test]
 fn features_encoder_and_logits_match_ctranslate2() {
@@ -109,10 +109,10 @@ fn beams_share_a_window() {
 #[test]
 fn the_choosing_step_chooses_as_the_host() {
     use pulsed::graph::Runner;
+    use pulsed::models::whisper::graphs::{self, DecoderShape};
     use pulsed::ops::kv_cache::KvCache;
     use pulsed::ops::top_tokens::{choose_row, mask_bytes, RowRules, ROW_PARAMS};
     use pulsed::ops::Tensor;
-    use pulsed::whisper::graphs::{self, DecoderShape};
     let model = model();
     let (cfg, w) = (&model.config, &model.f32_weights);
     let vocab = cfg.vocab_size;

@@ -20,7 +20,7 @@ const RATE: usize = 16_000;
 
 /// Whether tiny.en and Silero VAD are at hand (a line says which is not).
 fn fetched() -> bool {
-    if pulsed::whisper::WhisperModel::open(TINY).is_err() {
+    if pulsed::models::whisper::WhisperModel::open(TINY).is_err() {
         eprintln!("skipped: {TINY} is not in the model cache (pulsed fetch {TINY})");
         return false;
     }

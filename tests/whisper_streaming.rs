@@ -6,9 +6,9 @@
 //! be exact, only the mask.
 
 use pulsed::graph::Runner;
+use pulsed::models::whisper::{graphs, streaming, EncoderContext, WhisperModel};
 use pulsed::ops::Tensor;
 use pulsed::pulse::verify::check_streaming;
-use pulsed::whisper::{graphs, streaming, EncoderContext, WhisperModel};
 
 const MODEL: &str = "whisper-tiny.en";
 
@@ -204,8 +204,8 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
 /// padding alone.
 #[test]
 fn encoder_stream_gives_the_stream_graphs_frames_then_a_fixed_tail() {
-    use pulsed::whisper::decode::WindowPadding;
-    use pulsed::whisper::encoder_stream::EncoderStream;
+    use pulsed::models::whisper::decode::WindowPadding;
+    use pulsed::models::whisper::encoder_stream::EncoderStream;
     let m = model(EncoderContext {
         chunk: 16,
         left: 1500,
@@ -252,7 +252,7 @@ fn encoder_stream_gives_the_stream_graphs_frames_then_a_fixed_tail() {
 /// window those frames came from.
 #[test]
 fn encoder_frames_decode_as_their_window() {
-    use pulsed::whisper::{CpuWhisper, WhisperBackend};
+    use pulsed::models::whisper::{CpuWhisper, WhisperBackend};
     let m = model(EncoderContext {
         chunk: 16,
         left: 1500,
@@ -289,8 +289,8 @@ fn encoder_frames_decode_as_their_window() {
 /// no sample more, for first-layer and copies look-ahead.
 #[test]
 fn a_full_stream_finishes_and_takes_no_more() {
-    use pulsed::whisper::decode::WindowPadding;
-    use pulsed::whisper::encoder_stream::EncoderStream;
+    use pulsed::models::whisper::decode::WindowPadding;
+    use pulsed::models::whisper::encoder_stream::EncoderStream;
     for (ctx, secs) in [
         (context(8, 1500, 6, true), 29.55),
         (context(16, 1500, 8, false), 29.19),
@@ -319,8 +319,8 @@ fn a_full_stream_finishes_and_takes_no_more() {
 /// (features in pulses of a chunk held every chunk back a whole pulse).
 #[test]
 fn a_chunks_frames_come_once_its_look_ahead_is_heard() {
-    use pulsed::whisper::decode::WindowPadding;
-    use pulsed::whisper::encoder_stream::EncoderStream;
+    use pulsed::models::whisper::decode::WindowPadding;
+    use pulsed::models::whisper::encoder_stream::EncoderStream;
     for (chunk, right) in [(16, 14), (8, 6)] {
         let m = model(context(chunk, 1500, right, false));
         let mut s =

@@ -13,9 +13,9 @@ use std::path::Path;
 use common::pulsed;
 use pulsed::asr::metrics::{normalize, ErrorCounts};
 use pulsed::graph::Runner;
+use pulsed::models::whisper::{graphs, streaming, WhisperModel};
 use pulsed::ops::Tensor;
 use pulsed::pulse::verify::check_streaming;
-use pulsed::whisper::{graphs, streaming, WhisperModel};
 use serde_json::Value;
 
 const MODEL: &str = "whisper-base-streaming-640ms";
@@ -173,18 +173,18 @@ fn live_the_students_final_line_is_what_was_said() {
 #[test]
 fn the_streaming_decoder_fed_the_whole_clip_at_once_decodes_as_offline_greedy() {
     use pulsed::engine::Engine;
-    use pulsed::whisper::decode::{
+    use pulsed::models::whisper::decode::{
         suppressed_tokens, transcribe, DecodeOptions, Network, StreamDecoder, StreamOptions,
         StreamSpec,
     };
-    use pulsed::whisper::encoder_stream::{EncoderStream, FirstWindowFrames};
-    use pulsed::whisper::{GenerationConfig, WhisperTokenizer};
+    use pulsed::models::whisper::encoder_stream::{EncoderStream, FirstWindowFrames};
+    use pulsed::models::whisper::{GenerationConfig, WhisperTokenizer};
 
     let m = model(MODEL);
     let audio = pulsed::audio::load_wav(Path::new(&clip()), 16_000).unwrap();
     let tokenizer = WhisperTokenizer::from_file(&m.dir.join("tokenizer.json")).unwrap();
     let gen = GenerationConfig::load(&m.dir).unwrap();
-    let mut net = pulsed::whisper::network(&m, &Engine::Cpu).unwrap();
+    let mut net = pulsed::models::whisper::network(&m, &Engine::Cpu).unwrap();
     let mut stream = EncoderStream::new(&m, net.window_padding(), &Engine::Cpu).unwrap();
     stream.push(&audio.samples).unwrap();
     stream.finish().unwrap();
@@ -508,7 +508,7 @@ fn live_partial_lines_commit_the_final_lines_words_punctuation_included() {
 fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
     use pulsed::engine::Engine;
     use pulsed::live::{Update, WhisperLive, WhisperLiveOptions};
-    use pulsed::whisper::shared::SharedDecoder;
+    use pulsed::models::whisper::shared::SharedDecoder;
     use std::sync::Barrier;
     let m = model(MODEL);
     let vad = pulsed::vad::Vad::load_default().expect("Silero weights (scripts/fetch_silero.sh)");
@@ -571,8 +571,8 @@ fn live_streams_through_one_shared_decoder_give_what_each_gives_alone() {
 #[test]
 fn a_shared_decoder_lends_its_slots_and_takes_them_back() {
     use pulsed::engine::Engine;
-    use pulsed::whisper::shared::SharedDecoder;
-    use pulsed::whisper::WhisperBackend;
+    use pulsed::models::whisper::shared::SharedDecoder;
+    use pulsed::models::whisper::WhisperBackend;
     let m = model(MODEL);
     let shared = SharedDecoder::new(&m, &Engine::Cpu, 2).unwrap();
     let a = shared.slot().unwrap();

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use pulsed::models::ConformerConfig;
-use pulsed::whisper::generation::GenerationConfig;
-use pulsed::whisper::WhisperConfig;
+use pulsed::models::whisper::generation::GenerationConfig;
+use pulsed::models::whisper::WhisperConfig;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use pulsed::whisper::tokenizer::WhisperTokenizer;
+use pulsed::models::whisper::tokenizer::WhisperTokenizer;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(tok) = WhisperTokenizer::from_bytes(data, Path::new("tokenizer.json")) else {

@@ -13,8 +13,8 @@ use pulsed::asr::{
 };
 use pulsed::batch::{self, Control, Outcome};
 use pulsed::models::fetch::{self, ModelChoice, DEFAULT_LANGUAGE};
-use pulsed::whisper::decode::WindowPadding;
-use pulsed::whisper::Task;
+use pulsed::models::whisper::decode::WindowPadding;
+use pulsed::models::whisper::Task;
 
 use crate::errors::{detached, error, f32_samples, panic_message, resampled};
 use crate::live::{LiveOptions, LiveSession};

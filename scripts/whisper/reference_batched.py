@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """faster-whisper's VAD-segmented batched mode (BatchedInferencePipeline) on
-shared/realdev, and the goldens our batched mode (src/whisper/decode/
+shared/realdev, and the goldens our batched mode (src/models/whisper/decode/
 batched.rs) is tested against.
 
     pip install faster-whisper==1.2.1 ctranslate2==4.8.5 numpy
@@ -22,7 +22,7 @@ spaces, punctuation dropped, apostrophes kept), and audio seconds per
 wall second (VAD, features, encoder and decoder; loading excluded).
 --hyp-out writes each file's text as jsonl.
 
---golden writes src/whisper/decode/testdata/batched.json:
+--golden writes src/models/whisper/decode/testdata/batched.json:
   - "vad": the pipeline's VAD arithmetic on synthetic probabilities (the
     Silero model replaced by a list of thousandths, as float32): get_speech_timestamps under several
     VadOptions, collect_chunks' offsets and durations, and

@@ -1,5 +1,5 @@
 //! A chunked Whisper checkpoint's CTC head over its streamed encoder
-//! (`crate::whisper::ctc`) opened for transcription: each file fed as it
+//! (`crate::models::whisper::ctc`) opened for transcription: each file fed as it
 //! is read, greedy or prefix beam search with a word language model.
 
 use std::path::Path;
@@ -9,8 +9,8 @@ use super::{Lm, LmChoice, Transcription};
 use crate::audio::WavStream;
 use crate::batch::{Control, FileWorker, Job, Outcome};
 use crate::engine::Engine;
-use crate::whisper::ctc::{CtcDecoding, CtcHead, CtcStream};
-use crate::whisper::{streaming, WhisperModel};
+use crate::models::whisper::ctc::{CtcDecoding, CtcHead, CtcStream};
+use crate::models::whisper::{streaming, WhisperModel};
 use crate::{Error, Result};
 
 /// Samples read from a WAV at a time: 160 ms, a chunk of chunk-8 students.
@@ -35,7 +35,7 @@ impl CtcJob {
             return Err(Error::Other(format!(
                 "--ctc: {} has no CTC head ({}; training/streaming_whisper/folder.py ctc adds one)",
                 model.dir.display(),
-                crate::whisper::ctc::HEAD_FILE
+                crate::models::whisper::ctc::HEAD_FILE
             )));
         }
         let latency = streaming::latency_ms(&model.config)

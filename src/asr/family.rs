@@ -43,7 +43,7 @@ impl Family {
     pub fn of(spec: Option<&Path>, ctc_head: bool) -> Result<Family> {
         let whisper = spec
             .and_then(|m| m.to_str())
-            .is_some_and(crate::whisper::folder::is_whisper);
+            .is_some_and(crate::models::whisper::folder::is_whisper);
         match (whisper, ctc_head) {
             (true, true) => Ok(Family::WhisperCtc),
             (true, false) => Ok(Family::Whisper),

@@ -9,8 +9,8 @@ use crate::live::{
     AudioInput, CtcLive, LiveEvent, LiveOptions, LiveTranscriber, Update, WhisperLive,
     WhisperLiveOptions,
 };
+use crate::models::whisper::WhisperModel;
 use crate::vad::Vad;
-use crate::whisper::WhisperModel;
 use crate::{Error, Result};
 
 /// How live text is committed and utterances end.

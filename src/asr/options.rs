@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::{Lm, Mode};
 use crate::decode::{LmWeights, WordLm};
-use crate::whisper::decode::{DecodeOptions, WindowPadding};
-use crate::whisper::Task;
+use crate::models::whisper::decode::{DecodeOptions, WindowPadding};
+use crate::models::whisper::Task;
 use crate::{Error, Result};
 
 /// How a model is opened and decodes.

@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
+use crate::models::whisper::decode::Segment;
 use crate::vad::{SegmentOptions, Segmenter, Vad, VadSession, SAMPLE_RATE};
-use crate::whisper::decode::Segment;
 use crate::Result;
 
 /// Silero VAD over recordings, and where it hears speech.

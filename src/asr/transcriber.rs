@@ -222,7 +222,7 @@ impl Transcriber {
     /// Live sessions of a chunked Whisper checkpoint decode through one
     /// shared decoder of `slots` slots from now on: their decoder steps run
     /// batched, a row each (a server's streams; see
-    /// [`crate::whisper::shared`]). A session finding every slot taken
+    /// [`crate::models::whisper::shared`]). A session finding every slot taken
     /// gets a network of its own. False, changing nothing, for other
     /// models.
     pub fn share_live_decoder(&mut self, slots: usize) -> Result<bool> {
@@ -234,7 +234,7 @@ impl Transcriber {
 
     /// The shared live decoder's steps and the rows they fed, where there
     /// is one ([`Transcriber::share_live_decoder`]).
-    pub fn shared_steps(&self) -> Option<crate::whisper::shared::StepCounts> {
+    pub fn shared_steps(&self) -> Option<crate::models::whisper::shared::StepCounts> {
         match &self.model {
             Model::Whisper(job) => job.shared.as_ref().map(|s| s.counts()),
             _ => None,

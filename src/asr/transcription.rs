@@ -45,7 +45,7 @@ impl Transcription {
     /// Whisper's segments: the text joined as faster-whisper joins it, the
     /// words where the segments have times.
     pub fn of_whisper(
-        segments: &[crate::whisper::decode::Segment],
+        segments: &[crate::models::whisper::decode::Segment],
         duration_s: f64,
         language: &str,
     ) -> Transcription {

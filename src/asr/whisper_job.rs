@@ -10,10 +10,10 @@ use super::whisper_worker::{Net, WhisperWorker};
 use super::WhisperOptions;
 use crate::batch::{Control, Outcome};
 use crate::engine::Engine;
+use crate::models::whisper::decode::{BatchedOptions, DecodeOptions, InitialPrompt, WindowPadding};
+use crate::models::whisper::shared::SharedDecoder;
+use crate::models::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::vad::Vad;
-use crate::whisper::decode::{BatchedOptions, DecodeOptions, InitialPrompt, WindowPadding};
-use crate::whisper::shared::SharedDecoder;
-use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::{Error, Result};
 
 /// Everything the workers share: the loaded checkpoint and how to decode.
@@ -107,7 +107,7 @@ impl WhisperJob {
         opts.word_timestamps = a.word_timestamps;
         // building the graphs checks every weight's shape: a bad folder is
         // refused here, once, rather than by every file
-        let first = crate::whisper::network(&model, &engine)?;
+        let first = crate::models::whisper::network(&model, &engine)?;
         Ok(WhisperJob {
             model: Arc::new(model),
             tokenizer: Arc::new(tokenizer),
@@ -145,7 +145,7 @@ impl WhisperJob {
         let spare = self.spare.lock().ok().and_then(|mut f| f.pop());
         match spare {
             Some(net) => Ok(net),
-            None => crate::whisper::network(&self.model, &self.engine),
+            None => crate::models::whisper::network(&self.model, &self.engine),
         }
     }
 

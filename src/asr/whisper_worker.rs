@@ -9,13 +9,13 @@ use super::speech_gate::{Heard, SpeechGate};
 use super::Transcription;
 use crate::audio::WavStream;
 use crate::batch::{Control, FileWorker, Group, Job, Outcome};
-use crate::vad::Vad;
-use crate::whisper::decode::{
+use crate::models::whisper::decode::{
     transcribe_batched, transcribe_batched_many, transcribe_features, transcribe_many,
     AlignedBackend, BatchedOptions, DecodeOptions, Network, Recording, Segment,
 };
-use crate::whisper::features::FeatureStream;
-use crate::whisper::{GenerationConfig, WhisperTokenizer};
+use crate::models::whisper::features::FeatureStream;
+use crate::models::whisper::{GenerationConfig, WhisperTokenizer};
+use crate::vad::Vad;
 
 /// One worker's network, on whichever engine.
 pub(super) type Net = Box<dyn AlignedBackend + Send>;

@@ -37,7 +37,7 @@ pub struct Args {
 /// bf16, side by side with the CPU. A checkpoint that streams its encoder
 /// also gets its chunk step timed (`bench_streamed`).
 fn whisper(a: &Args) -> Result<ExitCode, String> {
-    use pulsed::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
+    use pulsed::models::whisper::{CpuWhisper, WhisperBackend, WhisperModel};
     let spec = a
         .model
         .as_deref()
@@ -90,7 +90,7 @@ fn whisper(a: &Args) -> Result<ExitCode, String> {
     }
     for &(p, tf32) in &gpus {
         let engine = super::device::Device::Cuda.engine_tf32(p, tf32)?;
-        let mut g = pulsed::whisper::network(&model, &engine).map_err(|e| e.to_string())?;
+        let mut g = pulsed::models::whisper::network(&model, &engine).map_err(|e| e.to_string())?;
         let tf = if tf32 { " TF32" } else { "" };
         whisper_times(&format!("cuda {p:?}{tf}"), &mut *g, &audio.samples, a.reps)?;
     }
@@ -123,12 +123,12 @@ const H100_COPY_BYTES_PER_S: f64 = 3.0e12;
 /// bandwidth), then where an eager encoder pass and step spend their time.
 #[cfg(feature = "cuda")]
 fn whisper_gpu_detail(
-    model: &pulsed::whisper::WhisperModel,
+    model: &pulsed::models::whisper::WhisperModel,
     window: &[f32],
     reps: usize,
 ) -> Result<(), String> {
     use pulsed::gpu::{GpuDevice, GpuRunnerOptions, Launches, Precision};
-    use pulsed::whisper::{GpuWhisper, WhisperBackend};
+    use pulsed::models::whisper::{GpuWhisper, WhisperBackend};
     let e = |e: pulsed::Error| e.to_string();
     let dev = GpuDevice::shared().map_err(|e| e.to_string())?;
     let captured = GpuRunnerOptions::new(Precision::F32);
@@ -194,7 +194,7 @@ fn whisper_gpu_detail(
 
 /// The `graph` part of a profile, by op kind, then its slowest nodes.
 #[cfg(feature = "cuda")]
-fn print_profile(what: &str, times: &[pulsed::whisper::NodeTime], graph: &str) {
+fn print_profile(what: &str, times: &[pulsed::models::whisper::NodeTime], graph: &str) {
     let mine: Vec<_> = times.iter().filter(|t| t.graph == graph).collect();
     let mut by_kind: std::collections::BTreeMap<(&str, bool), (f64, usize)> = Default::default();
     for t in &mine {
@@ -230,7 +230,7 @@ fn print_profile(what: &str, times: &[pulsed::whisper::NodeTime], graph: &str) {
 /// encoder window it used.
 fn whisper_times(
     label: &str,
-    w: &mut dyn pulsed::whisper::WhisperBackend,
+    w: &mut dyn pulsed::models::whisper::WhisperBackend,
     audio: &[f32],
     reps: usize,
 ) -> Result<Vec<f32>, String> {
@@ -272,7 +272,7 @@ fn whisper_times(
 /// Median milliseconds of a decoder step of `beams` sequences on window
 /// 0: a prompt, then 20 steps, `reps` times after a warm-up.
 fn step_ms(
-    w: &mut dyn pulsed::whisper::WhisperBackend,
+    w: &mut dyn pulsed::models::whisper::WhisperBackend,
     beams: usize,
     reps: usize,
 ) -> Result<f64, String> {

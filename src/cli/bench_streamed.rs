@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use pulsed::graph::{Runner, StepRunner};
+use pulsed::models::whisper::{streaming, WhisperModel};
 use pulsed::ops::Tensor;
-use pulsed::whisper::{streaming, WhisperModel};
 
 /// Prints the chunk step's median and slowest time per runner (nothing for
 /// a checkpoint that does not stream).
@@ -59,7 +59,8 @@ fn stream_chunks(model: &WhisperModel, audio: &[f32], pulse: usize) -> Result<Ve
         return Err("the file holds no audio".into());
     }
     let tiled: Vec<f32> = audio.iter().copied().cycle().take(frames * 160).collect();
-    let mut fs = pulsed::whisper::features::FeatureStream::new(m).map_err(|e| e.to_string())?;
+    let mut fs =
+        pulsed::models::whisper::features::FeatureStream::new(m).map_err(|e| e.to_string())?;
     fs.push(&tiled).map_err(|e| e.to_string())?;
     let mel = fs.finish().map_err(|e| e.to_string())?;
     let have = mel.len() / m;

@@ -235,9 +235,9 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
 fn whisper(a: &Args) -> Result<ExitCode, String> {
     use pulsed::gpu::compare::Comparison;
     use pulsed::gpu::GpuDevice;
-    use pulsed::whisper::compare::{compare, WhisperCompare};
-    use pulsed::whisper::features::FeatureStream;
-    use pulsed::whisper::{GenerationConfig, Task, WhisperModel, WhisperTokenizer};
+    use pulsed::models::whisper::compare::{compare, WhisperCompare};
+    use pulsed::models::whisper::features::FeatureStream;
+    use pulsed::models::whisper::{GenerationConfig, Task, WhisperModel, WhisperTokenizer};
 
     if a.save.is_some() || a.reference.is_some() || a.plot.is_some() {
         return Err("--save, --reference and --plot are for pulsed models, not Whisper".into());

@@ -3,9 +3,9 @@
 //! ignores them.
 
 use pulsed::asr::{WhisperDecoding, WhisperOptions};
+use pulsed::models::whisper::decode::{DecodeOptions, WindowPadding};
+use pulsed::models::whisper::Task;
 use pulsed::output::Format;
-use pulsed::whisper::decode::{DecodeOptions, WindowPadding};
-use pulsed::whisper::Task;
 
 /// Whisper's own knobs on `transcribe` (ignored by the shipped model).
 #[derive(clap::Args, Debug, Clone)]

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use super::{Endpointer, LiveEngine, LiveEvent, LiveOptions};
-use crate::whisper::ctc::{CtcStream, FRAME_S};
+use crate::models::whisper::ctc::{CtcStream, FRAME_S};
 use crate::Result;
 
 /// The policy, also driven directly (`eval --live --ctc` feeds files

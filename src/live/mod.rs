@@ -173,7 +173,7 @@ impl LiveTranscriber {
     /// (`stream`): partial text after every chunk, a final line when the
     /// head's blanks last `opts.end_silence_s`; feed 16 kHz mono.
     pub fn start_ctc(
-        stream: crate::whisper::ctc::CtcStream,
+        stream: crate::models::whisper::ctc::CtcStream,
         opts: LiveOptions,
     ) -> Result<(LiveTranscriber, AudioInput)> {
         let engine = ctc::CtcLive::with_options(stream, &opts);

@@ -33,13 +33,13 @@ use super::whisper_second_pass::{Redo, SecondPasses};
 use super::whisper_stream::TextStream;
 use super::LiveEvent;
 use crate::decode::Word;
+use crate::models::whisper::decode::AlignedBackend;
+use crate::models::whisper::decode::SAMPLE_RATE;
+use crate::models::whisper::encoder_stream::EncoderStream;
+use crate::models::whisper::graphs::HOP;
+use crate::models::whisper::shared::DecoderSlot;
+use crate::models::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::vad::{SegmentOptions, Segmenter, Vad, VadSession, CHUNK};
-use crate::whisper::decode::AlignedBackend;
-use crate::whisper::decode::SAMPLE_RATE;
-use crate::whisper::encoder_stream::EncoderStream;
-use crate::whisper::graphs::HOP;
-use crate::whisper::shared::DecoderSlot;
-use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::Result;
 
 /// Committed words kept for the prompt.
@@ -125,7 +125,7 @@ impl WhisperLive {
         o: WhisperLiveOptions,
     ) -> Result<WhisperLive> {
         o.check()?;
-        let net = crate::whisper::network(model, &o.engine)?;
+        let net = crate::models::whisper::network(model, &o.engine)?;
         WhisperLive::with_network(model, net, vad, o)
     }
 
@@ -219,7 +219,7 @@ impl WhisperLive {
     }
 
     /// [`WhisperLive::new`] over `slot`, a stream's slot of a decoder
-    /// shared with other streams (see [`crate::whisper::shared`]): the
+    /// shared with other streams (see [`crate::models::whisper::shared`]): the
     /// streaming decoder's steps run batched with theirs. The policy must
     /// stream its text (a chunked checkpoint), greedily at the end of
     /// speech; a second pass in the stream's way runs on a network of its
@@ -699,7 +699,9 @@ fn whole_net<'a>(
     engine: &crate::engine::Engine,
 ) -> Result<&'a mut (dyn AlignedBackend + Send)> {
     if let Some(Whole::Unbuilt(model)) = whole {
-        *whole = Some(Whole::Built(crate::whisper::network(model, engine)?));
+        *whole = Some(Whole::Built(crate::models::whisper::network(
+            model, engine,
+        )?));
     }
     Ok(match whole {
         Some(Whole::Built(own)) => &mut **own,

@@ -7,11 +7,11 @@ use super::whisper::WhisperLive;
 use super::whisper_buffer::prompt_text;
 use super::whisper_filter::{said_once, spoken};
 use crate::decode::Word;
-use crate::whisper::decode::{
+use crate::models::whisper::decode::{
     transcribe, AlignedBackend, DecodeOptions, InitialPrompt, Network, SAMPLE_RATE,
 };
-use crate::whisper::encoder_stream::FirstWindowFrames;
-use crate::whisper::{GenerationConfig, WhisperTokenizer};
+use crate::models::whisper::encoder_stream::FirstWindowFrames;
+use crate::models::whisper::{GenerationConfig, WhisperTokenizer};
 use crate::Result;
 
 /// The most tokens a streamed decoding gives: this many, plus this many a

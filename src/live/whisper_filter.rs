@@ -3,7 +3,7 @@
 
 use super::whisper::same_word;
 use crate::decode::Word;
-use crate::whisper::decode::{DecodeOptions, Segment};
+use crate::models::whisper::decode::{DecodeOptions, Segment};
 
 /// A segment Whisper itself thinks is silence is left out of a hypothesis
 /// (whisper_streaming's cut-off).
@@ -93,7 +93,7 @@ pub(super) fn said_once(mut words: Vec<Word>) -> Vec<Word> {
 mod tests {
     use super::{said_once, spoken};
     use crate::decode::Word;
-    use crate::whisper::decode::{DecodeOptions, Segment};
+    use crate::models::whisper::decode::{DecodeOptions, Segment};
 
     fn segment(
         id: usize,

@@ -3,8 +3,8 @@
 //! model.
 
 use crate::engine::Engine;
-use crate::whisper::decode::{DecodeOptions, StreamOptions};
-use crate::whisper::WhisperModel;
+use crate::models::whisper::decode::{DecodeOptions, StreamOptions};
+use crate::models::whisper::WhisperModel;
 use crate::Result;
 
 /// How the policy steps, cuts and ends utterances.
@@ -54,7 +54,7 @@ pub struct WhisperLiveOptions {
     pub greedy_partials: Option<bool>,
     /// The text streams as the encoder does: at every encoder pulse the
     /// decoder continues from the tokens it committed and commits by where
-    /// they attend ([`crate::whisper::decode::StreamDecoder`], AlignAtt);
+    /// they attend ([`crate::models::whisper::decode::StreamDecoder`], AlignAtt);
     /// each final line is its committed text and the rest decoded at the
     /// end of speech. `Some(false)`: the rolling buffer with
     /// LocalAgreement. `None`: where the encoder streams.
@@ -135,7 +135,7 @@ impl WhisperLiveOptions {
         self.stream
             .margin
             .or(model.config.stream_margin)
-            .unwrap_or(crate::whisper::decode::DEFAULT_MARGIN)
+            .unwrap_or(crate::models::whisper::decode::DEFAULT_MARGIN)
     }
 
     /// [`Self::greedy_partials`], resolved for a policy over `model`.
@@ -177,7 +177,7 @@ mod tests {
         o.decode.beam_size = 5;
         let beam = (5, o.decode.temperatures.clone());
         assert!(beam.1.len() > 1, "the default falls back to sampling");
-        let of = |d: crate::whisper::decode::DecodeOptions| {
+        let of = |d: crate::models::whisper::decode::DecodeOptions| {
             assert!(d.word_timestamps);
             (d.beam_size, d.temperatures)
         };

@@ -22,8 +22,8 @@ use super::whisper_buffer::{text_of, trimmed};
 use super::whisper_decoding::Decoding;
 use crate::decode::Word;
 use crate::engine::Engine;
-use crate::whisper::decode::{AlignedBackend, SAMPLE_RATE};
-use crate::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
+use crate::models::whisper::decode::{AlignedBackend, SAMPLE_RATE};
+use crate::models::whisper::{GenerationConfig, WhisperModel, WhisperTokenizer};
 use crate::{Error, Result};
 
 /// An utterance sent to the second pass: the streamed line that stands if
@@ -76,7 +76,7 @@ impl SecondPasses {
                 for (d, samples) in inbox {
                     let hypothesis = (|| {
                         if net.is_none() {
-                            net = Some(crate::whisper::network(&model, &engine)?);
+                            net = Some(crate::models::whisper::network(&model, &engine)?);
                         }
                         let Some(n) = net.as_deref_mut() else {
                             return Err(Error::Other("second pass: no network".into()));

@@ -14,12 +14,12 @@
 use super::whisper::{Update, WhisperLive};
 use super::whisper_buffer::{prompt_text, trimmed};
 use crate::decode::Word;
-use crate::profile::{self, Phase};
-use crate::whisper::decode::{
+use crate::models::whisper::decode::{
     find_alignment, merge_punctuations, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder,
     StreamOptions, StreamSpec, WordTiming, SAMPLE_RATE,
 };
-use crate::whisper::GenerationConfig;
+use crate::models::whisper::GenerationConfig;
+use crate::profile::{self, Phase};
 use crate::{Error, Result};
 use std::sync::Arc;
 
@@ -67,9 +67,9 @@ pub(super) struct Held {
 
 impl TextStream {
     pub(super) fn new(
-        model: &crate::whisper::WhisperModel,
+        model: &crate::models::whisper::WhisperModel,
         live: &crate::live::WhisperLiveOptions,
-        tokenizer: &crate::whisper::WhisperTokenizer,
+        tokenizer: &crate::models::whisper::WhisperTokenizer,
         gen: &GenerationConfig,
     ) -> Result<TextStream> {
         let language = live.decode.language.clone().unwrap_or_else(|| "en".into());

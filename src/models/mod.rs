@@ -6,6 +6,7 @@ pub mod conformer;
 pub mod fetch;
 mod package;
 pub mod silero;
+pub mod whisper;
 
 pub use config::{ConformerConfig, ConformerConfigError};
 pub use fetch::{ModelChoice, DEFAULT_MODEL, SHIPPED_MODEL};

@@ -254,7 +254,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// The shared live decoder's counters, where live sessions share one.
 fn shared_steps(state: &AppState) -> String {
-    use crate::whisper::shared::WORK;
+    use crate::models::whisper::shared::WORK;
     let Some(c) = state.transcriber.shared_steps() else {
         return String::new();
     };

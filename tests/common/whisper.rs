@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pulsed::whisper::{WhisperBackend, WhisperModel};
+use pulsed::models::whisper::{WhisperBackend, WhisperModel};
 use safetensors::SafeTensors;
 
 pub const MODEL: &str = "whisper-tiny.en";
@@ -125,9 +125,9 @@ pub fn chunked_live(engine: pulsed::engine::Engine, stream_encoder: bool) -> (bo
 }
 
 /// tiny.en with its encoder restricted as [`chunked_live`]'s.
-pub fn chunked_model() -> pulsed::whisper::WhisperModel {
+pub fn chunked_model() -> pulsed::models::whisper::WhisperModel {
     let mut m = model();
-    m.config.encoder_context = Some(pulsed::whisper::EncoderContext {
+    m.config.encoder_context = Some(pulsed::models::whisper::EncoderContext {
         chunk: 16,
         left: 1500,
         right: 8,

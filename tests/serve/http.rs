@@ -260,7 +260,7 @@ async fn over_max_requests_a_transcription_gets_503_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whisper_http_equals_the_library() {
-    let Ok(_) = pulsed::whisper::folder::resolve("whisper-tiny.en") else {
+    let Ok(_) = pulsed::models::whisper::folder::resolve("whisper-tiny.en") else {
         eprintln!("skipped: whisper-tiny.en is not fetched (pulsed fetch whisper-tiny.en)");
         return;
     };

@@ -339,7 +339,7 @@ async fn over_max_streams_a_session_is_refused_and_a_slot_frees_on_disconnect() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whisper_realtime_line_equals_the_library_live_session() {
-    let Ok(_) = pulsed::whisper::folder::resolve("whisper-tiny.en") else {
+    let Ok(_) = pulsed::models::whisper::folder::resolve("whisper-tiny.en") else {
         eprintln!("skipped: whisper-tiny.en is not fetched (pulsed fetch whisper-tiny.en)");
         return;
     };
@@ -422,7 +422,7 @@ async fn a_stopping_server_finishes_the_line_in_progress() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_through_a_shared_decoder_give_the_librarys_lines() {
     const STUDENT: &str = "whisper-base-streaming-640ms";
-    let Ok(_) = pulsed::whisper::folder::resolve(STUDENT) else {
+    let Ok(_) = pulsed::models::whisper::folder::resolve(STUDENT) else {
         eprintln!("skipped: {STUDENT} is not fetched (pulsed fetch {STUDENT})");
         return;
     };

@@ -1,7 +1,7 @@
 """Whisper's encoder in plain PyTorch, with its self-attention restricted to
 chunks (each frame sees its chunk, `left` frames before it and `right` after
 it), loaded from and saved to the `transformers` tensor names that pulsed
-reads. Same maths as pulsed's graph (src/whisper/graphs.rs + ChunkedAttention)."""
+reads. Same maths as pulsed's graph (src/models/whisper/graphs.rs + ChunkedAttention)."""
 import math
 
 import torch
@@ -29,7 +29,7 @@ def attention(q, k, v, mask):
 
 
 def copy_rows(t, chunk, left, right, device):
-    """Right-context copies (pulsed's right_copies, src/whisper/right_copies.rs):
+    """Right-context copies (pulsed's right_copies, src/models/whisper/right_copies.rs):
     the source frame of each row (the t frames, then for each chunk copies of
     the `right` frames after it inside the window) and the [n, n] mask: every
     row sees its chunk's frames, `left` frames before them and its own

@@ -193,8 +193,11 @@ pub fn known(name: &str) -> Result<&'static Known, FetchError> {
 /// `~/.cache/pulsed/models`).
 pub fn models_dir() -> PathBuf {
     let var = std::env::var_os;
-    crate::whisper::folder::cache_dir(var("XDG_CACHE_HOME").as_deref(), var("HOME").as_deref())
-        .unwrap_or_else(|| PathBuf::from(".cache/pulsed/models"))
+    crate::models::whisper::folder::cache_dir(
+        var("XDG_CACHE_HOME").as_deref(),
+        var("HOME").as_deref(),
+    )
+    .unwrap_or_else(|| PathBuf::from(".cache/pulsed/models"))
 }
 
 /// Where fetched wheels are kept (beside the model cache).
@@ -392,7 +395,7 @@ mod tests {
         assert_eq!(c, ModelChoice::Default("whisper-base-streaming-640ms"));
         assert_eq!(c.spec(), PathBuf::from("whisper-base-streaming-640ms"));
         assert!(c.is_default());
-        assert!(crate::whisper::folder::is_whisper(
+        assert!(crate::models::whisper::folder::is_whisper(
             c.spec().to_str().unwrap()
         ));
     }
@@ -402,7 +405,7 @@ mod tests {
         let c = ModelChoice::of(Some(Path::new("pulsed-en-ctc")));
         assert_eq!(c, ModelChoice::Shipped(ModelDir::default_path()));
         assert!(c.spec().join("model.safetensors").is_file(), "{c:?}");
-        assert!(!crate::whisper::folder::is_whisper("pulsed-en-ctc"));
+        assert!(!crate::models::whisper::folder::is_whisper("pulsed-en-ctc"));
         // anything else is passed on as given
         let c = ModelChoice::of(Some(Path::new("whisper-tiny.en")));
         assert_eq!(c, ModelChoice::Given(PathBuf::from("whisper-tiny.en")));
