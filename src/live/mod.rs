@@ -4,20 +4,11 @@
 //! or Whisper with LocalAgreement), and results go to the printer over a
 //! channel: partial text while someone speaks, final text at each end of speech.
 
-mod agreement;
 mod conformer;
-mod ctc;
 mod endpoint;
 #[cfg(feature = "mic")]
 mod mic;
 mod source;
-mod whisper;
-mod whisper_buffer;
-mod whisper_decoding;
-mod whisper_filter;
-mod whisper_options;
-mod whisper_second_pass;
-mod whisper_stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,15 +23,13 @@ use crate::asr::Recognizer;
 use crate::decode::Word;
 use crate::{Error, Result};
 
-pub use agreement::{word_key, LocalAgreement};
-pub use ctc::CtcLive;
+pub use crate::models::whisper::live::{
+    cut_point, word_key, CtcLive, Cut, LocalAgreement, Update, WhisperLive, WhisperLiveOptions,
+};
 pub use endpoint::Endpointer;
 #[cfg(feature = "mic")]
 pub use mic::{capture_default_input, MicCapture};
 pub use source::{feed_wav_realtime, FeedReport};
-pub use whisper::{Update, WhisperLive};
-pub use whisper_buffer::{cut_point, Cut};
-pub use whisper_options::WhisperLiveOptions;
 
 /// What the inference thread reports.
 #[derive(Debug, Clone)]
@@ -150,7 +139,7 @@ impl Default for LiveOptions {
 
 /// What the inference thread runs: a recogniser and its policy for
 /// committing text, fed the samples as they come.
-trait LiveEngine: Send {
+pub(crate) trait LiveEngine: Send {
     /// Most samples one push takes: the conformer reports after every few
     /// thousand (its endpointing looks once per push); Whisper takes all
     /// that waits, so that a late decoding works on the latest audio.
@@ -176,7 +165,7 @@ impl LiveTranscriber {
         stream: crate::models::whisper::ctc::CtcStream,
         opts: LiveOptions,
     ) -> Result<(LiveTranscriber, AudioInput)> {
-        let engine = ctc::CtcLive::with_options(stream, &opts);
+        let engine = CtcLive::with_options(stream, &opts);
         LiveTranscriber::spawn(Box::new(engine), 16_000, opts.buffer_s)
     }
 

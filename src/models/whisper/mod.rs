@@ -20,6 +20,7 @@ pub mod generation;
 mod gpu;
 pub mod graphs;
 mod layers;
+pub(crate) mod live;
 mod net;
 mod net_sequences;
 mod projection;

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::{Endpointer, LiveEngine, LiveEvent, LiveOptions};
+use crate::live::{Endpointer, LiveEngine, LiveEvent, LiveOptions};
 use crate::models::whisper::ctc::{CtcStream, FRAME_S};
 use crate::Result;
 
@@ -30,7 +30,7 @@ impl CtcLive {
         }
     }
 
-    pub(super) fn with_options(stream: CtcStream, opts: &LiveOptions) -> CtcLive {
+    pub(crate) fn with_options(stream: CtcStream, opts: &LiveOptions) -> CtcLive {
         CtcLive::new(stream, opts.end_silence_s)
     }
 

@@ -17,9 +17,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::whisper::{same_word, Update, WhisperLive};
-use super::whisper_buffer::{text_of, trimmed};
-use super::whisper_decoding::Decoding;
+use super::buffer::{text_of, trimmed};
+use super::decoding::Decoding;
+use super::policy::{same_word, Update, WhisperLive};
 use crate::decode::Word;
 use crate::engine::Engine;
 use crate::models::whisper::decode::{AlignedBackend, SAMPLE_RATE};
@@ -226,7 +226,7 @@ impl WhisperLive {
         for (i, w) in words.iter().enumerate() {
             self.history.insert(at + i, w.clone());
         }
-        while self.history.len() > super::whisper::HISTORY_WORDS {
+        while self.history.len() > super::policy::HISTORY_WORDS {
             self.history.pop_front();
         }
     }

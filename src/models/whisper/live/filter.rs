@@ -1,7 +1,7 @@
 //! Which segments of a live decoding count as speech: Whisper's own
 //! no-speech and repetition signals, weighed against the VAD's.
 
-use super::whisper::same_word;
+use super::policy::same_word;
 use crate::decode::Word;
 use crate::models::whisper::decode::{DecodeOptions, Segment};
 

@@ -11,8 +11,8 @@
 //! An utterance longer than the buffer's hard limit is made final there
 //! and the next one starts after it (the VAD is still in speech).
 
-use super::whisper::{Update, WhisperLive};
-use super::whisper_buffer::{prompt_text, trimmed};
+use super::buffer::{prompt_text, trimmed};
+use super::policy::{Update, WhisperLive};
 use crate::decode::Word;
 use crate::models::whisper::decode::{
     find_alignment, merge_punctuations, prompt_tokens, suppressed_tokens, AlignSpec, StreamDecoder,
@@ -394,7 +394,7 @@ impl WhisperLive {
     pub(super) fn remember(&mut self, words: &[Word]) {
         for w in words {
             self.history.push_back(w.clone());
-            if self.history.len() > super::whisper::HISTORY_WORDS {
+            if self.history.len() > super::policy::HISTORY_WORDS {
                 self.history.pop_front();
             }
         }

@@ -27,12 +27,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::agreement::LocalAgreement;
-use super::whisper_buffer::{cut_point, text_of, trimmed, Cut};
-use super::whisper_options::WhisperLiveOptions;
-use super::whisper_second_pass::{Redo, SecondPasses};
-use super::whisper_stream::TextStream;
-use super::LiveEvent;
+use super::buffer::{cut_point, text_of, trimmed, Cut};
+use super::options::WhisperLiveOptions;
+use super::second_pass::{Redo, SecondPasses};
+use super::stream::TextStream;
 use crate::decode::Word;
+use crate::live::LiveEvent;
 use crate::models::whisper::decode::AlignedBackend;
 use crate::models::whisper::decode::SAMPLE_RATE;
 use crate::models::whisper::encoder_stream::EncoderStream;
@@ -639,7 +639,7 @@ impl WhisperLive {
     }
 }
 
-impl super::LiveEngine for WhisperLive {
+impl crate::live::LiveEngine for WhisperLive {
     fn max_push(&self) -> usize {
         usize::MAX
     }

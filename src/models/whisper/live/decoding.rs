@@ -1,11 +1,11 @@
 //! One decoding of the live buffer, taken from the policy's state and run
 //! on any network of its checkpoint: the policy runs it on its own, the
-//! second pass beside the stream ([`super::whisper_second_pass`]) on a
+//! second pass beside the stream ([`super::second_pass`]) on a
 //! network of its own.
 
-use super::whisper::WhisperLive;
-use super::whisper_buffer::prompt_text;
-use super::whisper_filter::{said_once, spoken};
+use super::buffer::prompt_text;
+use super::filter::{said_once, spoken};
+use super::policy::WhisperLive;
 use crate::decode::Word;
 use crate::models::whisper::decode::{
     transcribe, AlignedBackend, DecodeOptions, InitialPrompt, Network, SAMPLE_RATE,
