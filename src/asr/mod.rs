@@ -6,7 +6,6 @@
 
 mod cohort;
 mod conformer_worker;
-mod ctc_job;
 mod family;
 mod live_setup;
 pub mod metrics;
@@ -14,15 +13,14 @@ mod multi_stream;
 mod options;
 pub mod partial;
 mod recognizer;
-mod speech_gate;
 mod stream;
 mod transcriber;
 mod transcription;
-mod whisper_job;
-mod whisper_worker;
 
+pub use crate::models::whisper::ctc_job::{CtcJob, CtcWorker};
+pub use crate::models::whisper::job::WhisperJob;
+pub use crate::models::whisper::worker::WhisperWorker;
 pub use conformer_worker::{default_streams, ConformerWorker, OPEN_FILES};
-pub use ctc_job::{CtcJob, CtcWorker};
 pub use family::{Family, Requests};
 pub use live_setup::{LivePolicy, LiveSettings, LiveSetup};
 pub use multi_stream::MultiStreamTranscriber;
@@ -31,5 +29,3 @@ pub use recognizer::{Decoding, Lm, Mode, Recognizer, RecognizerOptions};
 pub use stream::StreamTranscriber;
 pub use transcriber::Transcriber;
 pub use transcription::{Segment, Transcription};
-pub use whisper_job::WhisperJob;
-pub use whisper_worker::WhisperWorker;

@@ -7,11 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::ctc_job::CtcJob;
-use super::whisper_job::WhisperJob;
 use super::{
-    default_streams, ConformerWorker, Decoding, Family, LiveSettings, LiveSetup, Mode, Recognizer,
-    RecognizerOptions, TranscriberOptions, Transcription,
+    default_streams, ConformerWorker, CtcJob, Decoding, Family, LiveSettings, LiveSetup, Mode,
+    Recognizer, RecognizerOptions, TranscriberOptions, Transcription, WhisperJob,
 };
 use crate::batch::{self, BatchOptions, Control, FileResult, Summary};
 use crate::engine::Engine;

@@ -10,6 +10,7 @@ mod config;
 pub mod copy_layout;
 mod cpu;
 pub mod ctc;
+pub(crate) mod ctc_job;
 pub mod decode;
 pub mod encoder_stream;
 mod error;
@@ -19,14 +20,17 @@ pub mod generation;
 #[cfg(feature = "cuda")]
 mod gpu;
 pub mod graphs;
+pub(crate) mod job;
 mod layers;
 pub(crate) mod live;
 mod net;
 mod net_sequences;
 mod projection;
 pub mod shared;
+mod speech_gate;
 pub mod streaming;
 pub mod tokenizer;
+pub(crate) mod worker;
 
 pub use backend::{AlignmentSource, Chosen, WhisperBackend};
 pub use config::{EncoderContext, WhisperConfig};

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::speech_gate::{Heard, SpeechGate};
-use super::Transcription;
+use crate::asr::Transcription;
 use crate::audio::WavStream;
 use crate::batch::{Control, FileWorker, Group, Job, Outcome};
 use crate::models::whisper::decode::{

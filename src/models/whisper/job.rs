@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::speech_gate::SpeechGate;
-use super::whisper_worker::{Net, WhisperWorker};
-use super::WhisperOptions;
+use super::worker::{Net, WhisperWorker};
+use crate::asr::WhisperOptions;
 use crate::batch::{Control, Outcome};
 use crate::engine::Engine;
 use crate::models::whisper::decode::{BatchedOptions, DecodeOptions, InitialPrompt, WindowPadding};
@@ -18,9 +18,9 @@ use crate::{Error, Result};
 
 /// Everything the workers share: the loaded checkpoint and how to decode.
 pub struct WhisperJob {
-    pub(super) model: Arc<WhisperModel>,
+    pub(crate) model: Arc<WhisperModel>,
     pub(super) tokenizer: Arc<WhisperTokenizer>,
-    pub(super) gen: Arc<GenerationConfig>,
+    pub(crate) gen: Arc<GenerationConfig>,
     opts: DecodeOptions,
     /// `vad`: the batched pipeline's settings and its voice detector.
     batched: Option<(BatchedOptions, Arc<Vad>)>,
@@ -31,13 +31,13 @@ pub struct WhisperJob {
     /// Files a worker takes at once.
     group_files: usize,
     /// Where the networks run.
-    pub(super) engine: Engine,
+    pub(crate) engine: Engine,
     /// Networks ready for workers and live policies: the one built while
     /// checking the folder, those [`WhisperJob::warm_up`] made, and those
     /// workers and policies gave back.
     spare: Arc<Mutex<Vec<Net>>>,
     /// The decoder live sessions share ([`WhisperJob::share_live_decoder`]).
-    pub(super) shared: Option<Arc<SharedDecoder>>,
+    pub(crate) shared: Option<Arc<SharedDecoder>>,
 }
 
 impl WhisperJob {
@@ -128,7 +128,7 @@ impl WhisperJob {
     /// Live sessions decode through one decoder of `slots` slots from now
     /// on; false, changing nothing, where the checkpoint's encoder does not
     /// stream (its live policy decodes whole windows).
-    pub(super) fn share_live_decoder(&mut self, slots: usize) -> Result<bool> {
+    pub(crate) fn share_live_decoder(&mut self, slots: usize) -> Result<bool> {
         if self.model.config.encoder_context.is_none() {
             return Ok(false);
         }
@@ -141,7 +141,7 @@ impl WhisperJob {
     }
 
     /// A spare network, or a new one when none is spare.
-    pub(super) fn take_net(&self) -> Result<Net> {
+    pub(crate) fn take_net(&self) -> Result<Net> {
         let spare = self.spare.lock().ok().and_then(|mut f| f.pop());
         match spare {
             Some(net) => Ok(net),
@@ -150,19 +150,19 @@ impl WhisperJob {
     }
 
     /// Keeps a network for the next worker or live policy.
-    pub(super) fn give_back_net(&self, net: Net) {
+    pub(crate) fn give_back_net(&self, net: Net) {
         if let Ok(mut spare) = self.spare.lock() {
             spare.push(net);
         }
     }
 
     /// Networks ready for the next worker or live policy.
-    pub(super) fn spare_count(&self) -> usize {
+    pub(crate) fn spare_count(&self) -> usize {
         self.spare.lock().map_or(0, |s| s.len())
     }
 
     /// Where a threaded live session leaves its network when it ends.
-    pub(super) fn net_pool(&self) -> Arc<Mutex<Vec<Net>>> {
+    pub(crate) fn net_pool(&self) -> Arc<Mutex<Vec<Net>>> {
         self.spare.clone()
     }
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Lm, LmChoice, Transcription};
+use crate::asr::{Lm, LmChoice, Transcription};
 use crate::audio::WavStream;
 use crate::batch::{Control, FileWorker, Job, Outcome};
 use crate::engine::Engine;
