@@ -4,7 +4,6 @@
 //! or Whisper with LocalAgreement), and results go to the printer over a
 //! channel: partial text while someone speaks, final text at each end of speech.
 
-mod conformer;
 mod endpoint;
 #[cfg(feature = "mic")]
 mod mic;
@@ -154,7 +153,7 @@ impl LiveTranscriber {
     /// Starts the inference thread over the streaming conformer; feed audio
     /// (mono, at the recogniser's rate) through the returned [`AudioInput`].
     pub fn start(rec: Arc<Recognizer>, opts: LiveOptions) -> Result<(LiveTranscriber, AudioInput)> {
-        let engine = conformer::Conformer::new(&rec, &opts)?;
+        let engine = crate::models::conformer::live::Conformer::new(&rec, &opts)?;
         LiveTranscriber::spawn(Box::new(engine), rec.sample_rate(), opts.buffer_s)
     }
 

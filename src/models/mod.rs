@@ -1,13 +1,15 @@
-//! Model builders: graphs written with the builder from a config and weights;
-//! which model a name means, and fetching it ([`fetch`]).
+//! The model families, each in its own folder with its graphs, weights,
+//! options and decoding: [`conformer`] (the shipped streaming CTC
+//! conformer), [`whisper`] (Whisper checkpoints, whole-window or chunked,
+//! and a chunked checkpoint's CTC head), [`silero`] (Silero VAD's graph);
+//! which model a name means, and fetching it ([`fetch`]). The
+//! family-neutral API is [`crate::asr`] (and [`crate::live`]).
 
-mod config;
 pub mod conformer;
 pub mod fetch;
-mod package;
 pub mod silero;
 pub mod whisper;
 
-pub use config::{ConformerConfig, ConformerConfigError};
+pub use conformer::config::{ConformerConfig, ConformerConfigError};
+pub use conformer::package::ModelDir;
 pub use fetch::{ModelChoice, DEFAULT_MODEL, SHIPPED_MODEL};
-pub use package::ModelDir;

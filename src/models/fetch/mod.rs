@@ -36,7 +36,7 @@ pub const DEFAULT_MODEL: &str = "whisper-base-streaming-640ms";
 /// on English only and never to detect a language (its model card).
 pub const DEFAULT_LANGUAGE: &str = "en";
 /// The shipped model's name (embedded in the repository, synthetic voices).
-pub const SHIPPED_MODEL: &str = super::package::DEFAULT_MODEL;
+pub const SHIPPED_MODEL: &str = super::conformer::package::DEFAULT_MODEL;
 
 /// What a `--model` argument, or its absence, names.
 #[derive(Debug, Clone, PartialEq, Eq)]

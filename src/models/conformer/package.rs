@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::conformer::{self, Taps};
 use super::ConformerConfig;
 use crate::graph::Graph;
+use crate::models::conformer::{self, Taps};
 use crate::weights::Weights;
 use crate::{Error, Result};
 

@@ -4,13 +4,13 @@
 
 use std::time::Instant;
 
-use super::{Endpointer, LiveEngine, LiveEvent, LiveOptions};
 use crate::asr::{Recognizer, StreamTranscriber};
+use crate::live::{Endpointer, LiveEngine, LiveEvent, LiveOptions};
 use crate::vad::{SegmentOptions, Segmenter, VadSession};
 use crate::Result;
 
 /// The recogniser's stream plus its endpointing.
-pub(super) struct Conformer {
+pub(crate) struct Conformer {
     stream: StreamTranscriber,
     endpointer: Endpointer,
     vad: Option<(VadSession, Segmenter)>,
@@ -20,7 +20,7 @@ pub(super) struct Conformer {
 }
 
 impl Conformer {
-    pub(super) fn new(rec: &Recognizer, opts: &LiveOptions) -> Result<Conformer> {
+    pub(crate) fn new(rec: &Recognizer, opts: &LiveOptions) -> Result<Conformer> {
         let endpointer =
             Endpointer::new((opts.end_silence_s / rec.frame_seconds()).ceil() as usize);
         let vad = match &opts.vad {
