@@ -3,6 +3,10 @@
 //! a recogniser and its commit policy on them (the streaming CTC conformer,
 //! or Whisper with LocalAgreement), and results go to the printer over a
 //! channel: partial text while someone speaks, final text at each end of speech.
+//!
+//! This module is the family-neutral machinery; the commit policies are the
+//! families' own (`models::conformer::live`, `models::whisper::live`), and
+//! the public ones are re-exported here.
 
 mod endpoint;
 #[cfg(feature = "mic")]

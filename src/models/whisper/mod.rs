@@ -2,6 +2,11 @@
 //! the log-mel front end, the encoder over 30 s windows and the text decoder
 //! with its key/value cache are engine graphs; decoding follows the
 //! reference (openai/whisper, faster-whisper) rule for rule.
+//!
+//! The family's job and pool worker (`job`, `worker`, `speech_gate`), a
+//! chunked checkpoint's CTC head (`ctc`, `ctc_job`) and the live policies
+//! (`live`) are here too; [`crate::asr`] and [`crate::live`] re-export what
+//! users call.
 
 mod backend;
 #[cfg(feature = "cuda")]
