@@ -138,12 +138,15 @@ impl Weights {
     }
 
     /// The same weights, with every 2-D float tensor whose name `pick`
-    /// takes also quantized to int8 (a scale per row).
-    pub fn with_int8(&self, pick: impl Fn(&str) -> bool) -> Result<Weights> {
+    /// takes also quantized to int8: a scale per `group` inputs of each
+    /// row, or per row where `group` does not divide the row.
+    pub fn with_int8(&self, pick: impl Fn(&str) -> bool, group: usize) -> Result<Weights> {
         let mut out = self.clone();
         for (name, t) in &self.tensors {
             if t.rank() == 2 && t.dtype().is_float() && pick(name) {
-                let q = Int8Matrix::from_tensor(t)?;
+                let cols = t.shape()[1];
+                let g = if group > 0 && cols.is_multiple_of(group) { group } else { cols };
+                let q = Int8Matrix::from_tensor_groups(t, g)?;
                 out.int8.insert(name.clone(), Arc::new(q));
             }
         }

@@ -39,7 +39,7 @@ pub(crate) mod worker;
 
 pub use backend::{AlignmentSource, Chosen, WhisperBackend};
 pub use config::{EncoderContext, WhisperConfig};
-pub use cpu::{CpuRunners, CpuWhisper, WhisperModel};
+pub use cpu::{CpuRunners, CpuWhisper, WhisperModel, INT8_GROUP};
 pub use error::{WhisperConfigError, WhisperError};
 pub use folder::LoadError;
 pub use generation::GenerationConfig;
