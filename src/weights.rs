@@ -145,7 +145,11 @@ impl Weights {
         for (name, t) in &self.tensors {
             if t.rank() == 2 && t.dtype().is_float() && pick(name) {
                 let cols = t.shape()[1];
-                let g = if group > 0 && cols.is_multiple_of(group) { group } else { cols };
+                let g = if group > 0 && cols.is_multiple_of(group) {
+                    group
+                } else {
+                    cols
+                };
                 let q = Int8Matrix::from_tensor_groups(t, g)?;
                 out.int8.insert(name.clone(), Arc::new(q));
             }

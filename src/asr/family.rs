@@ -77,10 +77,38 @@ impl Family {
         }
     }
 
+    /// The language a run of this family reads, `asked` or the family's
+    /// own where it has one (the shipped conformer reads English only).
+    pub fn language(self, asked: Option<String>) -> Option<String> {
+        match self {
+            Family::Conformer => Some(asked.unwrap_or_else(|| "en".into())),
+            _ => asked,
+        }
+    }
+
     /// Whether a run without an explicit device takes a GPU when there is
     /// one: a Whisper decoder is slow on a CPU, where the conformer is not
     /// (evaluation runs it on the CPU unless told).
     pub fn gpu_by_default(self) -> bool {
         self != Family::Conformer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conformer_reads_english_and_whisper_what_is_asked() {
+        assert_eq!(Family::Conformer.language(None).as_deref(), Some("en"));
+        assert_eq!(
+            Family::Conformer.language(Some("en".into())).as_deref(),
+            Some("en")
+        );
+        assert_eq!(Family::Whisper.language(None), None);
+        assert_eq!(
+            Family::Whisper.language(Some("de".into())).as_deref(),
+            Some("de")
+        );
     }
 }

@@ -118,11 +118,7 @@ pub fn run(mut a: Args) -> Result<ExitCode, String> {
         .decoding
         .apply(None, &mut live.whisper.decode)
         .map_err(|e| e.to_string())?;
-    // the shipped conformer reads English only
-    let language = match family {
-        Family::Conformer => Some(a.language.clone().unwrap_or_else(|| "en".into())),
-        _ => a.language.clone(),
-    };
+    let language = family.language(a.language.clone());
     let mut options = ServeOptions::new(name);
     options.api_key = a.api_key.clone();
     options.max_streams = a.max_streams;
