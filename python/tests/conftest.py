@@ -18,6 +18,21 @@ HELDOUT = sorted((FIXTURES / "asr" / "heldout").glob("*.wav"))
 LIBRIVOX = FIXTURES / "whisper" / "librivox_dev00.wav"
 
 
+def find_realdev() -> Path:
+    """realdev: `PULSED_REALDEV`, else `shared/realdev` beside this clone or
+    beside a folder above it, else the workplace's `/work/shared/realdev`
+    (so that a clean clone made anywhere, as CI's, still finds it)."""
+    if os.environ.get("PULSED_REALDEV"):
+        return Path(os.environ["PULSED_REALDEV"])
+    for d in ROOT.parents:
+        if (d / "shared" / "realdev" / "manifest.jsonl").is_file():
+            return d / "shared" / "realdev"
+    return Path("/work/shared/realdev")
+
+
+REALDEV = find_realdev()
+
+
 def pulsed_bin() -> str:
     """The command-line tool built from this tree: $PULSED_BIN, else the
     release build in $CARGO_TARGET_DIR or target/."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pulsed
-from conftest import HELLO, LIBRIVOX, ROOT, cli_live_finals, read_wav
+from conftest import HELLO, LIBRIVOX, REALDEV, cli_live_finals, read_wav
 
 
 def feed(stream, samples, rate):
@@ -108,7 +108,6 @@ def test_live_session_errors(ctc):
     assert s2.ended and all(not e.words for e in silence)
 
 
-REALDEV = Path(os.environ.get("PULSED_REALDEV", ROOT.parent / "shared" / "realdev"))
 
 
 @pytest.mark.skipif(

@@ -13,9 +13,8 @@ import ray
 
 import pulsed
 import pulsed.ray as pulsed_ray
-from conftest import HELDOUT, HELLO, LIBRIVOX, ROOT, cli_transcripts
+from conftest import HELDOUT, HELLO, LIBRIVOX, REALDEV, cli_transcripts
 
-REALDEV = Path(os.environ.get("PULSED_REALDEV", ROOT.parent / "shared" / "realdev"))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pulsed
-from conftest import HELDOUT, HELLO, LIBRIVOX, ROOT, cli, cli_transcripts, read_wav, write_wav
+from conftest import HELDOUT, HELLO, LIBRIVOX, REALDEV, cli, cli_transcripts, read_wav, write_wav
 
 
 def words_of(r):
@@ -166,7 +166,6 @@ def test_properties(ctc, tiny):
     assert tiny.family == "whisper" and "whisper-tiny.en" in tiny.describe()
 
 
-REALDEV = Path(os.environ.get("PULSED_REALDEV", ROOT.parent / "shared" / "realdev"))
 
 
 @pytest.mark.skipif(
