@@ -63,6 +63,20 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 else
     echo "test.sh: not root or no apt-get: skipping the build of the mic feature" >&2
 fi
+# The page at `/` in a real browser (docs/serve.md): headless Chromium with
+# a fixture WAV as its fake microphone must show the file's transcript as
+# its final line; the screenshot is kept in target/browser-test/. Needs
+# Debian's chromium and chromium-driver (apt-get, about 110 MB downloaded
+# the first time: root only, said when skipped).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    command -v chromium >/dev/null && command -v chromedriver >/dev/null || {
+        echo "test.sh: installing chromium and chromium-driver with apt-get (about 110 MB) for the page's browser test" >&2
+        apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null
+    }
+    python3 scripts/browser_test.py target/release/pulsed fixtures/asr/hello.wav target/browser-test/page.png
+else
+    echo "test.sh: not root or no apt-get: skipping the page's browser test (needs chromium and chromium-driver)" >&2
+fi
 # The Python package and the Ray runner (python/tests): a venv in the ignored
 # third_party/pyenv, one more release build of the crate, then pytest.
 bash scripts/test_python.sh

@@ -1,11 +1,14 @@
-//! `--api-key`: every route but `/health` needs `Authorization: Bearer
-//! KEY`, compared in constant time (a WebSocket upgrade is an HTTP request
-//! too, so it is refused with 401 before it upgrades).
+//! `--api-key`: every route but `/health` and the page needs
+//! `Authorization: Bearer KEY`, compared in constant time (a WebSocket
+//! upgrade is an HTTP request too, so it is refused with 401 before it
+//! upgrades). A browser cannot set that header on a WebSocket: it may send
+//! the key as the subprotocol `openai-insecure-api-key.KEY` instead, as
+//! OpenAI's browser clients do.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -17,17 +20,31 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     let Some(key) = &state.options.api_key else {
         return next.run(req).await;
     };
-    let given = req
+    let bearer = req
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
+    let given = bearer.or_else(|| subprotocol_key(&req));
     match given {
         Some(g) if same_secret(g.as_bytes(), key.as_bytes()) => next.run(req).await,
         _ => ApiError::unauthorized().into_response(),
     }
 }
+
+/// The key a WebSocket upgrade offers as a subprotocol.
+fn subprotocol_key(req: &Request) -> Option<&str> {
+    req.headers()
+        .get_all(SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(KEY_PROTOCOL))
+}
+
+/// The subprotocol prefix that carries a key.
+const KEY_PROTOCOL: &str = "openai-insecure-api-key.";
 
 /// Whether `a` equals `b`, in time that depends only on their lengths.
 pub fn same_secret(a: &[u8], b: &[u8]) -> bool {

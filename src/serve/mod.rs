@@ -27,6 +27,7 @@ pub mod fuzzing;
 mod http;
 pub mod load;
 mod metrics;
+mod page;
 mod pcm;
 mod realtime;
 mod realtime_events;
@@ -57,7 +58,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub struct ServeOptions {
     /// The name clients give for the loaded model (`default` works too).
     pub model_name: String,
-    /// Every route but `/health` needs `Authorization: Bearer KEY`.
+    /// Every route but `/health` and the page (`/`, its scripts) needs
+    /// `Authorization: Bearer KEY` (a WebSocket may send it as the
+    /// subprotocol `openai-insecure-api-key.KEY`, as browsers must).
     pub api_key: Option<String>,
     /// Live sessions at once.
     pub max_streams: usize,
@@ -108,6 +111,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             auth::require_key,
         ))
         .route("/health", get(http::health))
+        .route("/", get(page::index))
+        .route("/app.js", get(page::app))
+        .route("/worklet.js", get(page::worklet))
         .fallback(http::not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

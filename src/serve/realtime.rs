@@ -38,7 +38,10 @@ const NO_ENDPOINT_S: f64 = 24.0 * 3600.0;
 pub async fn upgrade(State(state): State<Arc<AppState>>, ws: WebSocketUpgrade) -> Response {
     let slot = state.admit_stream();
     let max = state.options.max_message_bytes;
-    ws.max_message_size(max)
+    // a browser that offers subprotocols (the page's `realtime`, beside
+    // its key) closes a connection that takes none
+    ws.protocols(["realtime"])
+        .max_message_size(max)
         .max_frame_size(max)
         .on_upgrade(move |socket| async move {
             match slot {

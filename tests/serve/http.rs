@@ -181,6 +181,51 @@ async fn the_api_key_guards_every_route_but_health() {
     );
 }
 
+/// The page at `/` and its scripts come without the key (they hold no
+/// data); its WebSocket sends the key as a subprotocol, the one way a
+/// browser can, and gets `realtime` back (a browser that offered
+/// subprotocols closes a connection that takes none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_is_served_and_its_websocket_sends_the_key_as_a_subprotocol() {
+    let server = start(open(CTC), CTC, |o| o.api_key = Some("s3cret".into())).await;
+    let client = reqwest::Client::new();
+    for (path, kind, holds) in [
+        ("/", "text/html", "/app.js"),
+        ("/app.js", "text/javascript", "/v1/realtime"),
+        ("/worklet.js", "text/javascript", "registerProcessor"),
+    ] {
+        let r = client.get(server.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(ct.starts_with(kind), "{path}: {ct}");
+        assert!(r.text().await.unwrap().contains(holds), "{path}");
+    }
+    let offer = |key: &str| {
+        let mut req = server.ws_url().into_client_request().unwrap();
+        req.headers_mut().insert(
+            "Sec-WebSocket-Protocol",
+            format!("realtime, openai-insecure-api-key.{key}")
+                .parse()
+                .unwrap(),
+        );
+        req
+    };
+    match tokio_tungstenite::connect_async(offer("wrong")).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 401)
+        }
+        other => panic!("expected a 401, got {:?}", other.map(|_| ())),
+    }
+    let (mut ws, resp) = tokio_tungstenite::connect_async(offer("s3cret"))
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["sec-websocket-protocol"], "realtime");
+    assert_eq!(
+        wait_for(&mut ws, "session.created").await["type"],
+        "session.created"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn models_and_metrics() {
     let server = start(open(CTC), CTC, |_| {}).await;
