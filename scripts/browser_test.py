@@ -1,9 +1,9 @@
 """The page at `/` in a real browser: headless Chromium (Debian's
 `chromium` and `chromium-driver`) with a WAV as its fake microphone,
 driven over WebDriver (the standard library's HTTP client, nothing else
-installed). The page's final lines must read the file's transcript (the
-`pulsed transcribe` line of the same model), and a screenshot of the page
-is kept.
+installed). The page must show partial text as the audio plays and then
+final lines that read the file's transcript (the `pulsed transcribe` line
+of the same model); a screenshot of the page is kept.
 
     python3 scripts/browser_test.py BIN WAV SCREENSHOT.png [--model M]
 """
@@ -132,6 +132,7 @@ def main():
             time.sleep(0.5)
         status = wd.run("return document.getElementById('status').textContent")
         summary = wd.run("return document.getElementById('summary').textContent")
+        deltas = int(wd.run("return document.body.dataset.deltas || '0'"))
         png = base64.b64decode(wd.call("GET", f"/session/{wd.session}/screenshot"))
         with open(a.screenshot, "wb") as f:
             f.write(png)
@@ -140,10 +141,12 @@ def main():
         driver.terminate()
         server.terminate()
     got = " ".join(finals)
-    print(f"browser_test: page status {status!r}; final lines {finals!r}; {summary}")
+    print(f"browser_test: page status {status!r}; {deltas} partial updates; final lines {finals!r}; {summary}")
     print(f"browser_test: screenshot {a.screenshot} ({len(png)} bytes)")
     if words(got) != words(want):
         sys.exit(f"browser_test: the page read {got!r}, the file's transcript is {want!r}")
+    if deltas == 0:
+        sys.exit("browser_test: the page showed no partial text before its final line")
     print("browser_test: the page's final text equals the file's transcript")
 
 

@@ -48,6 +48,8 @@ function onEvent(e) {
     case 'conversation.item.input_audio_transcription.delta':
       partials.set(e.item_id, (partials.get(e.item_id) || '') + e.delta);
       showPartial();
+      // counted where a test (or a person's console) can read it
+      document.body.dataset.deltas = String(Number(document.body.dataset.deltas || 0) + 1);
       break;
     case 'conversation.item.input_audio_transcription.completed': {
       partials.delete(e.item_id);
