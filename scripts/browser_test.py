@@ -130,7 +130,14 @@ def main():
             if words(" ".join(finals)) == words(want):
                 break
             time.sleep(0.5)
-        status = wd.run("return document.getElementById('status').textContent")
+        # Stop: what was said becomes final (a commit), then the page closes
+        wd.run("document.getElementById('stop').click()")
+        end = time.time() + 10
+        while time.time() < end:
+            status = wd.run("return document.getElementById('status').textContent")
+            if status != "finishing":
+                break
+            time.sleep(0.2)
         summary = wd.run("return document.getElementById('summary').textContent")
         deltas = int(wd.run("return document.body.dataset.deltas || '0'"))
         png = base64.b64decode(wd.call("GET", f"/session/{wd.session}/screenshot"))
@@ -145,6 +152,8 @@ def main():
     print(f"browser_test: screenshot {a.screenshot} ({len(png)} bytes)")
     if words(got) != words(want):
         sys.exit(f"browser_test: the page read {got!r}, the file's transcript is {want!r}")
+    if status != "stopped":
+        sys.exit(f"browser_test: after Stop the page says {status!r}, not 'stopped'")
     if deltas == 0:
         sys.exit("browser_test: the page showed no partial text before its final line")
     print("browser_test: the page's final text equals the file's transcript")

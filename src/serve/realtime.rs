@@ -170,7 +170,14 @@ impl Connection {
                 msg = self.socket.recv() => {
                     deadline = tokio::time::Instant::now() + idle;
                     match msg {
-                        None | Some(Ok(Message::Close(_))) => return Err(End::Gone),
+                        None => return Err(End::Gone),
+                        Some(Ok(Message::Close(_))) => {
+                            // the reply the close handshake queued goes out
+                            // (a browser reads a dropped connection as 1006);
+                            // sending after a close is refused, flushing is not
+                            let _ = futures_util::SinkExt::flush(&mut self.socket).await;
+                            return Err(End::Gone);
+                        }
                         Some(Err(e)) => {
                             // too large a message, or a broken frame: say so if we can
                             let text = format!("the connection failed: {e}");

@@ -450,3 +450,29 @@ async fn sessions_through_a_shared_decoder_give_the_librarys_lines() {
     assert!(metrics["pulsed_decoder_steps_total"] > 0.0, "{metrics:?}");
     assert!(metrics["pulsed_decoder_rows_total"] >= metrics["pulsed_decoder_steps_total"]);
 }
+
+/// A client's close is answered with a close frame (the handshake's end):
+/// a browser reads a connection dropped without one as abnormal (1006).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_close_is_answered_with_a_close_frame() {
+    let server = start(open(CTC), CTC, |_| {}).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url())
+        .await
+        .unwrap();
+    wait_for(&mut ws, "session.created").await;
+    ws.send(Message::Close(None)).await.unwrap();
+    let reply = within("the close reply", async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => return Some(frame),
+                Some(Ok(_)) => continue,
+                _ => return None,
+            }
+        }
+    })
+    .await;
+    assert!(
+        reply.is_some(),
+        "the connection ended without a close frame"
+    );
+}

@@ -6,6 +6,7 @@
 const RATE = 16000;
 const $ = (id) => document.getElementById(id);
 let ws = null, ctx = null, media = null, node = null;
+let closing = null;    // after Stop: the timer that closes if no line comes
 let sent = 0;          // samples sent
 let marks = [];        // [samples sent through, performance.now()] per block
 let latencies = [];
@@ -54,6 +55,9 @@ function onEvent(e) {
     case 'conversation.item.input_audio_transcription.completed': {
       partials.delete(e.item_id);
       showPartial();
+      if (closing) close();
+      // a commit over silence gives an empty line: nothing to show
+      if (!e.transcript) break;
       const words = e.words || [];
       const li = document.createElement('li');
       const time = document.createElement('span');
@@ -81,7 +85,8 @@ function onEvent(e) {
       status('listening');
       break;
     case 'error':
-      status(`error: ${e.error && e.error.message}`);
+      if (closing) close();
+      else status(`error: ${e.error && e.error.message}`);
       break;
   }
 }
@@ -117,7 +122,13 @@ async function start() {
     const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
     ws = new WebSocket(`${scheme}://${location.host}/v1/realtime?intent=transcription`, protocols);
     ws.onmessage = (m) => onEvent(JSON.parse(m.data));
-    ws.onclose = (c) => { status(c.code === 1000 ? 'closed' : `closed (${c.code} ${c.reason || 'refused: a wrong key?'})`); stop(); };
+    ws.onclose = (c) => {
+      status(c.code === 1000 ? 'stopped' : `closed (${c.code} ${c.reason || 'refused: a wrong key?'})`);
+      stopMic();
+      ws = null;
+      $('stop').disabled = true;
+      $('start').disabled = false;
+    };
     ws.onopen = () => {
       ws.send(JSON.stringify({
         type: 'session.update',
@@ -138,19 +149,35 @@ async function start() {
     };
   } catch (err) {
     status(`cannot start: ${err.message}`);
-    stop();
+    stopMic();
+    close();
+    $('start').disabled = false;
   }
 }
 
-function stop() {
+function stopMic() {
   if (node) node.port.onmessage = null;
   if (media) media.getTracks().forEach((t) => t.stop());
   if (ctx) ctx.close();
-  if (ws && ws.readyState === WebSocket.OPEN) ws.close(1000);
   media = ctx = node = null;
+}
+
+function close() {
+  clearTimeout(closing);
+  closing = null;
+  if (ws) ws.close(1000);
+}
+
+// Stop: the microphone stops, what was said so far becomes a final line
+// (a commit), then the connection closes
+function stop() {
   $('stop').disabled = true;
-  $('start').disabled = false;
+  stopMic();
+  if (!ws || ws.readyState !== WebSocket.OPEN) return close();
+  status('finishing');
+  ws.send(JSON.stringify({ type: 'input_audio_buffer.commit' }));
+  closing = setTimeout(close, 5000);
 }
 
 $('start').onclick = start;
-$('stop').onclick = () => { stop(); status('stopped'); };
+$('stop').onclick = stop;
