@@ -93,6 +93,9 @@ function onEvent(e) {
 
 async function start() {
   $('start').disabled = true;
+  // a new connection: the server's clock starts again
+  sent = 0;
+  marks = [];
   try {
     media = await navigator.mediaDevices.getUserMedia({
       audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
