@@ -27,11 +27,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_http(url, proc, what, seconds=60):
+def wait_http(url, proc, what, log=None, seconds=60):
     end = time.time() + seconds
     while time.time() < end:
         if proc.poll() is not None:
-            sys.exit(f"browser_test: {what} exited ({proc.returncode})")
+            why = open(log).read().strip().splitlines()[-1:] if log else []
+            sys.exit(f"browser_test: {what} exited ({proc.returncode}) {' '.join(why)}")
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
@@ -105,14 +106,16 @@ def main():
         check=True, capture_output=True, text=True).stdout.splitlines()[0])["text"]
 
     port, driver_port, key = free_port(), free_port(), "page-test-key"
-    server = subprocess.Popen([a.bin, "serve", "--model", a.model, "--port", str(port),
-                               "--api-key", key, "--max-streams", "2"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = os.path.abspath(a.screenshot) + ".server.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([a.bin, "serve", "--model", a.model, "--port", str(port),
+                                   "--api-key", key, "--max-streams", "2"],
+                                  stdout=out, stderr=out)
     driver = subprocess.Popen(["chromedriver", f"--port={driver_port}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wd = WebDriver(driver_port)
     try:
-        wait_http(f"http://127.0.0.1:{port}/health", server, "pulsed serve")
+        wait_http(f"http://127.0.0.1:{port}/health", server, "pulsed serve", log)
         wait_http(f"http://127.0.0.1:{driver_port}/status", driver, "chromedriver")
         wd.start("/usr/bin/chromium", [
             "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,700",

@@ -78,11 +78,6 @@ impl Int8Matrix {
         }
     }
 
-    /// A float tensor `[rows, cols]`, quantized.
-    pub fn from_tensor(t: &Tensor) -> OpResult<Int8Matrix> {
-        Int8Matrix::from_tensor_groups(t, t.shape().get(1).copied().unwrap_or(1))
-    }
-
     /// A float tensor `[rows, cols]`, quantized in groups of `group` columns.
     pub fn from_tensor_groups(t: &Tensor, group: usize) -> OpResult<Int8Matrix> {
         if t.rank() != 2 || group == 0 || !t.shape()[1].is_multiple_of(group) {
